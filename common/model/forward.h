@@ -1,0 +1,53 @@
+/* CPU reference forward pass of the Llama family over the paged KV cache (SPEC §2):
+ *   x = embed(token)
+ *   per layer: h = rmsnorm(x); q,k,v = h·Wq/Wk/Wv (+bias); [Qwen3: rmsnorm per head on
+ *   q,k]; rope(q,k); write k,v at the position; a = attention over positions [0, pos];
+ *   x += a·Wo (+bias); h = rmsnorm(x); x += (silu(h·Wg) * (h·Wu))·Wd
+ *   logits = rmsnorm(x)·lm_head
+ * All arithmetic in F32 (sums of squares and softmax denominators in double).
+ *
+ * Rows are independent except through the KV cache, so one sequence's logits from a
+ * batched decode equal the same position's logits from a prefill bit for bit. */
+#ifndef QRL_MODEL_FORWARD_H
+#define QRL_MODEL_FORWARD_H
+
+#include <stdbool.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+
+typedef struct qrl_forward qrl_forward; /* opaque: activations and scratch */
+
+/* Workspace for `m` (borrowed; must outlive the workspace): activation buffers for up to
+ * `max_rows` token rows per pass (prefill chunk length = decode batch size) and
+ * attention scratch for contexts up to `max_ctx` positions.  Everything is allocated
+ * here, none during a pass.  *out owned by the caller (qrl_forward_free).
+ * Errors: OUT_OF_RANGE (max_rows or max_ctx <= 0), NOMEM. */
+qrl_status qrl_forward_new(const qrl_model *m, int max_rows, int max_ctx, qrl_forward **out,
+                           qrl_error *err);
+void qrl_forward_free(qrl_forward *f);
+
+/* Prefill: append tokens[0..n) to sequence `seq` at positions [len, len + n) (len =
+ * qrl_kv_cache_seq_len), in chunks of max_rows.  logits (caller-owned F32): [n, vocab]
+ * when all_logits, else [vocab] for the last position only; may be NULL for none.
+ * On success the sequence length grows by n.
+ * Errors: INVALID_ARGUMENT (token id outside [0, vocab): names the index; n <= 0),
+ * OUT_OF_RANGE (len + n beyond the model context, the cache's max_seq_len or max_ctx),
+ * NOMEM (KV pool exhausted).  On error the committed length is unchanged. */
+qrl_status qrl_forward_prefill(qrl_forward *f, qrl_kv_cache *kv, int seq, const int32_t *tokens,
+                               int n, float *logits, bool all_logits, qrl_error *err);
+
+/* Batched decode: one token per sequence, tokens[i] appended to seqs[i] at its current
+ * length; sequences may have different lengths but must be distinct.  logits:
+ * [batch, vocab] (caller-owned F32).  batch <= max_rows.
+ * Errors: INVALID_ARGUMENT (bad token id, repeated sequence, batch out of range),
+ * OUT_OF_RANGE (a sequence at its context limit: names it), NOMEM (KV pool exhausted). */
+qrl_status qrl_forward_decode(qrl_forward *f, qrl_kv_cache *kv, const int *seqs,
+                              const int32_t *tokens, int batch, float *logits, qrl_error *err);
+
+/* Largest context the workspace and model allow: min(max_ctx, cfg.max_seq_len). */
+int qrl_forward_max_ctx(const qrl_forward *f);
+
+#endif
