@@ -15,6 +15,7 @@ what the C engine computes, so the comparison bound stays tight.
 import json
 import os
 import sys
+import zlib
 
 import torch
 import transformers
@@ -25,27 +26,37 @@ try:
 except ImportError:  # older transformers
     Qwen3Config = None
 
+V5 = int(transformers.__version__.split(".")[0]) >= 5
 VOCAB = 256
 COMMON = dict(vocab_size=VOCAB, hidden_size=64, intermediate_size=160, num_hidden_layers=2,
               num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=256,
               rms_norm_eps=1e-5, initializer_range=0.08, bos_token_id=1, eos_token_id=2)
 
 
+def rope(theta, scaling=None):
+    """RoPE arguments in the layout of the installed transformers (4.x or 5.x)."""
+    if V5:
+        params = {"rope_type": "default", "rope_theta": theta}
+        params.update(scaling or {})
+        return {"rope_parameters": params}
+    return {"rope_theta": theta, "rope_scaling": scaling}
+
+
 def configs():
-    yield "llama", "float32", LlamaConfig(**COMMON, rope_theta=10000.0, tie_word_embeddings=False)
+    yield "llama", "float32", LlamaConfig(**COMMON, **rope(10000.0), tie_word_embeddings=False)
     yield "llama3_rope", "float32", LlamaConfig(
-        **COMMON, rope_theta=500000.0, tie_word_embeddings=True,
-        rope_scaling={"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
-                      "high_freq_factor": 4.0, "original_max_position_embeddings": 32})
-    yield "mistral", "float32", MistralConfig(**COMMON, rope_theta=1000000.0,
+        **COMMON, tie_word_embeddings=True,
+        **rope(500000.0, {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0,
+                          "high_freq_factor": 4.0, "original_max_position_embeddings": 32}))
+    yield "mistral", "float32", MistralConfig(**COMMON, **rope(1000000.0),
                                               tie_word_embeddings=False, sliding_window=None)
-    yield "qwen2", "float32", Qwen2Config(**COMMON, rope_theta=1000000.0, tie_word_embeddings=True,
+    yield "qwen2", "float32", Qwen2Config(**COMMON, **rope(1000000.0), tie_word_embeddings=True,
                                           use_sliding_window=False)
     if Qwen3Config is not None:
         q3 = dict(COMMON, head_dim=32)  # head_dim != hidden/heads, as in real Qwen3
-        yield "qwen3", "float32", Qwen3Config(**q3, rope_theta=1000000.0, tie_word_embeddings=True,
+        yield "qwen3", "float32", Qwen3Config(**q3, **rope(1000000.0), tie_word_embeddings=True,
                                               use_sliding_window=False)
-        yield "qwen3_bf16", "bfloat16", Qwen3Config(**q3, rope_theta=1000000.0,
+        yield "qwen3_bf16", "bfloat16", Qwen3Config(**q3, **rope(1000000.0),
                                                      tie_word_embeddings=False,
                                                      use_sliding_window=False)
 
@@ -53,8 +64,7 @@ def configs():
 def main(out_dir):
     torch.manual_seed(1234)
     for name, dtype, cfg in configs():
-        cfg._attn_implementation = "eager"
-        model = AutoModelForCausalLM.from_config(cfg, torch_dtype=torch.float32)
+        model = AutoModelForCausalLM.from_config(cfg, attn_implementation="eager").float()
         with torch.no_grad():  # give the untrained nets some contrast so greedy has clear winners
             for n, p in model.named_parameters():
                 if "norm" in n:
@@ -66,9 +76,8 @@ def main(out_dir):
         save_dtype = torch.bfloat16 if dtype == "bfloat16" else torch.float32
         model.to(save_dtype).save_pretrained(d, safe_serialization=True)
         # reload exactly what was saved, compute in float32
-        m = AutoModelForCausalLM.from_pretrained(d, torch_dtype=torch.float32,
-                                                 attn_implementation="eager").eval()
-        g = torch.Generator().manual_seed(hash(name) % 1000)
+        m = AutoModelForCausalLM.from_pretrained(d, attn_implementation="eager").float().eval()
+        g = torch.Generator().manual_seed(zlib.crc32(name.encode()))
         ids = torch.randint(3, VOCAB, (1, 24), generator=g)
         ids[0, 0] = 1
         with torch.no_grad():
