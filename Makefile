@@ -16,6 +16,7 @@ CC      ?= gcc
 SAN     ?= 0
 QRL_CUDA ?= 1
 OPT     ?= -O2
+MAKEFLAGS += -j$(shell nproc)
 
 # ---- CUDA toolchain: system toolkit, else the PyPI wheels deploy/setup.sh installed ----
 DEPS    ?= $(CURDIR)/.deps

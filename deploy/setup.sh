@@ -29,8 +29,12 @@ done
 if [ ${#missing[@]} -gt 0 ]; then
   say "installing Debian packages: ${missing[*]}"
   sudo_cmd=""; [ "$(id -u)" -ne 0 ] && sudo_cmd="sudo"
-  $sudo_cmd apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  log="$deps/apt.log"
+  if ! { $sudo_cmd apt-get update -qq &&
+         DEBIAN_FRONTEND=noninteractive $sudo_cmd apt-get install -y -qq --no-install-recommends \
+           "${missing[@]}"; } >"$log" 2>&1; then
+    tail -30 "$log"; say "apt-get failed (full log: $log)"; exit 1
+  fi
 else
   say "Debian packages: all present"
 fi

@@ -14,6 +14,10 @@
 #include <stdbool.h>
 #include <stddef.h>
 
+#ifdef __cplusplus
+extern "C" {
+#endif
+
 /* X(NAME, retriable, message).  Retriable: trying again later may succeed
  * (network, broker busy, timeout); fatal: the same call fails the same way. */
 #define QRL_STATUS_TABLE(X)                                              \
@@ -96,6 +100,9 @@ void qrl_error_trace(qrl_error *err, const char *file, int line);
         if (__builtin_expect(!(cond), 0))                                  \
             qrl_check_fail_(#cond, __FILE__, __LINE__);                    \
     } while (0)
-_Noreturn void qrl_check_fail_(const char *cond, const char *file, int line);
+__attribute__((noreturn)) void qrl_check_fail_(const char *cond, const char *file, int line);
 
+#ifdef __cplusplus
+}
+#endif
 #endif
