@@ -83,7 +83,9 @@ static void run_rows(qrl_forward *f, qrl_kv_cache *kv, const int32_t *tokens, in
     int Q = H * hd, KV = KVH * hd, half = hd / 2, group = H / KVH;
     float scale = 1.0f / sqrtf((float)hd);
 
+    int max_pos = 0;
     for (int r = 0; r < n; r++) {
+        if (f->row_pos[r] > max_pos) max_pos = f->row_pos[r];
         memcpy(f->x + (size_t)r * D, m->tok_embedding + (size_t)tokens[r] * D, D * sizeof(float));
         qrl_cpu_rope_cos_sin(f->cos + (size_t)r * half, f->sin + (size_t)r * half, m->rope_inv_freq,
                              half, f->row_pos[r]);
@@ -105,8 +107,10 @@ static void run_rows(qrl_forward *f, qrl_kv_cache *kv, const int32_t *tokens, in
             qrl_kv_cache_write(kv, f->row_seq[r], l, f->row_pos[r], f->k + (size_t)r * KV,
                                f->v + (size_t)r * KV);
         }
-        /* Attention: (row, head) pairs in parallel, one scratch row per thread. */
-#pragma omp parallel for collapse(2) schedule(static) num_threads(f->n_threads)
+        /* Attention: (row, head) pairs in parallel, one scratch row per thread; serial
+         * when the work is too small to pay for a fork/join. */
+        long work = (long)n * H * (max_pos + 1) * hd;
+#pragma omp parallel for collapse(2) schedule(static) num_threads(f->n_threads) if (work > 65536)
         for (int r = 0; r < n; r++) {
             for (int h = 0; h < H; h++) {
                 qrl_kv_view view;

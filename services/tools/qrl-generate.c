@@ -1,0 +1,528 @@
+/* qrl-generate: one-shot offline generation with the CPU reference engine (SPEC §1
+ * tools, §4 item 2).  One JSON line per response on stdout; errors are one line
+ * "qrl-generate: error: ..." on stderr and exit status 1.
+ *
+ *   qrl-generate --model PATH [--tokenizer PATH]
+ *                (--prompt TEXT | --prompts FILE.jsonl | --prompt-ids 1,2,3)
+ *                [--chat-template NAME] [--system TEXT] [--max-new-tokens N]
+ *                [--temperature T] [--top-p P] [--top-k K] [--seed S] [--n N] [--stop TEXT]
+ *                [--precision f32|bf16] [--kv-cache f32|bf16] [--dump-logits FILE.npy]
+ *                [--threads N]
+ *
+ * Responses of one prompt form a group (group id = prompt index, response index 0..n-1)
+ * and draw from the keyed sampler, so output is reproducible for a seed. */
+#include <errno.h>
+#include <getopt.h>
+#include <jansson.h>
+#include <omp.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <time.h>
+
+#include "core/log.h"
+#include "model/forward.h"
+#include "model/kv_cache.h"
+#include "model/model.h"
+#include "model/sampler.h"
+#include "tokenizer/tokenizer.h"
+
+#define BLOCK_SIZE 16
+#define PREFILL_ROWS 64
+#define MAX_STOPS 8
+
+typedef struct opts {
+    const char *model, *tokenizer, *prompt, *prompts_file, *prompt_ids, *chat_template, *system;
+    const char *precision, *kv_cache, *dump_logits;
+    const char *stops[MAX_STOPS];
+    int n_stops, max_new, top_k, n, threads;
+    float temperature, top_p;
+    uint64_t seed;
+} opts;
+
+typedef struct prompt {
+    char *text;     /* NULL for --prompt-ids */
+    int32_t *ids;
+    size_t n_ids;
+} prompt;
+
+typedef struct response {
+    int seq;
+    int32_t *tokens;  /* [max_new] */
+    float *logprobs;
+    int n;
+    const char *finish; /* NULL while running */
+} response;
+
+static _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static _Noreturn void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("qrl-generate: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+static _Noreturn void die_err(const qrl_error *err) { die("%s", err->msg); }
+
+static const char *USAGE =
+    "usage: qrl-generate --model PATH [--tokenizer PATH]\n"
+    "                    (--prompt TEXT | --prompts FILE.jsonl | --prompt-ids 1,2,3)\n"
+    "  --model PATH          HuggingFace folder (config.json + safetensors) or llama2.c .bin\n"
+    "  --tokenizer PATH      default: the model folder, or tokenizer.bin / tok<vocab>.bin\n"
+    "                        beside the .bin (optional with --prompt-ids: text is then null)\n"
+    "  --prompt TEXT         one prompt\n"
+    "  --prompts FILE.jsonl  one JSON object per line with a \"prompt\" string\n"
+    "  --prompt-ids LIST     token ids, comma-separated (no BOS added)\n"
+    "  --chat-template NAME  plain | chatml | llama3 (wraps each prompt as a user turn)\n"
+    "  --system TEXT         system message for --chat-template\n"
+    "  --max-new-tokens N    default 128\n"
+    "  --temperature T       default 1.0; 0 = greedy\n"
+    "  --top-p P             default 1.0 (off)\n"
+    "  --top-k K             default 0 (off)\n"
+    "  --seed S              default 0\n"
+    "  --n N                 responses per prompt, default 1\n"
+    "  --stop TEXT           stop string (repeatable, up to 8)\n"
+    "  --precision P         f32 (default) | bf16 (weights rounded to BF16, F32 compute)\n"
+    "  --kv-cache K          f32 (default) | bf16\n"
+    "  --dump-logits FILE    the prompt's per-position logits [positions, vocab] as .npy\n"
+    "                        (float32; one prompt only)\n"
+    "  --threads N           OpenMP threads (default: all cores)\n"
+    "Output: one JSON line per response: prompt, prompt_index, response_index, text,\n"
+    "token_ids, logprobs (log softmax(logits/T) over the full vocabulary; T=1 when\n"
+    "greedy), finish_reason (eos|length|stop), prompt_tokens, tokens_per_s.\n";
+
+/* ---- argument parsing --------------------------------------------------------------- */
+
+static long parse_long(const char *opt, const char *s, long lo, long hi) {
+    char *end;
+    errno = 0;
+    long v = strtol(s, &end, 10);
+    if (errno || end == s || *end || v < lo || v > hi)
+        die("--%s: '%s' is not an integer in [%ld, %ld]", opt, s, lo, hi);
+    return v;
+}
+
+static float parse_float(const char *opt, const char *s, float lo, float hi) {
+    char *end;
+    errno = 0;
+    float v = strtof(s, &end);
+    if (errno || end == s || *end || !(v >= lo && v <= hi))
+        die("--%s: '%s' is not a number in [%g, %g]", opt, s, (double)lo, (double)hi);
+    return v;
+}
+
+static void parse_args(int argc, char **argv, opts *o) {
+    *o = (opts){.max_new = 128, .n = 1, .temperature = 1.0f, .top_p = 1.0f, .precision = "f32",
+                .kv_cache = "f32"};
+    static const struct option lo[] = {
+        {"model", 1, 0, 'm'},       {"tokenizer", 1, 0, 't'},     {"prompt", 1, 0, 'p'},
+        {"prompts", 1, 0, 'P'},     {"prompt-ids", 1, 0, 'I'},    {"chat-template", 1, 0, 'c'},
+        {"system", 1, 0, 'y'},      {"max-new-tokens", 1, 0, 'x'}, {"temperature", 1, 0, 'T'},
+        {"top-p", 1, 0, 'o'},       {"top-k", 1, 0, 'k'},         {"seed", 1, 0, 's'},
+        {"n", 1, 0, 'n'},           {"stop", 1, 0, 'S'},          {"precision", 1, 0, 'r'},
+        {"kv-cache", 1, 0, 'v'},    {"dump-logits", 1, 0, 'd'},   {"threads", 1, 0, 'j'},
+        {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
+        switch (c) {
+        case 'm': o->model = optarg; break;
+        case 't': o->tokenizer = optarg; break;
+        case 'p': o->prompt = optarg; break;
+        case 'P': o->prompts_file = optarg; break;
+        case 'I': o->prompt_ids = optarg; break;
+        case 'c': o->chat_template = optarg; break;
+        case 'y': o->system = optarg; break;
+        case 'x': o->max_new = (int)parse_long("max-new-tokens", optarg, 1, 1 << 24); break;
+        case 'T': o->temperature = parse_float("temperature", optarg, 0.0f, 1e4f); break;
+        case 'o': o->top_p = parse_float("top-p", optarg, 1e-6f, 1.0f); break;
+        case 'k': o->top_k = (int)parse_long("top-k", optarg, 0, 1 << 30); break;
+        case 's': {
+            char *end;
+            errno = 0;
+            o->seed = strtoull(optarg, &end, 10);
+            if (errno || end == optarg || *end || optarg[0] == '-')
+                die("--seed: '%s' is not a non-negative integer", optarg);
+            break;
+        }
+        case 'n': o->n = (int)parse_long("n", optarg, 1, 4096); break;
+        case 'S':
+            if (o->n_stops == MAX_STOPS) die("--stop: at most %d stop strings", MAX_STOPS);
+            if (!*optarg) die("--stop: empty stop string");
+            o->stops[o->n_stops++] = optarg;
+            break;
+        case 'r': o->precision = optarg; break;
+        case 'v': o->kv_cache = optarg; break;
+        case 'd': o->dump_logits = optarg; break;
+        case 'j': o->threads = (int)parse_long("threads", optarg, 1, 1024); break;
+        case 'h': fputs(USAGE, stdout); exit(0);
+        default:
+            if (optopt) die("option '%s' needs a value (see --help)", argv[optind - 1]);
+            die("unknown option '%s' (see --help)", argv[optind - 1]);
+        }
+    }
+    if (optind < argc) die("unexpected argument '%s' (see --help)", argv[optind]);
+    if (!o->model) die("--model is required (see --help)");
+    if (!!o->prompt + !!o->prompts_file + !!o->prompt_ids != 1)
+        die("give exactly one of --prompt, --prompts, --prompt-ids");
+    if (o->prompt_ids && o->chat_template) die("--chat-template does not apply to --prompt-ids");
+    if (o->system && !o->chat_template) die("--system needs --chat-template");
+}
+
+/* Precisions of SPEC §3: only the unquantized ones run before the formats module. */
+static void check_precision(const char *p) {
+    static const char *later[] = {"w8a8-int8", "w8a8-fp8", "w4a16-nvfp4", "w4a16-mxfp4",
+                                  "w4a4-nvfp4"};
+    if (strcmp(p, "f32") == 0 || strcmp(p, "bf16") == 0) return;
+    for (size_t i = 0; i < sizeof later / sizeof later[0]; i++)
+        if (strcmp(p, later[i]) == 0) die("precision '%s' arrives with the formats module", p);
+    die("unknown precision '%s' (f32, bf16, w8a8-int8, w8a8-fp8, w4a16-nvfp4, w4a16-mxfp4, "
+        "w4a4-nvfp4)", p);
+}
+
+/* ---- prompts ------------------------------------------------------------------------ */
+
+static int32_t *parse_id_list(const char *s, size_t *n, int vocab) {
+    size_t cap = 16;
+    int32_t *ids = malloc(cap * sizeof *ids);
+    *n = 0;
+    const char *p = s;
+    while (*p) {
+        char *end;
+        errno = 0;
+        long v = strtol(p, &end, 10);
+        if (errno || end == p || v < 0 || v >= vocab || (*end && *end != ','))
+            die("--prompt-ids: item %zu ('%.*s') is not a token id in [0, %d)", *n,
+                (int)strcspn(p, ","), p, vocab);
+        if (*n == cap) ids = realloc(ids, (cap *= 2) * sizeof *ids);
+        ids[(*n)++] = (int32_t)v;
+        p = *end ? end + 1 : end;
+    }
+    if (*n == 0) die("--prompt-ids: empty list");
+    return ids;
+}
+
+static prompt *read_prompts_file(const char *path, int *n_out) {
+    FILE *f = fopen(path, "r");
+    if (!f) die("%s: cannot open: %s", path, strerror(errno));
+    prompt *ps = NULL;
+    int n = 0, lineno = 0;
+    char *line = NULL;
+    size_t cap = 0;
+    ssize_t len;
+    while ((len = getline(&line, &cap, f)) != -1) {
+        lineno++;
+        if (strspn(line, " \t\r\n") == (size_t)len) continue;
+        json_error_t je;
+        json_t *j = json_loadb(line, (size_t)len, 0, &je);
+        if (!j) die("%s: line %d: %s", path, lineno, je.text);
+        json_t *pv = json_object_get(j, "prompt");
+        if (!json_is_string(pv)) die("%s: line %d: field 'prompt' must be a string", path, lineno);
+        ps = realloc(ps, (size_t)(n + 1) * sizeof *ps);
+        ps[n++] = (prompt){.text = strdup(json_string_value(pv))};
+        json_decref(j);
+    }
+    free(line);
+    fclose(f);
+    if (n == 0) die("%s: no prompts", path);
+    *n_out = n;
+    return ps;
+}
+
+static void encode_prompt(const opts *o, const qrl_tokenizer *tok, prompt *p) {
+    qrl_error err;
+    char *text = p->text;
+    char *templated = NULL;
+    if (o->chat_template) {
+        if (qrl_chat_template_apply(o->chat_template, o->system, p->text, &templated, &err) != QRL_OK)
+            die_err(&err);
+        text = templated;
+    }
+    /* A template writes its own BOS (llama3) or has none (chatml). */
+    bool add_bos = o->chat_template == NULL;
+    if (qrl_tokenizer_encode(tok, text, strlen(text), add_bos, true, &p->ids, &p->n_ids, &err) != QRL_OK)
+        die_err(&err);
+    free(templated);
+    if (p->n_ids == 0) die("prompt '%.40s' encodes to no tokens", p->text);
+}
+
+/* Default tokenizer: the HF folder itself; next to a .bin: tokenizer.bin or tok<V>.bin. */
+static const char *find_tokenizer(const opts *o, const qrl_model *m, char *buf, size_t n) {
+    if (o->tokenizer) return o->tokenizer;
+    struct stat sb;
+    if (m->source == QRL_MODEL_SOURCE_HF) {
+        snprintf(buf, n, "%s/tokenizer.json", o->model);
+        if (stat(buf, &sb) == 0) return o->model;
+        snprintf(buf, n, "%s/vocab.json", o->model);
+        return stat(buf, &sb) == 0 ? o->model : NULL;
+    }
+    const char *slash = strrchr(o->model, '/');
+    int dl = slash ? (int)(slash - o->model) : 1;
+    const char *dir = slash ? o->model : ".";
+    snprintf(buf, n, "%.*s/tokenizer.bin", dl, dir);
+    if (stat(buf, &sb) == 0) return buf;
+    snprintf(buf, n, "%.*s/tok%d.bin", dl, dir, m->cfg.vocab_size);
+    if (stat(buf, &sb) == 0) return buf;
+    return NULL;
+}
+
+/* ---- .npy writer ---------------------------------------------------------------------- */
+
+/* TODO(io): switch to qrl_npy_write_f32 from io/npy.h once it is merged. */
+static void write_npy_f32(const char *path, const float *data, int64_t rows, int64_t cols) {
+    char hdr[128];
+    int hl = snprintf(hdr, sizeof hdr,
+                      "{'descr': '<f4', 'fortran_order': False, 'shape': (%lld, %lld), }",
+                      (long long)rows, (long long)cols);
+    int total = 10 + hl + 1, pad = (64 - total % 64) % 64;
+    for (int i = 0; i < pad; i++) hdr[hl++] = ' ';
+    hdr[hl++] = '\n';
+    char tmp[4096];
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    if (!f) die("%s: cannot write: %s", path, strerror(errno));
+    unsigned char magic[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hl & 0xff),
+                               (unsigned char)(hl >> 8)};
+    size_t cnt = (size_t)(rows * cols);
+    bool ok = fwrite(magic, 1, 10, f) == 10 && fwrite(hdr, 1, (size_t)hl, f) == (size_t)hl &&
+              fwrite(data, sizeof(float), cnt, f) == cnt;
+    if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) die("%s: write failed", path);
+}
+
+/* ---- generation ----------------------------------------------------------------------- */
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+static bool is_eos(const qrl_model *m, const qrl_tokenizer *tok, int32_t t) {
+    for (int i = 0; i < m->cfg.n_eos; i++)
+        if (m->cfg.eos_ids[i] == t) return true;
+    return tok && qrl_tokenizer_eos(tok) == t;
+}
+
+/* Text of a response (special tokens skipped), or NULL without a tokenizer.  Decoded in
+ * the context of its prompt (decode(prompt + response) minus decode(prompt)) so that
+ * SentencePiece leading-space rules apply as they would to the whole sequence. */
+static char *response_text(const qrl_tokenizer *tok, const prompt *p, const response *r) {
+    if (!tok) return NULL;
+    qrl_error err;
+    int32_t *all = malloc((p->n_ids + (size_t)r->n + 1) * sizeof *all);
+    memcpy(all, p->ids, p->n_ids * sizeof *all);
+    memcpy(all + p->n_ids, r->tokens, (size_t)r->n * sizeof *all);
+    char *full, *head, *text;
+    if (qrl_tokenizer_decode(tok, all, p->n_ids + (size_t)r->n, true, &full, &err) != QRL_OK ||
+        qrl_tokenizer_decode(tok, all, p->n_ids, true, &head, &err) != QRL_OK)
+        die_err(&err);
+    size_t hl = strlen(head);
+    if (strncmp(full, head, hl) == 0) {
+        text = strdup(full + hl);
+    } else if (qrl_tokenizer_decode(tok, r->tokens, (size_t)r->n, true, &text, &err) != QRL_OK) {
+        die_err(&err);
+    }
+    free(full);
+    free(head);
+    free(all);
+    return text;
+}
+
+static void emit(const prompt *p, int pi, int ri, const response *r, char *text, double secs) {
+    json_t *o = json_object();
+    json_object_set_new(o, "prompt", p->text ? json_string(p->text) : json_null());
+    json_object_set_new(o, "prompt_index", json_integer(pi));
+    json_object_set_new(o, "response_index", json_integer(ri));
+    json_object_set_new(o, "text", text ? json_string(text) : json_null());
+    json_t *ids = json_array(), *lps = json_array();
+    for (int i = 0; i < r->n; i++) {
+        json_array_append_new(ids, json_integer(r->tokens[i]));
+        json_array_append_new(lps, json_real(r->logprobs[i]));
+    }
+    json_object_set_new(o, "token_ids", ids);
+    json_object_set_new(o, "logprobs", lps);
+    json_object_set_new(o, "finish_reason", json_string(r->finish));
+    json_object_set_new(o, "prompt_tokens", json_integer((json_int_t)p->n_ids));
+    json_object_set_new(o, "tokens_per_s", json_real(secs > 0 ? r->n / secs : 0));
+    char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
+    puts(s);
+    fflush(stdout);
+    free(s);
+    json_decref(o);
+}
+
+typedef struct engine {
+    const opts *o;
+    const qrl_model *m;
+    const qrl_tokenizer *tok;
+    qrl_forward *fwd;
+    qrl_kv_cache *kv;
+    qrl_sampler *sampler;
+    int ctx;
+    float *logits; /* [max(n, prompt_len if dumping), vocab] */
+} engine;
+
+/* Record a sampled token; decide whether the response is finished. */
+static void take(engine *e, const prompt *p, response *r, const qrl_sample *s, int pos) {
+    r->tokens[r->n] = s->token;
+    r->logprobs[r->n] = s->logprob;
+    r->n++;
+    if (is_eos(e->m, e->tok, s->token)) r->finish = "eos";
+    else if (r->n >= e->o->max_new || pos >= e->ctx) r->finish = "length";
+    else if (e->o->n_stops && e->tok) {
+        char *text = response_text(e->tok, p, r);
+        for (int i = 0; i < e->o->n_stops; i++)
+            if (strstr(text, e->o->stops[i])) r->finish = "stop";
+        free(text);
+    }
+}
+
+static void generate_group(engine *e, prompt *p, int pi) {
+    const opts *o = e->o;
+    int V = e->m->cfg.vocab_size, np = (int)p->n_ids;
+    qrl_error err;
+    qrl_sampling_params sp = {.temperature = o->temperature, .top_k = o->top_k,
+                              .top_p = o->top_p, .seed = o->seed};
+    response *rs = calloc((size_t)o->n, sizeof *rs);
+    double t0 = now_s();
+    if (qrl_kv_cache_seq_new(e->kv, &rs[0].seq, &err) != QRL_OK) die_err(&err);
+    bool dump = o->dump_logits != NULL;
+    if (qrl_forward_prefill(e->fwd, e->kv, rs[0].seq, p->ids, np, e->logits, dump, &err) != QRL_OK)
+        die_err(&err);
+    if (dump) {
+        write_npy_f32(o->dump_logits, e->logits, np, V);
+        memmove(e->logits, e->logits + (size_t)(np - 1) * V, (size_t)V * sizeof(float));
+    }
+    for (int i = 0; i < o->n; i++) {
+        if (i > 0 && qrl_kv_cache_seq_fork(e->kv, rs[0].seq, &rs[i].seq, &err) != QRL_OK)
+            die_err(&err);
+        rs[i].tokens = malloc((size_t)o->max_new * sizeof(int32_t));
+        rs[i].logprobs = malloc((size_t)o->max_new * sizeof(float));
+        qrl_sample s;
+        if (qrl_sampler_sample(e->sampler, e->logits, &sp, (uint64_t)pi, (uint32_t)i,
+                               (uint32_t)np, &s, &err) != QRL_OK)
+            die_err(&err);
+        take(e, p, &rs[i], &s, np);
+    }
+    int *seqs = malloc((size_t)o->n * sizeof(int)), *who = malloc((size_t)o->n * sizeof(int));
+    int32_t *toks = malloc((size_t)o->n * sizeof(int32_t));
+    for (;;) {
+        int b = 0;
+        for (int i = 0; i < o->n; i++) {
+            if (rs[i].finish) continue;
+            seqs[b] = rs[i].seq;
+            toks[b] = rs[i].tokens[rs[i].n - 1];
+            who[b++] = i;
+        }
+        if (b == 0) break;
+        if (qrl_forward_decode(e->fwd, e->kv, seqs, toks, b, e->logits, &err) != QRL_OK)
+            die_err(&err);
+        for (int j = 0; j < b; j++) {
+            response *r = &rs[who[j]];
+            int pos = np + r->n; /* position of the token being sampled */
+            qrl_sample s;
+            if (qrl_sampler_sample(e->sampler, e->logits + (size_t)j * V, &sp, (uint64_t)pi,
+                                   (uint32_t)who[j], (uint32_t)pos, &s, &err) != QRL_OK)
+                die_err(&err);
+            take(e, p, r, &s, pos);
+        }
+    }
+    double secs = now_s() - t0;
+    for (int i = 0; i < o->n; i++) {
+        char *text = response_text(e->tok, p, &rs[i]);
+        if (text && strcmp(rs[i].finish, "stop") == 0) /* cut at the earliest stop string */
+            for (int k = 0; k < o->n_stops; k++) {
+                char *at = strstr(text, o->stops[k]);
+                if (at) *at = '\0';
+            }
+        emit(p, pi, i, &rs[i], text, secs);
+        free(text);
+        qrl_kv_cache_seq_free(e->kv, rs[i].seq);
+        free(rs[i].tokens);
+        free(rs[i].logprobs);
+    }
+    free(seqs);
+    free(who);
+    free(toks);
+    free(rs);
+}
+
+int main(int argc, char **argv) {
+    if (!getenv("QRL_LOG_LEVEL")) qrl_log_set_level(QRL_LOG_LEVEL_WARN);
+    opts o;
+    parse_args(argc, argv, &o);
+    check_precision(o.precision);
+    qrl_error err;
+    qrl_kv_format kvf;
+    if (qrl_kv_format_parse(o.kv_cache, &kvf, &err) != QRL_OK) die_err(&err);
+    if (!qrl_kv_format_implemented(kvf)) die("kv cache '%s' arrives with the formats module", o.kv_cache);
+    if (o.threads > 0) omp_set_num_threads(o.threads);
+
+    qrl_model *m;
+    if (qrl_model_load(o.model, &m, &err) != QRL_OK) die_err(&err);
+    if (strcmp(o.precision, "bf16") == 0) qrl_model_round_bf16(m);
+    int V = m->cfg.vocab_size;
+
+    char tbuf[4096];
+    const char *tpath = find_tokenizer(&o, m, tbuf, sizeof tbuf);
+    qrl_tokenizer *tok = NULL;
+    if (!tpath && !o.prompt_ids)
+        die("no tokenizer found for %s (tokenizer.json, vocab.json, tokenizer.bin or tok%d.bin); "
+            "give --tokenizer", o.model, V);
+    if (tpath && qrl_tokenizer_load(tpath, V, &tok, &err) != QRL_OK) die_err(&err);
+    if (o.n_stops && !tok) die("--stop needs a tokenizer");
+
+    int n_prompts = 1;
+    prompt *ps;
+    if (o.prompts_file) {
+        ps = read_prompts_file(o.prompts_file, &n_prompts);
+    } else {
+        ps = calloc(1, sizeof *ps);
+        if (o.prompt) ps[0].text = strdup(o.prompt);
+        else ps[0].ids = parse_id_list(o.prompt_ids, &ps[0].n_ids, V);
+    }
+    if (o.dump_logits && n_prompts != 1) die("--dump-logits needs a single prompt");
+    size_t max_prompt = 0;
+    for (int i = 0; i < n_prompts; i++) {
+        if (ps[i].text) encode_prompt(&o, tok, &ps[i]);
+        if (ps[i].n_ids > (size_t)m->cfg.max_seq_len)
+            die("prompt %d has %zu tokens; the model's context is %d positions", i, ps[i].n_ids,
+                m->cfg.max_seq_len);
+        if (ps[i].n_ids > max_prompt) max_prompt = ps[i].n_ids;
+    }
+
+    engine e = {.o = &o, .m = m, .tok = tok};
+    int64_t want = (int64_t)max_prompt + o.max_new;
+    e.ctx = want < m->cfg.max_seq_len ? (int)want : m->cfg.max_seq_len;
+    int blocks_per_seq = (e.ctx + BLOCK_SIZE - 1) / BLOCK_SIZE;
+    qrl_kv_cache_desc d = {.n_layers = m->cfg.n_layers, .n_kv_heads = m->cfg.n_kv_heads,
+                           .head_dim = m->cfg.head_dim, .block_size = BLOCK_SIZE,
+                           .n_blocks = blocks_per_seq * o.n, .max_seqs = o.n,
+                           .max_seq_len = e.ctx, .format = kvf};
+    if (qrl_kv_cache_new(&d, &e.kv, &err) != QRL_OK) die_err(&err);
+    int rows = o.n > PREFILL_ROWS ? o.n : PREFILL_ROWS;
+    if (qrl_forward_new(m, rows, e.ctx, &e.fwd, &err) != QRL_OK) die_err(&err);
+    if (qrl_sampler_new(V, &e.sampler, &err) != QRL_OK) die_err(&err);
+    size_t lrows = o.dump_logits ? (max_prompt > (size_t)o.n ? max_prompt : (size_t)o.n) : (size_t)o.n;
+    e.logits = malloc(lrows * V * sizeof(float));
+    if (!e.logits) die("out of memory for logits");
+
+    for (int i = 0; i < n_prompts; i++) generate_group(&e, &ps[i], i);
+
+    for (int i = 0; i < n_prompts; i++) {
+        free(ps[i].text);
+        free(ps[i].ids);
+    }
+    free(ps);
+    free(e.logits);
+    qrl_sampler_free(e.sampler);
+    qrl_forward_free(e.fwd);
+    qrl_kv_cache_free(e.kv);
+    qrl_tokenizer_free(tok);
+    qrl_model_free(m);
+    return 0;
+}

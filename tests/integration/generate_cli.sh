@@ -1,0 +1,139 @@
+#!/usr/bin/env bash
+# qrl-generate end to end: llama2.c's greedy reference token for token, TinyStories
+# logits dump against its float64 reference, an HF transformers fixture without a
+# tokenizer, seeded sampling reproducibility, groups and stop strings, and bad input
+# (exit 1 with exactly one "qrl-generate: error: ..." line).
+set -u
+cd "$(dirname "${BASH_SOURCE[0]}")/../.."
+bin=${BUILD:-build}/bin/qrl-generate
+data=${QRL_DATA_DIR:-../shared/data}
+s260=$data/llama2c_stories260K
+ts=$data/tinystories_656k
+[ -x "$bin" ] || { echo "missing $bin"; exit 1; }
+[ -f "$s260/stories260K.bin" ] && [ -d "$ts" ] || { echo "skip: no model data under $data"; exit 77; }
+tmp=$(mktemp -d /tmp/qrl_gen_cli.XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fail() { echo "FAIL: $*"; exit 1; }
+
+# expect_error PATTERN ARGS...: exit status 1, nothing on stdout, one stderr line
+# "qrl-generate: error: ..." containing PATTERN.
+expect_error() {
+  local pat=$1; shift
+  "$bin" "$@" >"$tmp/out" 2>"$tmp/err"; local rc=$?
+  [ $rc -eq 1 ] || fail "exit $rc (want 1) for: $*"
+  [ ! -s "$tmp/out" ] || fail "stdout not empty for: $*"
+  [ "$(wc -l <"$tmp/err")" -eq 1 ] || { cat "$tmp/err"; fail "want one stderr line for: $*"; }
+  grep -q '^qrl-generate: error: ' "$tmp/err" || fail "bad error prefix: $(cat "$tmp/err")"
+  grep -qF -- "$pat" "$tmp/err" || fail "error lacks '$pat': $(cat "$tmp/err")"
+  echo "ok error: $(cat "$tmp/err")"
+}
+
+# 1. stories260K: both cases of greedy_reference.json (run.c -t 0).
+"$bin" --model "$s260/stories260K.bin" --prompt "" --temperature 0 --max-new-tokens 200 >"$tmp/c1" \
+  || fail "case 1 run"
+"$bin" --model "$s260/stories260K.bin" --prompt "Once upon a time" --temperature 0 \
+  --max-new-tokens 60 --threads 1 >"$tmp/c2" || fail "case 2 run"
+python3 - "$s260/greedy_reference.json" "$tmp/c1" "$tmp/c2" <<'EOF' || fail "stories260K reference"
+import json, sys
+ref = json.load(open(sys.argv[1]))["cases"]
+for case, path in zip(ref, sys.argv[2:]):
+    out = json.loads(open(path).read())
+    assert out["token_ids"] == case["generated_token_ids"], (path, out["token_ids"][:10])
+    assert out["prompt_tokens"] == len(case["prompt_token_ids"])
+    # run.c prints the prompt, then the generated text
+    assert case["prompt"] + out["text"] == case["text"], (out["text"][:60], case["text"][:60])
+    assert out["finish_reason"] == "length" and len(out["logprobs"]) == len(out["token_ids"])
+    assert all(lp <= 0 for lp in out["logprobs"])
+print("ok stories260K greedy: both cases token for token and text")
+EOF
+
+# 2. TinyStories: the prompt's logits dumped as .npy against the float64 reference.
+ids=$(python3 -c "import json;print(','.join(map(str,json.load(open('$ts/forward_reference.json'))['input_ids'])))")
+"$bin" --model "$ts" --prompt-ids "$ids" --temperature 0 --max-new-tokens 1 \
+  --dump-logits "$tmp/logits.npy" >"$tmp/ts" || fail "tinystories dump run"
+python3 - "$ts/forward_reference.json" "$tmp/logits.npy" "$tmp/ts" <<'EOF' || fail "tinystories logits"
+import json, struct, sys
+ref = json.load(open(sys.argv[1]))
+raw = open(sys.argv[2], "rb").read()
+assert raw[:8] == b"\x93NUMPY\x01\x00", raw[:8]
+hl = struct.unpack("<H", raw[8:10])[0]
+header = raw[10:10 + hl].decode()
+assert (10 + hl) % 64 == 0 and "'descr': '<f4'" in header and "(40, 2048)" in header, header
+data = struct.unpack("<%df" % (40 * 2048), raw[10 + hl:])
+last = data[39 * 2048:]
+err = max(abs(a - b) for a, b in zip(last, ref["last_position_logits"]))
+assert err < 3e-5, err
+out = json.loads(open(sys.argv[3]).read())
+assert out["token_ids"] == [ref["argmax_next_token"][-1]], out["token_ids"]
+assert out["text"] is not None
+print("ok tinystories dump: shape (40, 2048), last-row max |diff| %.2g" % err)
+EOF
+
+# 3. HF transformers fixture (no tokenizer): greedy ids from --prompt-ids, text null.
+fx=tests/fixtures/hf/qwen3
+if [ -f "$fx/reference.json" ]; then
+  read -r pids nnew < <(python3 -c "import json;g=json.load(open('$fx/reference.json'))['greedy'];print(','.join(map(str,g['prompt_ids'])),g['max_new_tokens'])")
+  "$bin" --model "$fx" --prompt-ids "$pids" --temperature 0 --max-new-tokens "$nnew" >"$tmp/fx" \
+    || fail "fixture run"
+  python3 - "$fx/reference.json" "$tmp/fx" <<'EOF' || fail "fixture greedy"
+import json, sys
+g = json.load(open(sys.argv[1]))["greedy"]
+out = json.loads(open(sys.argv[2]).read())
+assert out["text"] is None and out["prompt"] is None
+want = g["output_ids"]
+assert out["token_ids"][:len(want)] == want, (out["token_ids"], want)
+print("ok HF fixture qwen3 greedy via --prompt-ids")
+EOF
+fi
+
+# 4. Seeded sampling: same seed, same bytes (minus timing); other seed, other draws.
+run_sampled() {
+  "$bin" --model "$ts" --prompts "$tmp/prompts.jsonl" --n 3 --temperature 0.8 --top-k 40 \
+    --top-p 0.9 --max-new-tokens 24 --seed "$1" --threads "$2" | sed 's/,"tokens_per_s":[^}]*//'
+}
+printf '{"prompt": "Once upon a time,"}\n\n{"prompt": "Tom had a red ball.", "id": 7}\n' >"$tmp/prompts.jsonl"
+run_sampled 11 1 >"$tmp/s1" || fail "sampled run"
+run_sampled 11 2 >"$tmp/s2" || fail "sampled run"
+run_sampled 12 2 >"$tmp/s3" || fail "sampled run"
+cmp -s "$tmp/s1" "$tmp/s2" || fail "same seed, different output (1 vs 2 threads)"
+cmp -s "$tmp/s1" "$tmp/s3" && fail "seeds 11 and 12 gave identical output"
+python3 - "$tmp/s1" <<'EOF' || fail "group structure"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [(r["prompt_index"], r["response_index"]) for r in rows] == \
+    [(0, 0), (0, 1), (0, 2), (1, 0), (1, 1), (1, 2)], rows
+assert len({tuple(r["token_ids"]) for r in rows[:3]}) > 1, "responses of a group should differ"
+for r in rows:
+    assert r["finish_reason"] in ("eos", "length")
+    assert len(r["token_ids"]) == len(r["logprobs"]) <= 24
+print("ok seeded sampling: reproducible across thread counts, groups of 3")
+EOF
+
+# 5. Stop string: greedy TinyStories continues " an ordinary cat named Kitty."
+"$bin" --model "$ts" --prompt "Once upon a time," --temperature 0 --max-new-tokens 30 \
+  --stop "Kitty" >"$tmp/stop" || fail "stop run"
+python3 -c "
+import json,sys; r=json.loads(open('$tmp/stop').read())
+assert r['finish_reason']=='stop' and r['text']==' an ordinary cat named ', r
+print('ok stop string')" || fail "stop string"
+
+# 6. Bad input.
+long=$(python3 -c "print(','.join(['1']*513))")
+expect_error "the model's context is 512 positions" --model "$s260/stories260K.bin" --prompt-ids "$long"
+expect_error "precision 'w8a8-int8' arrives with the formats module" \
+  --model "$s260/stories260K.bin" --prompt x --precision w8a8-int8
+expect_error "unknown precision 'f64'" --model "$s260/stories260K.bin" --prompt x --precision f64
+expect_error "kv cache 'int4-protected' arrives with the formats module" \
+  --model "$s260/stories260K.bin" --prompt x --kv-cache int4-protected
+mkdir "$tmp/gpt2" && echo '{"model_type": "gpt2", "n_embd": 8}' >"$tmp/gpt2/config.json"
+expect_error "model_type 'gpt2' is not supported" --model "$tmp/gpt2" --prompt-ids 1
+expect_error "config.json" --model "$tmp/gpt2" --prompt-ids 1
+expect_error "no such file" --model "$tmp/none.bin" --prompt x
+expect_error "give exactly one of" --model "$s260/stories260K.bin" --prompt x --prompt-ids 1
+expect_error "--temperature: 'hot'" --model "$s260/stories260K.bin" --prompt x --temperature hot
+printf '{"prompt": "ok"}\n{"text": "no prompt field"}\n' >"$tmp/bad.jsonl"
+expect_error "bad.jsonl: line 2: field 'prompt' must be a string" \
+  --model "$s260/stories260K.bin" --prompts "$tmp/bad.jsonl"
+expect_error "--dump-logits needs a single prompt" --model "$s260/stories260K.bin" \
+  --prompts "$tmp/prompts.jsonl" --dump-logits "$tmp/x.npy"
+echo "generate_cli: all checks passed"
