@@ -68,6 +68,7 @@ FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/fuzz/%-replay,$(FUZZ_SRC
 BENCHES   := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 TEST_HELPERS := $(wildcard tests/support/*.c)
 
+.SECONDARY:
 .PHONY: all test test-cuda test-long sanitize bench fuzz docs clean help proto-check
 all: $(LIBQRL) $(LIBCUDA) $(BINS)
 
