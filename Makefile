@@ -68,6 +68,7 @@ FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/fuzz/%-replay,$(FUZZ_SRC
 BENCHES   := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 TEST_HELPERS := $(wildcard tests/support/*.c)
 
+.SECONDARY:
 .PHONY: all test test-cuda test-long sanitize bench fuzz docs clean help proto-check
 all: $(LIBQRL) $(LIBCUDA) $(BINS)
 
@@ -152,7 +153,7 @@ bench: all $(BENCHES)
 
 # libFuzzer builds: clang, whole library recompiled with the fuzzer instrumentation.
 FUZZ_SECONDS ?= 60
-FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=fuzzer,address,undefined -Icommon -Ikernels -I$(BUILD)/gen -fopenmp=libgomp
+FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined -Icommon -Ikernels -I$(BUILD)/gen -fopenmp=libgomp
 fuzz: $(PROTO_H)
 	@mkdir -p $(BUILD)/fuzz
 	@for f in $(FUZZ_SRCS); do n=$$(basename $$f .c); \

@@ -20,7 +20,8 @@ typedef struct qrl_safetensors qrl_safetensors; /* opaque */
 
 /* Open and validate one file, or a sharded checkpoint through its
  * `*.safetensors.index.json` (every shard is opened and validated; a tensor named twice
- * is an error).  *out is owned by the caller: free with qrl_safetensors_close.
+ * is an error), or a folder holding model.safetensors or model.safetensors.index.json
+ * (in that order, as HF does).  *out is owned by the caller: free with qrl_safetensors_close.
  * Errors: IO (cannot open/map), PARSE/CORRUPT (malformed header), UNSUPPORTED (dtype). */
 qrl_status qrl_safetensors_open(const char *path, qrl_safetensors **out, qrl_error *err);
 /* Parse an in-memory image (used by the fuzzer and tests); `data` must stay valid while
@@ -33,7 +34,8 @@ void qrl_safetensors_close(qrl_safetensors *st);
 size_t qrl_safetensors_count(const qrl_safetensors *st);
 const char *qrl_safetensors_name(const qrl_safetensors *st, size_t i);
 /* Look a tensor up by name: fills *out (CPU, contiguous, data pointing into the mapping,
- * valid while the handle lives). NOT_FOUND when absent. */
+ * read-only, valid while the handle lives; aligned only as the file's offsets make it,
+ * so load through memcpy or qrl_convert_to_f32). NOT_FOUND when absent. */
 qrl_status qrl_safetensors_get(const qrl_safetensors *st, const char *name, qrl_tensor *out,
                                qrl_error *err);
 /* A "__metadata__" string value, or NULL. */
