@@ -8,6 +8,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "core/alloc.h"
 #include "cpu/ops.h"
 
 #define ARENA_ALIGN 16 /* floats: every tensor starts on a 64-byte boundary */
@@ -80,7 +81,8 @@ qrl_status qrl_model_new(const qrl_model_config *cfg, qrl_model **out, qrl_error
     plan(m, &n, &floats);
     m->layers = calloc((size_t)cfg->n_layers, sizeof *m->layers);
     m->tensors = calloc((size_t)n, sizeof *m->tensors);
-    if (posix_memalign((void **)&m->arena, 64, floats * sizeof(float)) != 0) m->arena = NULL;
+    void *arena = NULL;
+    if (qrl_alloc_aligned(floats * sizeof(float), 0, &arena, NULL) == QRL_OK) m->arena = arena;
     if (!m->layers || !m->tensors || !m->arena) {
         qrl_model_free(m);
         return qrl_error_set(err, QRL_STATUS_NOMEM, "model: cannot allocate %zu MiB of weights",
@@ -96,7 +98,7 @@ qrl_status qrl_model_new(const qrl_model_config *cfg, qrl_model **out, qrl_error
 
 void qrl_model_free(qrl_model *m) {
     if (!m) return;
-    free(m->arena);
+    qrl_free_aligned(m->arena);
     free(m->layers);
     free(m->tensors);
     free(m);

@@ -22,6 +22,7 @@
 #include <time.h>
 
 #include "core/log.h"
+#include "io/npy.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
@@ -270,29 +271,6 @@ static const char *find_tokenizer(const opts *o, const qrl_model *m, char *buf, 
     return NULL;
 }
 
-/* ---- .npy writer ---------------------------------------------------------------------- */
-
-/* TODO(io): switch to qrl_npy_write_f32 from io/npy.h once it is merged. */
-static void write_npy_f32(const char *path, const float *data, int64_t rows, int64_t cols) {
-    char hdr[128];
-    int hl = snprintf(hdr, sizeof hdr,
-                      "{'descr': '<f4', 'fortran_order': False, 'shape': (%lld, %lld), }",
-                      (long long)rows, (long long)cols);
-    int total = 10 + hl + 1, pad = (64 - total % 64) % 64;
-    for (int i = 0; i < pad; i++) hdr[hl++] = ' ';
-    hdr[hl++] = '\n';
-    char tmp[4096];
-    snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "wb");
-    if (!f) die("%s: cannot write: %s", path, strerror(errno));
-    unsigned char magic[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hl & 0xff),
-                               (unsigned char)(hl >> 8)};
-    size_t cnt = (size_t)(rows * cols);
-    bool ok = fwrite(magic, 1, 10, f) == 10 && fwrite(hdr, 1, (size_t)hl, f) == (size_t)hl &&
-              fwrite(data, sizeof(float), cnt, f) == cnt;
-    if (fclose(f) != 0 || !ok || rename(tmp, path) != 0) die("%s: write failed", path);
-}
-
 /* ---- generation ----------------------------------------------------------------------- */
 
 static double now_s(void) {
@@ -394,7 +372,8 @@ static void generate_group(engine *e, prompt *p, int pi) {
     if (qrl_forward_prefill(e->fwd, e->kv, rs[0].seq, p->ids, np, e->logits, dump, &err) != QRL_OK)
         die_err(&err);
     if (dump) {
-        write_npy_f32(o->dump_logits, e->logits, np, V);
+        int64_t shape[2] = {np, V};
+        if (qrl_npy_write_f32(o->dump_logits, e->logits, 2, shape, &err) != QRL_OK) die_err(&err);
         memmove(e->logits, e->logits + (size_t)(np - 1) * V, (size_t)V * sizeof(float));
     }
     for (int i = 0; i < o->n; i++) {

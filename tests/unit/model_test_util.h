@@ -8,39 +8,11 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <ftw.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include "model/model.h"
-
-/* ../shared/data/<rel> from the repo root, or $QRL_DATA_DIR/<rel>. */
-static inline const char *mt_data_path(char *buf, size_t n, const char *rel) {
-    const char *root = getenv("QRL_DATA_DIR");
-    snprintf(buf, n, "%s/%s", root && *root ? root : "../shared/data", rel);
-    return buf;
-}
-
-static inline int mt_exists(const char *p) {
-    struct stat sb;
-    return stat(p, &sb) == 0;
-}
-
-/* Fresh empty directory under /tmp; path written to buf. */
-static inline const char *mt_tmpdir(char *buf, size_t n, const char *tag) {
-    snprintf(buf, n, "/tmp/qrl_test_%s_XXXXXX", tag);
-    return mkdtemp(buf);
-}
-
-static inline int mt_rm_cb(const char *p, const struct stat *sb, int flag, struct FTW *ftw) {
-    (void)sb, (void)flag, (void)ftw;
-    return remove(p);
-}
-
-/* rm -rf of a directory made by mt_tmpdir. */
-static inline void mt_rmtree(const char *dir) {
-    if (strncmp(dir, "/tmp/qrl_test_", 14) == 0) nftw(dir, mt_rm_cb, 8, FTW_DEPTH | FTW_PHYS);
-}
+#include "support/test_files.h"
 
 static inline void mt_write_text(const char *path, const char *text) {
     FILE *f = fopen(path, "wb");

@@ -47,9 +47,9 @@ static int32_t *json_ids(json_t *a, int *n) {
 
 static void check_tinystories(const char *rel, float **logits_out) {
     char dir[512], ref[512];
-    mt_data_path(dir, sizeof dir, rel);
-    mt_data_path(ref, sizeof ref, "tinystories_656k/forward_reference.json");
-    if (!mt_exists(dir) || !mt_exists(ref)) cr_skip_test("TinyStories data not found at %s", dir);
+    if (!qrl_test_data_path(rel, dir, sizeof dir) ||
+        !qrl_test_data_path("tinystories_656k/forward_reference.json", ref, sizeof ref))
+        cr_skip_test("TinyStories data not found at %s", dir);
     qrl_error err;
     qrl_model *m;
     cr_assert_eq(qrl_model_load(dir, &m, &err), QRL_OK, "%s", err.msg);
@@ -180,7 +180,7 @@ Test(model_hf, transformers_fixtures) {
         char dir[600], ref[700];
         snprintf(dir, sizeof dir, "%s/%s", base, de->d_name);
         snprintf(ref, sizeof ref, "%s/reference.json", dir);
-        if (!mt_exists(ref)) continue;
+        if (access(ref, R_OK) != 0) continue;
         check_fixture(dir, de->d_name);
         n++;
     }
@@ -211,7 +211,7 @@ static qrl_model *model_from_json(const char *json, uint64_t seed) {
 Test(model_hf, save_load_round_trip_f32_and_bf16) {
     qrl_model *m = model_from_json(CFG_QWEN3, 7);
     char dir[256];
-    cr_assert_not_null(mt_tmpdir(dir, sizeof dir, "hf"));
+    qrl_test_mkdtemp(dir);
     qrl_error err;
     qrl_model *r;
     mt_save_hf(m, dir, CFG_QWEN3, "F32", NULL, NULL);
@@ -227,14 +227,14 @@ Test(model_hf, save_load_round_trip_f32_and_bf16) {
     qrl_model_round_bf16(m);
     cr_assert_eq(memcmp(r->arena, m->arena, m->arena_floats * sizeof(float)), 0);
     qrl_model_free(r);
-    mt_rmtree(dir);
+    qrl_test_rmtree(dir);
     qrl_model_free(m);
 }
 
 Test(model_hf, missing_tensor_is_named) {
     qrl_model *m = model_from_json(CFG_QWEN3, 1);
     char dir[256];
-    cr_assert_not_null(mt_tmpdir(dir, sizeof dir, "hf"));
+    qrl_test_mkdtemp(dir);
     mt_save_hf(m, dir, CFG_QWEN3, "F32", "model.layers.1.self_attn.q_norm.weight", NULL);
     qrl_error err;
     qrl_model *r = (qrl_model *)1;
@@ -247,14 +247,14 @@ Test(model_hf, missing_tensor_is_named) {
     mt_save_hf(m, dir, CFG_QWEN3, "F32", "lm_head.weight", NULL);
     cr_assert_eq(qrl_model_load(dir, &r, &err), QRL_STATUS_NOT_FOUND);
     cr_assert(strstr(err.msg, "'lm_head.weight'"), "%s", err.msg);
-    mt_rmtree(dir);
+    qrl_test_rmtree(dir);
     qrl_model_free(m);
 }
 
 Test(model_hf, shape_disagreeing_with_config_is_named) {
     qrl_model *m = model_from_json(CFG_QWEN3, 1);
     char dir[256];
-    cr_assert_not_null(mt_tmpdir(dir, sizeof dir, "hf"));
+    qrl_test_mkdtemp(dir);
     mt_save_hf(m, dir, CFG_QWEN3, "BF16", NULL, "model.layers.0.self_attn.k_proj.weight");
     qrl_error err;
     qrl_model *r;
@@ -262,13 +262,13 @@ Test(model_hf, shape_disagreeing_with_config_is_named) {
     cr_assert(strstr(err.msg, "'model.layers.0.self_attn.k_proj.weight' has shape [33, 32], "
                               "config.json implies [32, 32]"),
               "%s", err.msg);
-    mt_rmtree(dir);
+    qrl_test_rmtree(dir);
     qrl_model_free(m);
 }
 
 Test(model_hf, unknown_model_type_and_missing_weights) {
     char dir[256], p[300];
-    cr_assert_not_null(mt_tmpdir(dir, sizeof dir, "hf"));
+    qrl_test_mkdtemp(dir);
     snprintf(p, sizeof p, "%s/config.json", dir);
     mt_write_text(p, "{\"model_type\": \"gpt2\", \"hidden_size\": 8}");
     qrl_error err;
@@ -278,5 +278,5 @@ Test(model_hf, unknown_model_type_and_missing_weights) {
     mt_write_text(p, CFG_QWEN3);
     cr_assert_eq(qrl_model_load(dir, &r, &err), QRL_STATUS_NOT_FOUND);
     cr_assert(strstr(err.msg, "model.safetensors"), "%s", err.msg);
-    mt_rmtree(dir);
+    qrl_test_rmtree(dir);
 }

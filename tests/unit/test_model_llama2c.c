@@ -20,9 +20,9 @@ static qrl_kv_cache *new_cache(const qrl_model *m, int max_seq_len) {
 
 Test(model_llama2c, stories260k_greedy_matches_run_c) {
     char bin[512], ref[512];
-    mt_data_path(bin, sizeof bin, "llama2c_stories260K/stories260K.bin");
-    mt_data_path(ref, sizeof ref, "llama2c_stories260K/greedy_reference.json");
-    if (!mt_exists(bin) || !mt_exists(ref)) cr_skip_test("stories260K data not found at %s", bin);
+    if (!qrl_test_data_path("llama2c_stories260K/stories260K.bin", bin, sizeof bin) ||
+        !qrl_test_data_path("llama2c_stories260K/greedy_reference.json", ref, sizeof ref))
+        cr_skip_test("stories260K data not found at %s", bin);
     qrl_error err;
     qrl_model *m;
     cr_assert_eq(qrl_model_load(bin, &m, &err), QRL_OK, "%s", err.msg);
@@ -89,7 +89,7 @@ static void write_bin(const char *path, const int32_t hdr[7], size_t n_floats) {
 
 Test(model_llama2c, file_size_must_match_header) {
     char dir[256], p[300];
-    cr_assert_not_null(mt_tmpdir(dir, sizeof dir, "l2c"));
+    qrl_test_mkdtemp(dir);
     snprintf(p, sizeof p, "%s/m.bin", dir);
     /* dim 8, hidden 16, 1 layer, 2 heads, 1 kv head, vocab 10 (tied), seq_len 4 */
     int32_t hdr[7] = {8, 16, 1, 2, 1, 10, 4};
@@ -134,5 +134,5 @@ Test(model_llama2c, file_size_must_match_header) {
     snprintf(p, sizeof p, "%s/absent.bin", dir);
     cr_assert_eq(qrl_model_load(p, &m, &err), QRL_STATUS_NOT_FOUND);
     cr_assert(strstr(err.msg, "absent.bin"), "%s", err.msg);
-    mt_rmtree(dir);
+    qrl_test_rmtree(dir);
 }
