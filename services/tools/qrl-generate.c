@@ -207,29 +207,46 @@ static int32_t *parse_id_list(const char *s, size_t *n, int vocab) {
     return ids;
 }
 
+static void free_prompts(prompt *ps, int n) {
+    for (int i = 0; i < n; i++) {
+        free(ps[i].text);
+        free(ps[i].ids);
+    }
+    free(ps);
+}
+
+/* One {"prompt": "..."} object per line; blank lines skipped.  Dies naming the line. */
 static prompt *read_prompts_file(const char *path, int *n_out) {
     FILE *f = fopen(path, "r");
     if (!f) die("%s: cannot open: %s", path, strerror(errno));
     prompt *ps = NULL;
     int n = 0, lineno = 0;
-    char *line = NULL;
+    char *line = NULL, msg[512] = "";
     size_t cap = 0;
     ssize_t len;
-    while ((len = getline(&line, &cap, f)) != -1) {
+    while (!msg[0] && (len = getline(&line, &cap, f)) != -1) {
         lineno++;
         if (strspn(line, " \t\r\n") == (size_t)len) continue;
         json_error_t je;
         json_t *j = json_loadb(line, (size_t)len, 0, &je);
-        if (!j) die("%s: line %d: %s", path, lineno, je.text);
-        json_t *pv = json_object_get(j, "prompt");
-        if (!json_is_string(pv)) die("%s: line %d: field 'prompt' must be a string", path, lineno);
-        ps = realloc(ps, (size_t)(n + 1) * sizeof *ps);
-        ps[n++] = (prompt){.text = strdup(json_string_value(pv))};
+        json_t *pv = j ? json_object_get(j, "prompt") : NULL;
+        if (!j) {
+            snprintf(msg, sizeof msg, "%s: line %d: %s", path, lineno, je.text);
+        } else if (!json_is_string(pv)) {
+            snprintf(msg, sizeof msg, "%s: line %d: field 'prompt' must be a string", path, lineno);
+        } else {
+            ps = realloc(ps, (size_t)(n + 1) * sizeof *ps);
+            ps[n++] = (prompt){.text = strdup(json_string_value(pv))};
+        }
         json_decref(j);
     }
     free(line);
     fclose(f);
-    if (n == 0) die("%s: no prompts", path);
+    if (!msg[0] && n == 0) snprintf(msg, sizeof msg, "%s: no prompts", path);
+    if (msg[0]) {
+        free_prompts(ps, n);
+        die("%s", msg);
+    }
     *n_out = n;
     return ps;
 }
@@ -492,11 +509,7 @@ int main(int argc, char **argv) {
 
     for (int i = 0; i < n_prompts; i++) generate_group(&e, &ps[i], i);
 
-    for (int i = 0; i < n_prompts; i++) {
-        free(ps[i].text);
-        free(ps[i].ids);
-    }
-    free(ps);
+    free_prompts(ps, n_prompts);
     free(e.logits);
     qrl_sampler_free(e.sampler);
     qrl_forward_free(e.fwd);
