@@ -419,8 +419,8 @@ static qrl_status encode_raw(const qrl_tokenizer *tok, tok_scratch *s, const cha
     const char *norm = t;
     size_t nlen = n;
     QRL_TRY(tok_normalize(tok, s, t, n, &norm, &nlen, err));
-    if (norm == s->buf) {
-        /* the segment encoder reuses s->buf; keep the normalized text in buf2 */
+    if (norm != t) {
+        /* the segment encoder reuses s->buf and s->tmp; keep the normalized text in buf2 */
         if (s->buf2_cap < nlen + 1) {
             char *b = realloc(s->buf2, nlen + 1);
             if (!b) return qrl_error_set(err, QRL_STATUS_NOMEM, "encode: out of memory");

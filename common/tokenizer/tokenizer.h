@@ -64,6 +64,11 @@ qrl_status qrl_tokenizer_encode(const qrl_tokenizer *tok, const char *text, size
  * split across a cut) are emitted as those raw bytes, unlike HuggingFace which writes
  * U+FFFD: concatenating the decodes of consecutive chunks gives the decode of the whole.
  * llama2.c: the piece after BOS loses its leading space and <0xNN> becomes the byte (run.c).
+ * decode(encode(s)) == s for valid UTF-8 s, except where the tokenizer itself changes text:
+ * NFC tokenizers give NFC(s); "▁" decodes to " " in Metaspace / sentencepiece-style ones;
+ * characters outside a vocabulary without byte tokens become <unk>; a ByteLevel
+ * add_prefix_space adds a leading space.  The text holds a NUL byte only where an id decodes
+ * to byte 0.
  * Errors: INVALID_ARGUMENT (an id out of range or unassigned, with its index), NOMEM. */
 qrl_status qrl_tokenizer_decode(const qrl_tokenizer *tok, const int32_t *ids, size_t n,
                                 bool skip_special, char **text, qrl_error *err);
