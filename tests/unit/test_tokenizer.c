@@ -280,6 +280,56 @@ Test(tokenizer_hf, metaspace_byte_fallback) {
     run_fixture("sp_meta", "tests/fixtures/tokenizer/sp_meta/tokenizer.json", true, 250);
 }
 
+/* Hand-made tokenizer.json files; expected ids worked out by hand (and confirmed with
+ * tokenizers 0.23). */
+static const char *write_tmp(const char *name, const void *data, size_t n);
+
+Test(tokenizer_hf, regex_whitespace_is_unicode_white_space) {
+    /* U+180E (bytes E1 A0 8E = byte-level "áłİ") is not White_Space in Unicode >= 6.3, so
+     * Qwen2's pattern keeps "\u180e\u180e" one piece, which merges to id 7; PCRE2's own UCP
+     * \s would match it and split the run into two pieces (6, 6). */
+    const char *j =
+        "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"1\": 0, \"2\": 1, \"\\u00e1\": 2, \"\\u0142\": 3,"
+        " \"\\u0130\": 4, \"\\u00e1\\u0142\": 5, \"\\u00e1\\u0142\\u0130\": 6,"
+        " \"\\u00e1\\u0142\\u0130\\u00e1\\u0142\\u0130\": 7}, \"merges\": [\"\\u00e1 \\u0142\","
+        " \"\\u00e1\\u0142 \\u0130\", \"\\u00e1\\u0142\\u0130 \\u00e1\\u0142\\u0130\"]},"
+        " \"pre_tokenizer\": {\"type\": \"Sequence\", \"pretokenizers\": [{\"type\": \"Split\","
+        " \"pattern\": {\"Regex\": \"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\\\\r\\\\n\\\\p{L}\\\\p{N}]?\\\\p{L}+|"
+        "\\\\p{N}| ?[^\\\\s\\\\p{L}\\\\p{N}]+[\\\\r\\\\n]*|\\\\s*[\\\\r\\\\n]+|\\\\s+(?!\\\\S)|\\\\s+\"},"
+        " \"behavior\": \"Isolated\", \"invert\": false}, {\"type\": \"ByteLevel\", \"use_regex\": false}]}}";
+    qrl_tokenizer *t = load_or_die(write_tmp("ws.json", j, strlen(j)), 0);
+    int32_t *ids;
+    size_t n = encode(t, "1\xE1\xA0\x8E\xE1\xA0\x8E" "2", 8, false, false, &ids);
+    int32_t want[] = {0, 7, 1};
+    cr_assert_eq(n, 3, "got %zu ids", n);
+    cr_assert_arr_eq(ids, want, sizeof want);
+    free(ids);
+    qrl_tokenizer_free(t);
+}
+
+Test(tokenizer_hf, ignore_merges_takes_whole_words) {
+    /* merges: "b c" (rank 0), "a b" (rank 1); "abc" is in the vocab but no merge makes it */
+    const char *fmt = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2, \"ab\": 3, \"bc\": 4,"
+                      " \"abc\": 5}, \"merges\": [\"b c\", \"a b\"], \"ignore_merges\": %s},"
+                      " \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}";
+    for (int im = 0; im < 2; im++) {
+        char j[512];
+        snprintf(j, sizeof j, fmt, im ? "true" : "false");
+        qrl_tokenizer *t = load_or_die(write_tmp("im.json", j, strlen(j)), 0);
+        int32_t *ids;
+        size_t n = encode(t, "abc", 3, false, false, &ids);
+        if (im) { cr_assert_eq(n, 1); cr_assert_eq(ids[0], 5); }
+        else { cr_assert_eq(n, 2); cr_assert_eq(ids[0], 0); cr_assert_eq(ids[1], 4); }
+        free(ids);
+        n = encode(t, "abcab", 5, false, false, &ids); /* a bc ab: "b c" first, then "a b" */
+        int32_t want[] = {0, 4, 3};
+        cr_assert_eq(n, 3);
+        cr_assert_arr_eq(ids, want, sizeof want);
+        free(ids);
+        qrl_tokenizer_free(t);
+    }
+}
+
 /* ---- round trip over the corpus ---------------------------------------------------- */
 
 typedef struct rt_ctx {
