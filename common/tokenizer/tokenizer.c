@@ -80,8 +80,9 @@ qrl_status tok_pairmap_put(tok_pairmap *m, int32_t a, int32_t b, float prio, int
     uint32_t h = (uint32_t)hash_u64(key) & m->mask;
     while (m->slots[h].key != UINT64_MAX && m->slots[h].key != key) h = (h + 1) & m->mask;
     if (m->slots[h].key == key) {
-        /* a pair listed twice keeps its best (first) rank, as HF does */
-        if (prio < m->slots[h].prio) { m->slots[h].prio = prio; m->slots[h].id = id; }
+        /* a pair listed twice takes its last rank, as HF's HashMap built from the list does */
+        m->slots[h].prio = prio;
+        m->slots[h].id = id;
         return QRL_OK;
     }
     m->slots[h] = (tok_pair){.key = key, .prio = prio, .id = id};

@@ -330,6 +330,20 @@ Test(tokenizer_hf, ignore_merges_takes_whole_words) {
     }
 }
 
+Test(tokenizer_hf, duplicate_merge_takes_last_rank) {
+    /* "a b" listed at ranks 0 and 2: HF keeps rank 2, so "b c" (rank 1) wins: a + bc */
+    const char *j = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2, \"ab\": 3, \"bc\": 4},"
+                    " \"merges\": [\"a b\", \"b c\", \"a b\"]}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}";
+    qrl_tokenizer *t = load_or_die(write_tmp("dup.json", j, strlen(j)), 0);
+    int32_t *ids;
+    size_t n = encode(t, "abc", 3, false, false, &ids);
+    cr_assert_eq(n, 2);
+    cr_assert_eq(ids[0], 0);
+    cr_assert_eq(ids[1], 4);
+    free(ids);
+    qrl_tokenizer_free(t);
+}
+
 /* ---- round trip over the corpus ---------------------------------------------------- */
 
 typedef struct rt_ctx {
