@@ -3,6 +3,7 @@
  * tests/reference/make_tok_refs.py), llama2.c's tok512.bin pieces and run.c outputs, and the
  * TinyStories forward reference's input ids. */
 #include <criterion/criterion.h>
+#include <dirent.h>
 #include <jansson.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -84,6 +85,33 @@ static const char *jstr(json_t *o, const char *k, size_t *len) {
     cr_assert(json_is_string(v), "field %s", k);
     if (len) *len = json_string_length(v);
     return json_string_value(v);
+}
+
+/* Files of one test go to a fresh folder under /tmp, removed by the test's .fini. */
+static char g_tmpdir[64];
+static void tmp_cleanup(void) {
+    if (!g_tmpdir[0]) return;
+    DIR *d = opendir(g_tmpdir);
+    struct dirent *e;
+    char p[512];
+    while (d && (e = readdir(d)))
+        if (e->d_name[0] != '.') { snprintf(p, sizeof p, "%s/%s", g_tmpdir, e->d_name); unlink(p); }
+    if (d) closedir(d);
+    rmdir(g_tmpdir);
+    g_tmpdir[0] = '\0';
+}
+static const char *write_tmp(const char *name, const void *data, size_t n) {
+    if (!g_tmpdir[0]) {
+        strcpy(g_tmpdir, "/tmp/qrl_tok_XXXXXX");
+        cr_assert(mkdtemp(g_tmpdir));
+    }
+    static char path[128];
+    snprintf(path, sizeof path, "%s/%s", g_tmpdir, name);
+    FILE *f = fopen(path, "wb");
+    cr_assert(f);
+    cr_assert_eq(fwrite(data, 1, n, f), n);
+    fclose(f);
+    return path;
 }
 
 /* ---- Qwen2 (vocab.json + merges.txt + tokenizer_config.json) ------------------------- */
@@ -282,9 +310,8 @@ Test(tokenizer_hf, metaspace_byte_fallback) {
 
 /* Hand-made tokenizer.json files; expected ids worked out by hand (and confirmed with
  * tokenizers 0.23). */
-static const char *write_tmp(const char *name, const void *data, size_t n);
 
-Test(tokenizer_hf, regex_whitespace_is_unicode_white_space) {
+Test(tokenizer_hf, regex_whitespace_is_unicode_white_space, .fini = tmp_cleanup) {
     /* U+180E (bytes E1 A0 8E = byte-level "áłİ") is not White_Space in Unicode >= 6.3, so
      * Qwen2's pattern keeps "\u180e\u180e" one piece, which merges to id 7; PCRE2's own UCP
      * \s would match it and split the run into two pieces (6, 6). */
@@ -307,7 +334,7 @@ Test(tokenizer_hf, regex_whitespace_is_unicode_white_space) {
     qrl_tokenizer_free(t);
 }
 
-Test(tokenizer_hf, ignore_merges_takes_whole_words) {
+Test(tokenizer_hf, ignore_merges_takes_whole_words, .fini = tmp_cleanup) {
     /* merges: "b c" (rank 0), "a b" (rank 1); "abc" is in the vocab but no merge makes it */
     const char *fmt = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2, \"ab\": 3, \"bc\": 4,"
                       " \"abc\": 5}, \"merges\": [\"b c\", \"a b\"], \"ignore_merges\": %s},"
@@ -330,7 +357,7 @@ Test(tokenizer_hf, ignore_merges_takes_whole_words) {
     }
 }
 
-Test(tokenizer_hf, duplicate_merge_takes_last_rank) {
+Test(tokenizer_hf, duplicate_merge_takes_last_rank, .fini = tmp_cleanup) {
     /* "a b" listed at ranks 0 and 2: HF keeps rank 2, so "b c" (rank 1) wins: a + bc */
     const char *j = "{\"model\": {\"type\": \"BPE\", \"vocab\": {\"a\": 0, \"b\": 1, \"c\": 2, \"ab\": 3, \"bc\": 4},"
                     " \"merges\": [\"a b\", \"b c\", \"a b\"]}, \"pre_tokenizer\": {\"type\": \"ByteLevel\"}}";
@@ -592,21 +619,6 @@ Test(chat_template, chatml_encodes_with_single_special_ids) {
 
 /* ---- bad input ----------------------------------------------------------------------- */
 
-static char g_tmpdir[64];
-static const char *write_tmp(const char *name, const void *data, size_t n) {
-    if (!g_tmpdir[0]) {
-        strcpy(g_tmpdir, "/tmp/qrl_tok_XXXXXX");
-        cr_assert(mkdtemp(g_tmpdir));
-    }
-    static char path[128];
-    snprintf(path, sizeof path, "%s/%s", g_tmpdir, name);
-    FILE *f = fopen(path, "wb");
-    cr_assert(f);
-    cr_assert_eq(fwrite(data, 1, n, f), n);
-    fclose(f);
-    return path;
-}
-
 static void expect_load_error(const char *path, int hint, qrl_status want, const char *needle1,
                               const char *needle2) {
     qrl_error err;
@@ -623,7 +635,7 @@ static void expect_load_error(const char *path, int hint, qrl_status want, const
     "{\"model\": {\"type\": \"BPE\", \"vocab\": " vocab ", \"merges\": " merges "}," \
     "\"pre_tokenizer\": {\"type\": \"ByteLevel\", \"add_prefix_space\": false}}"
 
-Test(tokenizer_errors, corrupt_tokenizer_json) {
+Test(tokenizer_errors, corrupt_tokenizer_json, .fini = tmp_cleanup) {
     const char *p = JSON_FILE("bad1.json", "{\"model\": {\"vocab\": {\"a\": 0,}}");
     expect_load_error(p, 0, QRL_STATUS_PARSE, "bad1.json", "line 1");
     p = JSON_FILE("bad2.json", "{\"model\": {\"type\": \"BPE\", \"merges\": []}}");
@@ -647,7 +659,7 @@ Test(tokenizer_errors, corrupt_tokenizer_json) {
     expect_load_error("/nonexistent/tokenizer.json", 0, QRL_STATUS_NOT_FOUND, "/nonexistent", NULL);
 }
 
-Test(tokenizer_errors, corrupt_vocab_merges) {
+Test(tokenizer_errors, corrupt_vocab_merges, .fini = tmp_cleanup) {
     JSON_FILE("vocab.json", "{\"a\": 0, \"b\": 1, \"ab\": 2}");
     const char *m = JSON_FILE("merges.txt", "#version: 0.2\na b\nab\n");
     (void)m;
@@ -670,7 +682,7 @@ Test(tokenizer_errors, corrupt_vocab_merges) {
     qrl_tokenizer_free(t);
 }
 
-Test(tokenizer_errors, truncated_tokenizer_bin) {
+Test(tokenizer_errors, truncated_tokenizer_bin, .fini = tmp_cleanup) {
     FILE *f = fopen(data_path(0, "llama2c_stories260K/tok512.bin"), "rb");
     cr_assert(f);
     static char buf[8192];
