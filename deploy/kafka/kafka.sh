@@ -68,7 +68,7 @@ broker_pid() {
   [ -f "$f" ] || return 0
   pid=$(cat "$f")
   if [ -n "$pid" ] && [ -r "/proc/$pid/cmdline" ] &&
-     tr '\0' ' ' <"/proc/$pid/cmdline" | grep -q -- "kafka.Kafka $dir/server.properties"; then
+     tr '\0' ' ' <"/proc/$pid/cmdline" | grep -qF -- "kafka.Kafka $dir/server.properties"; then
     echo "$pid"
   fi
 }
