@@ -6,6 +6,8 @@
 #   services/{learner,rollout,ctl}/*.c    -> build/bin/qrl-learner, qrl-rollout, qrlctl
 #   services/tools/qrl-*.c                -> build/bin/qrl-*  (one file, one tool)
 #   tests/unit/test_*.c                   -> build/tests/unit/test_*   (Criterion)
+#   tests/integration/*.c                 -> build/tests/integration/*  (plain programs the
+#                                            integration scripts run)
 #   tests/cuda/test_*.c                   -> build/tests/cuda/test_*   (make test-cuda)
 #   tests/fuzz/fuzz_*.c                   -> replayed over tests/fuzz/corpus/<name>/ by make test;
 #                                            libFuzzer builds with make fuzz
@@ -62,6 +64,7 @@ TOOLS     := $(patsubst services/tools/%.c,$(BUILD)/bin/%,$(wildcard services/to
 TOOL_LIB  := $(filter-out services/tools/qrl-%.c,$(wildcard services/tools/*.c))
 BINS      := $(DAEMONS) $(TOOLS)
 UNIT_TESTS:= $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/unit/test_*.c))
+INTEG_BINS:= $(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/integration/*.c))
 CUDA_TESTS:= $(if $(NVCC),$(patsubst tests/%.c,$(BUILD)/tests/%,$(wildcard tests/cuda/test_*.c)))
 FUZZ_SRCS := $(wildcard tests/fuzz/fuzz_*.c)
 FUZZ_REPLAY := $(patsubst tests/fuzz/%.c,$(BUILD)/tests/fuzz/%-replay,$(FUZZ_SRCS))
@@ -125,6 +128,11 @@ $(BUILD)/tests/%: tests/%.c $(TEST_HELPERS) $(LIBQRL) $(LIBCUDA) $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -Wno-missing-field-initializers $(LDFLAGS) -o $@ $< $(TEST_HELPERS) $(LINK_LIBS) -lcriterion $(LDLIBS)
 
+# Helpers of the integration scripts: plain programs with their own main.
+$(BUILD)/tests/integration/%: tests/integration/%.c $(LIBQRL) $(LIBCUDA) $(PROTO_H)
+	@mkdir -p $(dir $@)
+	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LINK_LIBS) $(LDLIBS)
+
 # Fuzz targets replayed over their corpus as ordinary tests (gcc, plus the sanitizers in make sanitize).
 $(BUILD)/tests/fuzz/%-replay: tests/fuzz/%.c tests/fuzz/replay_main.c $(LIBQRL) $(LIBCUDA)
 	@mkdir -p $(dir $@)
@@ -137,7 +145,7 @@ $(BUILD)/bench/%: bench/%.c $(LIBQRL) $(LIBCUDA)
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 # ---- test tiers ----------------------------------------------------------------------
-test: all $(UNIT_TESTS) $(FUZZ_REPLAY)
+test: all $(UNIT_TESTS) $(FUZZ_REPLAY) $(INTEG_BINS)
 	@BUILD=$(BUILD) tests/run.sh unit fuzz integration
 
 test-cuda: all $(CUDA_TESTS)
