@@ -260,8 +260,13 @@ static void encode_prompt(const opts *o, const qrl_tokenizer *tok, prompt *p) {
             die_err(&err);
         text = templated;
     }
-    /* A template writes its own BOS (llama3) or has none (chatml). */
-    bool add_bos = o->chat_template == NULL;
+    /* BOS as the tokenizer wants it, unless the template already wrote it (llama3's
+     * <|begin_of_text|>); chatml tokenizers have none. */
+    bool add_bos = true;
+    int32_t bos = qrl_tokenizer_bos(tok);
+    const char *bos_piece = bos >= 0 ? qrl_tokenizer_piece(tok, bos) : NULL;
+    if (o->chat_template && bos_piece && strncmp(text, bos_piece, strlen(bos_piece)) == 0)
+        add_bos = false;
     if (qrl_tokenizer_encode(tok, text, strlen(text), add_bos, true, &p->ids, &p->n_ids, &err) != QRL_OK)
         die_err(&err);
     free(templated);

@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # qrl-generate end to end: llama2.c's greedy reference token for token, TinyStories
 # logits dump against its float64 reference, an HF transformers fixture without a
-# tokenizer, seeded sampling reproducibility, groups and stop strings, and bad input
-# (exit 1 with exactly one "qrl-generate: error: ..." line).
+# tokenizer, seeded sampling reproducibility, groups and stop strings, bf16 precision and
+# KV cache, the plain chat template, and bad input (exit 1 with exactly one
+# "qrl-generate: error: ..." line): prompt longer than the context, unknown model_type,
+# missing tensor, tensor shape disagreeing with config.json, precisions and KV formats
+# that arrive with the formats module, malformed options and prompt files.
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 bin=${BUILD:-build}/bin/qrl-generate
@@ -117,7 +120,34 @@ import json,sys; r=json.loads(open('$tmp/stop').read())
 assert r['finish_reason']=='stop' and r['text']==' an ordinary cat named ', r
 print('ok stop string')" || fail "stop string"
 
-# 6. Bad input.
+# 6. --precision bf16 rounds weights to BF16 (TinyStories' weights already are) and
+#    --kv-cache bf16 stores K/V in BF16; the plain chat template wraps the bare prompt.
+"$bin" --model "$ts" --prompt-ids "$ids" --temperature 0 --max-new-tokens 1 --precision bf16 \
+  --kv-cache bf16 --dump-logits "$tmp/logits_bf16.npy" >/dev/null || fail "bf16 run"
+"$bin" --model "$ts" --prompt-ids "$ids" --temperature 0 --max-new-tokens 1 --kv-cache f32 \
+  --precision f32 --dump-logits "$tmp/logits_f32.npy" >/dev/null || fail "f32 run"
+python3 - "$tmp/logits_bf16.npy" "$tmp/logits_f32.npy" <<'EOF' || fail "bf16 precision / kv"
+import struct, sys
+def load(p):
+    raw = open(p, "rb").read(); hl = struct.unpack("<H", raw[8:10])[0]
+    return struct.unpack("<%df" % ((len(raw) - 10 - hl) // 4), raw[10 + hl:])
+a, b = load(sys.argv[1]), load(sys.argv[2])
+# BF16 K/V (8 significant bits) moves the logits a little, not a lot
+err = max(abs(x - y) for x, y in zip(a, b))
+assert len(a) == len(b) == 40 * 2048 and 0 < err < 0.1, err
+print("ok --precision bf16 --kv-cache bf16: max |logit diff| vs f32 %.3g" % err)
+EOF
+"$bin" --model "$ts" --prompt "Once upon a time," --chat-template plain --temperature 0 \
+  --max-new-tokens 8 | sed 's/,"tokens_per_s":[^}]*//' >"$tmp/tpl" || fail "template run"
+"$bin" --model "$ts" --prompt "Once upon a time," --temperature 0 \
+  --max-new-tokens 8 | sed 's/,"tokens_per_s":[^}]*//' >"$tmp/notpl" || fail "no-template run"
+cmp -s "$tmp/tpl" "$tmp/notpl" || fail "plain template without system should equal the bare prompt"
+python3 -c "
+import json; r=json.loads(open('$tmp/tpl').read()); assert r['prompt_tokens']==7, r
+print('ok --chat-template plain')" || fail "template prompt tokens"
+
+# 7. Bad input.
+
 long=$(python3 -c "print(','.join(['1']*513))")
 expect_error "the model's context is 512 positions" --model "$s260/stories260K.bin" --prompt-ids "$long"
 expect_error "precision 'w8a8-int8' arrives with the formats module" \
@@ -128,12 +158,41 @@ expect_error "kv cache 'int4-protected' arrives with the formats module" \
 mkdir "$tmp/gpt2" && echo '{"model_type": "gpt2", "n_embd": 8}' >"$tmp/gpt2/config.json"
 expect_error "model_type 'gpt2' is not supported" --model "$tmp/gpt2" --prompt-ids 1
 expect_error "config.json" --model "$tmp/gpt2" --prompt-ids 1
+# A broken copy of the llama fixture: drop one tensor, or transpose one's shape.
+break_fixture() {  # $1 = out dir, $2 = drop|transpose
+  mkdir -p "$1" && cp tests/fixtures/hf/llama/config.json "$1/"
+  python3 - tests/fixtures/hf/llama/model.safetensors "$1/model.safetensors" "$2" <<'EOF'
+import json, struct, sys
+raw = open(sys.argv[1], "rb").read()
+n = struct.unpack("<Q", raw[:8])[0]
+hdr = json.loads(raw[8:8 + n]); data = raw[8 + n:]
+name = "model.layers.1.mlp.up_proj.weight"
+out, blob = {}, b""
+for k, v in hdr.items():
+    if k == "__metadata__": out[k] = v; continue
+    if k == name and sys.argv[3] == "drop": continue
+    b, e = v["data_offsets"]
+    shape = v["shape"][::-1] if k == name else v["shape"]
+    out[k] = {"dtype": v["dtype"], "shape": shape, "data_offsets": [len(blob), len(blob) + e - b]}
+    blob += data[b:e]
+h = json.dumps(out).encode(); h += b" " * (-len(h) % 8)
+open(sys.argv[2], "wb").write(struct.pack("<Q", len(h)) + h + blob)
+EOF
+}
+if [ -f tests/fixtures/hf/llama/model.safetensors ]; then
+  break_fixture "$tmp/drop" drop
+  expect_error "missing tensor 'model.layers.1.mlp.up_proj.weight'" --model "$tmp/drop" --prompt-ids 1
+  break_fixture "$tmp/transpose" transpose
+  expect_error "tensor 'model.layers.1.mlp.up_proj.weight' has shape [64, 160], config.json implies [160, 64]" \
+    --model "$tmp/transpose" --prompt-ids 1
+fi
 expect_error "no such file" --model "$tmp/none.bin" --prompt x
 expect_error "give exactly one of" --model "$s260/stories260K.bin" --prompt x --prompt-ids 1
 expect_error "--temperature: 'hot'" --model "$s260/stories260K.bin" --prompt x --temperature hot
 printf '{"prompt": "ok"}\n{"text": "no prompt field"}\n' >"$tmp/bad.jsonl"
 expect_error "bad.jsonl: line 2: field 'prompt' must be a string" \
   --model "$s260/stories260K.bin" --prompts "$tmp/bad.jsonl"
+expect_error 'chat template "vicuna" is not supported' --model "$ts" --prompt x --chat-template vicuna
 expect_error "--dump-logits needs a single prompt" --model "$s260/stories260K.bin" \
   --prompts "$tmp/prompts.jsonl" --dump-logits "$tmp/x.npy"
 echo "generate_cli: all checks passed"
