@@ -13,7 +13,8 @@
 
 #define ARENA_ALIGN 16 /* floats: every tensor starts on a 64-byte boundary */
 
-/* Walk the tensor list in HF order.  With `m->arena == NULL` only counts (n, floats);
+/* Walk the tensor list in HF order (names without a layer index use "%.0d" with 0,
+ * which prints nothing).  With `m->arena == NULL` only counts (n, floats);
  * otherwise fills m->tensors and points the weights.  One function so the count and
  * the layout cannot disagree. */
 static void plan(qrl_model *m, int *n_out, size_t *floats_out) {
