@@ -1,4 +1,5 @@
-/* Table-driven configuration: YAML file, command-line overrides, set, help (config.h). */
+/* Table-driven configuration (config.h): the table, values, the YAML loader, set/get and
+ * the resolved-config writer.  The command line and help text are in config_cli.c. */
 #include "core/config.h"
 
 #include <ctype.h>
@@ -15,7 +16,6 @@
 #define KEY_MAX 128          /* longest dotted key name */
 #define DEPTH_MAX 8          /* YAML mapping nesting */
 #define ORIGIN_MAX 96
-#define FILE_MAX (16u << 20) /* a config file larger than this is a mistake */
 
 typedef struct value {
     bool b;
@@ -35,15 +35,14 @@ struct qrl_config {
 
 /* ---- small helpers ------------------------------------------------------------------ */
 
-static const char *type_name(qrl_config_type t) {
-    static const char *names[] = {"bool", "int", "float", "string", "enum", "list"};
-    return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
-}
+/* Indexed by qrl_config_type (checked when the table is validated). */
+static const struct { const char *name, *expect; } types[] = {
+    {"bool", "true or false"}, {"int", "an integer"}, {"float", "a number"},
+    {"string", "a string"}, {"enum", "one of the allowed values"}, {"list", "a list of strings"},
+};
 
-static const char *type_expect(qrl_config_type t) {
-    static const char *names[] = {"true or false", "an integer", "a number", "a string",
-                                  "one of the allowed values", "a list of strings"};
-    return (unsigned)t < sizeof names / sizeof names[0] ? names[t] : "?";
+const char *qrl_config_type_name(qrl_config_type t) {
+    return (unsigned)t <= QRL_CONFIG_TYPE_LIST ? types[t].name : "?";
 }
 
 static void value_free(value *v) {
@@ -116,13 +115,10 @@ static const char *closest_key(const qrl_config_entry *t, size_t n, const char *
     return best;
 }
 
-static qrl_status unknown_key(const qrl_config_entry *t, size_t n, const char *key,
-                              const char *dashes, qrl_error *err) {
+static qrl_status unknown_key(const qrl_config_entry *t, size_t n, const char *key, qrl_error *err) {
     const char *near = closest_key(t, n, key);
-    if (near)
-        return qrl_error_set(err, QRL_STATUS_NOT_FOUND, "unknown key %s%s (did you mean %s%s?)",
-                             dashes, key, dashes, near);
-    return qrl_error_set(err, QRL_STATUS_NOT_FOUND, "unknown key %s%s", dashes, key);
+    return qrl_error_set(err, QRL_STATUS_NOT_FOUND, "unknown key %s%s%s%s", key, near ? " (did you mean " : "",
+                         near ? near : "", near ? "?)" : "");
 }
 
 /* Length of the UTF-8 sequence at s (*cp its code point), 0 when invalid or NUL. */
@@ -157,16 +153,17 @@ static void format_double(double x, char *buf, size_t len) {
     if (strtod(buf, NULL) != x) snprintf(buf, len, "%.17g", x);
 }
 
-static void format_range(const qrl_config_entry *e, char *buf, size_t len) {
-    char lo[32], hi[32];
-    format_double(e->min, lo, sizeof lo);
-    format_double(e->max, hi, sizeof hi);
-    snprintf(buf, len, "[%s, %s]", lo, hi);
-}
-
 static bool has_range(const qrl_config_entry *e) {
     return (e->type == QRL_CONFIG_TYPE_INT || e->type == QRL_CONFIG_TYPE_DOUBLE) &&
            !(e->min == 0 && e->max == 0);
+}
+
+void qrl_config_entry_range(const qrl_config_entry *e, char *buf, size_t len) {
+    char lo[32], hi[32];
+    format_double(e->min, lo, sizeof lo);
+    format_double(e->max, hi, sizeof hi);
+    if (len) buf[0] = '\0';
+    if (has_range(e)) snprintf(buf, len, "[%s, %s]", lo, hi);
 }
 
 static bool parse_bool(const char *t, bool *out) {
@@ -193,28 +190,23 @@ static int enum_index(const qrl_config_entry *e, const char *t) {
 
 static qrl_status out_of_range(const qrl_config_entry *e, const char *text, qrl_error *err) {
     char r[80];
-    format_range(e, r, sizeof r);
+    qrl_config_entry_range(e, r, sizeof r);
     return qrl_error_set(err, QRL_STATUS_OUT_OF_RANGE, "%s = %.64s is outside %s", e->name, text, r);
 }
 
-static qrl_status split_list(const qrl_config_entry *e, const char *t, value *v, qrl_error *err) {
-    if (*t == '\0') return QRL_OK; /* "" is the empty list */
-    size_t n = 1;
+/* "a, b,c" -> {"a", "b", "c"}; "" is the empty list.  False when out of memory. */
+static bool split_list(const char *t, value *v) {
+    size_t n = *t != '\0';
     for (const char *c = t; *c; c++) n += *c == ',';
-    v->items = calloc(n, sizeof *v->items);
-    if (!v->items) return qrl_error_set(err, QRL_STATUS_NOMEM, "%s: out of memory", e->name);
-    for (const char *c = t;; c++) {
-        const char *end = strchr(c, ',');
-        if (!end) end = c + strlen(c);
+    if (n && !(v->items = calloc(n, sizeof *v->items))) return false;
+    for (const char *c = t; v->nitems < n; v->nitems++) {
+        const char *end = c + strcspn(c, ","), *stop = end;
         while (c < end && isspace((unsigned char)*c)) c++;
-        const char *stop = end;
         while (stop > c && isspace((unsigned char)stop[-1])) stop--;
-        if (!(v->items[v->nitems] = strndup(c, (size_t)(stop - c))))
-            return qrl_error_set(err, QRL_STATUS_NOMEM, "%s: out of memory", e->name);
-        v->nitems++;
-        if (*end == '\0') return QRL_OK;
-        c = end;
+        if (!(v->items[v->nitems] = strndup(c, (size_t)(stop - c)))) return false;
+        c = end + 1;
     }
+    return true;
 }
 
 /* Parse the text form of a value of `e` into *v (zeroed first).  The message names the
@@ -222,7 +214,6 @@ static qrl_status split_list(const qrl_config_entry *e, const char *t, value *v,
 static qrl_status parse_text(const qrl_config_entry *e, const char *t, value *v, qrl_error *err) {
     memset(v, 0, sizeof *v);
     char *end = NULL;
-    qrl_status st = QRL_OK;
     switch (e->type) {
     case QRL_CONFIG_TYPE_BOOL:
         if (!parse_bool(t, &v->b)) goto bad_type;
@@ -248,11 +239,9 @@ static qrl_status parse_text(const qrl_config_entry *e, const char *t, value *v,
         if (has_range(e) && (v->d < e->min || v->d > e->max)) return out_of_range(e, t, err);
         return QRL_OK;
     case QRL_CONFIG_TYPE_STRING:
-        if (!utf8_valid(t, strlen(t))) goto bad_utf8;
-        if (!(v->s = strdup(t))) return qrl_error_set(err, QRL_STATUS_NOMEM, "%s: out of memory", e->name);
-        return QRL_OK;
     case QRL_CONFIG_TYPE_ENUM: {
-        int k = enum_index(e, t);
+        int k = e->type == QRL_CONFIG_TYPE_ENUM ? enum_index(e, t) : 0;
+        if (!utf8_valid(t, strlen(t))) goto bad_utf8;
         if (k < 0) {
             char list[256];
             size_t m = 0;
@@ -263,19 +252,21 @@ static qrl_status parse_text(const qrl_config_entry *e, const char *t, value *v,
                                  "%s: '%.64s' is not one of the allowed values: %s", e->name, t, list);
         }
         v->i = k;
-        if (!(v->s = strdup(t))) return qrl_error_set(err, QRL_STATUS_NOMEM, "%s: out of memory", e->name);
+        if (!(v->s = strdup(t))) goto nomem;
         return QRL_OK;
     }
     case QRL_CONFIG_TYPE_LIST:
         if (!utf8_valid(t, strlen(t))) goto bad_utf8;
-        st = split_list(e, t, v, err);
-        if (st) value_free(v);
-        return st;
+        if (!split_list(t, v)) goto nomem;
+        return QRL_OK;
     }
     return qrl_error_set(err, QRL_STATUS_INTERNAL, "%s: bad type %d", e->name, (int)e->type);
+nomem:
+    value_free(v);
+    return qrl_error_set(err, QRL_STATUS_NOMEM, "%s: out of memory", e->name);
 bad_type:
     return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "%s: expected %s, got '%.64s'", e->name,
-                         type_expect(e->type), t);
+                         types[e->type].expect, t);
 bad_utf8:
     return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "%s: value is not valid UTF-8 text", e->name);
 }
@@ -294,13 +285,8 @@ static void commit(qrl_config_t *cfg, size_t i, value *v, const char *origin) {
 
 static bool name_valid(const char *s) {
     size_t len = strnlen(s, KEY_MAX + 1);
-    if (len == 0 || len > KEY_MAX || s[0] == '.' || s[len - 1] == '.') return false;
-    for (size_t k = 0; k < len; k++) {
-        if (s[k] == '.' && s[k + 1] == '.') return false;
-        if (!(islower((unsigned char)s[k]) || isdigit((unsigned char)s[k]) || s[k] == '_' || s[k] == '.'))
-            return false;
-    }
-    return true;
+    return len > 0 && len <= KEY_MAX && s[0] != '.' && s[len - 1] != '.' && !strstr(s, "..") &&
+           strspn(s, "abcdefghijklmnopqrstuvwxyz0123456789_.") == len;
 }
 
 static qrl_status check_entry(const qrl_config_entry *t, size_t n, size_t i, qrl_error *err) {
@@ -347,8 +333,7 @@ qrl_status qrl_config_new(const qrl_config_entry *table, size_t n, qrl_config_t 
         qrl_status st = parse_text(&table[i], table[i].def ? table[i].def : "", &v, err);
         if (st) {
             qrl_config_destroy(cfg);
-            return prefix_error(err, st == QRL_STATUS_NOMEM ? st : QRL_STATUS_INTERNAL,
-                                "config table: bad default: ");
+            return prefix_error(err, st == QRL_STATUS_NOMEM ? st : QRL_STATUS_INTERNAL, "config table: bad default: ");
         }
         commit(cfg, i, &v, "default");
     }
@@ -376,6 +361,11 @@ typedef struct loader {
     qrl_error *err;
 } loader;
 
+/* Prefix the message already in ld->err with the location of mark m. */
+static qrl_status locate(loader *ld, yaml_mark_t m, qrl_status st) {
+    return prefix_error(ld->err, st, "%s:%zu:%zu: ", ld->origin, m.line + 1, m.column + 1);
+}
+
 static qrl_status at(loader *ld, yaml_mark_t m, qrl_status st, const char *fmt, ...)
     __attribute__((format(printf, 4, 5)));
 static qrl_status at(loader *ld, yaml_mark_t m, qrl_status st, const char *fmt, ...) {
@@ -384,7 +374,7 @@ static qrl_status at(loader *ld, yaml_mark_t m, qrl_status st, const char *fmt, 
     va_start(ap, fmt);
     qrl_error_setv(ld->err, st, fmt, ap);
     va_end(ap);
-    return prefix_error(ld->err, st, "%s:%zu:%zu: ", ld->origin, m.line + 1, m.column + 1);
+    return locate(ld, m, st);
 }
 
 static qrl_status next_event(loader *ld, yaml_event_t *ev) {
@@ -406,17 +396,17 @@ static bool is_null(const yaml_event_t *ev) {
 }
 
 /* Resolve ld->path for a value event: the key's index, or an error for an unknown key
- * (a section name with a scalar/sequence value included) or a key already set. */
-static qrl_status leaf_index(loader *ld, yaml_mark_t key_mark, int *idx) {
+ * (a section name with a scalar/sequence value included) or a key already set.  A
+ * section with a null value gives *idx = -1 and OK. */
+static qrl_status leaf_index(loader *ld, yaml_mark_t key_mark, bool null, int *idx) {
     const qrl_config_t *cfg = ld->cfg;
     *idx = find_key(cfg->table, cfg->n, ld->path);
     if (*idx < 0) {
+        if (is_section(cfg->table, cfg->n, ld->path) && null) return QRL_OK; /* "rollout:", keys commented out */
         if (is_section(cfg->table, cfg->n, ld->path))
             return at(ld, key_mark, QRL_STATUS_INVALID_ARGUMENT,
                       "%s is a section: expected a mapping of its keys", ld->path);
-        unknown_key(cfg->table, cfg->n, ld->path, "", ld->err);
-        return prefix_error(ld->err, QRL_STATUS_NOT_FOUND, "%s:%zu:%zu: ", ld->origin, key_mark.line + 1,
-                            key_mark.column + 1);
+        return locate(ld, key_mark, unknown_key(cfg->table, cfg->n, ld->path, ld->err));
     }
     if (ld->line[*idx])
         return at(ld, key_mark, QRL_STATUS_PARSE, "duplicate key %s (first given at line %d)", ld->path,
@@ -425,12 +415,9 @@ static qrl_status leaf_index(loader *ld, yaml_mark_t key_mark, int *idx) {
 }
 
 static qrl_status load_scalar(loader *ld, yaml_mark_t key_mark, const yaml_event_t *ev) {
-    if (is_null(ev) && find_key(ld->cfg->table, ld->cfg->n, ld->path) < 0 &&
-        is_section(ld->cfg->table, ld->cfg->n, ld->path))
-        return QRL_OK; /* "rollout:" with every key commented out */
     int idx;
-    qrl_status st = leaf_index(ld, key_mark, &idx);
-    if (st) return st;
+    qrl_status st = leaf_index(ld, key_mark, is_null(ev), &idx);
+    if (st || idx < 0) return st;
     const qrl_config_entry *e = &ld->cfg->table[idx];
     const char *s = (const char *)ev->data.scalar.value;
     if (is_null(ev))
@@ -440,10 +427,7 @@ static qrl_status load_scalar(loader *ld, yaml_mark_t key_mark, const yaml_event
     if (strlen(s) != ev->data.scalar.length)
         return at(ld, ev->start_mark, QRL_STATUS_INVALID_ARGUMENT, "%s: value contains a NUL byte", e->name);
     value v;
-    st = parse_text(e, s, &v, ld->err);
-    if (st)
-        return prefix_error(ld->err, st, "%s:%zu:%zu: ", ld->origin, ev->start_mark.line + 1,
-                            ev->start_mark.column + 1);
+    if ((st = parse_text(e, s, &v, ld->err))) return locate(ld, ev->start_mark, st);
     ld->stage[idx] = v;
     ld->line[idx] = (int)key_mark.line + 1;
     return QRL_OK;
@@ -451,12 +435,12 @@ static qrl_status load_scalar(loader *ld, yaml_mark_t key_mark, const yaml_event
 
 static qrl_status load_sequence(loader *ld, yaml_mark_t key_mark, const yaml_event_t *ev) {
     int idx;
-    qrl_status st = leaf_index(ld, key_mark, &idx);
+    qrl_status st = leaf_index(ld, key_mark, false, &idx);
     if (st) return st;
     const qrl_config_entry *e = &ld->cfg->table[idx];
     if (e->type != QRL_CONFIG_TYPE_LIST)
         return at(ld, ev->start_mark, QRL_STATUS_INVALID_ARGUMENT, "%s: expected %s, got a sequence",
-                  e->name, type_expect(e->type));
+                  e->name, types[e->type].expect);
     value v = {0};
     size_t cap = 0;
     for (;;) {
@@ -506,7 +490,7 @@ static qrl_status load_pair(loader *ld, size_t plen, const yaml_event_t *key, in
         int idx = find_key(ld->cfg->table, ld->cfg->n, ld->path);
         if (idx >= 0)
             st = at(ld, v.start_mark, QRL_STATUS_INVALID_ARGUMENT, "%s: expected %s, got a mapping",
-                    ld->path, type_expect(ld->cfg->table[idx].type));
+                    ld->path, types[ld->cfg->table[idx].type].expect);
         else if (depth >= DEPTH_MAX)
             st = at(ld, v.start_mark, QRL_STATUS_PARSE, "%s: mappings nested deeper than %d", ld->path,
                     DEPTH_MAX);
@@ -542,11 +526,8 @@ static qrl_status load_mapping(loader *ld, size_t plen, yaml_mark_t start, int d
         yaml_event_delete(&k);
         if (st) return st;
     }
-    if (count == 0 && plen > 0 && !is_section(ld->cfg->table, ld->cfg->n, ld->path)) {
-        unknown_key(ld->cfg->table, ld->cfg->n, ld->path, "", ld->err);
-        return prefix_error(ld->err, QRL_STATUS_NOT_FOUND, "%s:%zu:%zu: ", ld->origin, start.line + 1,
-                            start.column + 1);
-    }
+    if (count == 0 && plen > 0 && !is_section(ld->cfg->table, ld->cfg->n, ld->path))
+        return locate(ld, start, unknown_key(ld->cfg->table, ld->cfg->n, ld->path, ld->err));
     return QRL_OK;
 }
 
@@ -569,9 +550,10 @@ static qrl_status load_stream(loader *ld) {
     }
 }
 
-qrl_status qrl_config_load_buffer(qrl_config_t *cfg, const char *origin, const void *data, size_t len,
-                                  qrl_error *err) {
-    QRL_CHECK(cfg != NULL && origin != NULL && (data != NULL || len == 0));
+/* Load from `f` when non-NULL, else from data[0..len). */
+static qrl_status load(qrl_config_t *cfg, const char *origin, FILE *f, const void *data, size_t len,
+                       qrl_error *err) {
+    QRL_CHECK(cfg != NULL && origin != NULL && (f || data != NULL || len == 0));
     loader ld = {.cfg = cfg, .origin = origin, .err = err};
     ld.stage = calloc(cfg->n ? cfg->n : 1, sizeof *ld.stage);
     ld.line = calloc(cfg->n ? cfg->n : 1, sizeof *ld.line);
@@ -581,7 +563,8 @@ qrl_status qrl_config_load_buffer(qrl_config_t *cfg, const char *origin, const v
         free(ld.line);
         return qrl_error_set(err, QRL_STATUS_NOMEM, "%s: out of memory", origin);
     }
-    yaml_parser_set_input_string(&ld.parser, data ? data : (const void *)"", len);
+    if (f) yaml_parser_set_input_file(&ld.parser, f);
+    else yaml_parser_set_input_string(&ld.parser, data ? data : (const void *)"", len);
     st = load_stream(&ld);
     char where[ORIGIN_MAX + 32];
     size_t olen = strlen(origin), keep = ORIGIN_MAX - 20; /* room for "...", ":line" */
@@ -598,37 +581,45 @@ qrl_status qrl_config_load_buffer(qrl_config_t *cfg, const char *origin, const v
     return st;
 }
 
+qrl_status qrl_config_load_buffer(qrl_config_t *cfg, const char *origin, const void *data, size_t len,
+                                  qrl_error *err) {
+    return load(cfg, origin, NULL, data, len, err);
+}
+
 qrl_status qrl_config_load_file(qrl_config_t *cfg, const char *path, qrl_error *err) {
     FILE *f = fopen(path, "rb");
     if (!f)
         return qrl_error_set(err, errno == ENOENT ? QRL_STATUS_NOT_FOUND : QRL_STATUS_IO,
                              "%s: cannot open config file: %s", path, strerror(errno));
-    char *buf = malloc(FILE_MAX + 1);
-    size_t len = buf ? fread(buf, 1, FILE_MAX + 1, f) : 0;
-    qrl_status st = QRL_OK;
-    if (!buf) st = qrl_error_set(err, QRL_STATUS_NOMEM, "%s: out of memory", path);
-    else if (ferror(f)) st = qrl_error_set(err, QRL_STATUS_IO, "%s: read error: %s", path, strerror(errno));
-    else if (len > FILE_MAX) st = qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "%s: larger than %u bytes", path, FILE_MAX);
+    qrl_status st = load(cfg, path, f, NULL, 0, err);
     fclose(f);
-    if (!st) st = qrl_config_load_buffer(cfg, path, buf, len, err);
-    free(buf);
     return st;
 }
 
 /* ---- set and get ---------------------------------------------------------------------- */
 
-qrl_status qrl_config_set(qrl_config_t *cfg, const char *key, const char *value_text, qrl_error *err) {
-    QRL_CHECK(cfg != NULL && key != NULL && value_text != NULL);
+static qrl_status set_key(qrl_config_t *cfg, const char *key, const char *text, const char *origin,
+                          bool running, qrl_error *err) {
+    QRL_CHECK(cfg != NULL && key != NULL && text != NULL && origin != NULL);
     int i = find_key(cfg->table, cfg->n, key);
-    if (i < 0) return unknown_key(cfg->table, cfg->n, key, "", err);
+    if (i < 0) return unknown_key(cfg->table, cfg->n, key, err);
     const qrl_config_entry *e = &cfg->table[i];
-    if (!e->runtime_mutable)
+    if (running && !e->runtime_mutable)
         return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
                              "%s cannot be changed at run time (restart with --%s=VALUE)", key, key);
     value v;
-    QRL_TRY(parse_text(e, value_text, &v, err));
-    commit(cfg, (size_t)i, &v, "set");
+    QRL_TRY(parse_text(e, text, &v, err));
+    commit(cfg, (size_t)i, &v, origin);
     return QRL_OK;
+}
+
+qrl_status qrl_config_apply(qrl_config_t *cfg, const char *key, const char *value_text, const char *origin,
+                            qrl_error *err) {
+    return set_key(cfg, key, value_text, origin, false, err);
+}
+
+qrl_status qrl_config_set(qrl_config_t *cfg, const char *key, const char *value_text, qrl_error *err) {
+    return set_key(cfg, key, value_text, "set", true, err);
 }
 
 static const value *get(const qrl_config_t *cfg, const char *key, qrl_config_type t1, qrl_config_type t2) {
@@ -722,16 +713,21 @@ static void write_value(FILE *f, const qrl_config_entry *e, const value *v, bool
     }
 }
 
+/* write_value into a malloc'd string (NULL when out of memory). */
+static char *value_string(const qrl_config_t *cfg, size_t i, bool yaml) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    if (!f) return NULL;
+    write_value(f, &cfg->table[i], &cfg->vals[i], yaml);
+    fclose(f);
+    return text;
+}
+
 bool qrl_config_value_text(const qrl_config_t *cfg, const char *key, char *buf, size_t len) {
     int i = find_key(cfg->table, cfg->n, key);
     if (i < 0) return false;
-    char *text = NULL;
-    size_t tlen = 0;
-    FILE *f = open_memstream(&text, &tlen);
-    if (f) {
-        write_value(f, &cfg->table[i], &cfg->vals[i], false);
-        fclose(f);
-    }
+    char *text = value_string(cfg, (size_t)i, false);
     if (len) snprintf(buf, len, "%s", text ? text : "");
     free(text);
     return true;
@@ -747,169 +743,8 @@ void qrl_config_write(const qrl_config_t *cfg, FILE *out) {
 
 void qrl_config_log(const qrl_config_t *cfg, const char *tag) {
     for (size_t i = 0; i < cfg->n; i++) {
-        char *text = NULL;
-        size_t tlen = 0;
-        FILE *f = open_memstream(&text, &tlen);
-        if (!f) return;
-        write_value(f, &cfg->table[i], &cfg->vals[i], true);
-        fclose(f);
-        QRL_LOG_INFO(tag, "config %s=%s origin=%s", cfg->table[i].name, text, cfg->origin[i]);
+        char *text = value_string(cfg, i, true);
+        QRL_LOG_INFO(tag, "config %s=%s origin=%s", cfg->table[i].name, text ? text : "?", cfg->origin[i]);
         free(text);
     }
-}
-
-/* ---- help ----------------------------------------------------------------------------- */
-
-void qrl_config_help(const qrl_config_entry *table, size_t n, const char *program, FILE *out) {
-    fprintf(out,
-            "usage: %s [--config FILE] [--section.key=VALUE ...] [--help] [--help-markdown]\n\n"
-            "Keys are set in the YAML file (section: {key: value}) or on the command line\n"
-            "(--section.key=VALUE or --section.key VALUE); the command line wins.\n"
-            "Keys marked runtime can be changed on a running program with qrlctl set.\n\n",
-            program);
-    for (size_t i = 0; i < n; i++) {
-        const qrl_config_entry *e = &table[i];
-        char r[80] = "";
-        fprintf(out, "  --%s=<%s>  default: %s", e->name, type_name(e->type),
-                e->def && *e->def ? e->def : "\"\"");
-        if (has_range(e)) format_range(e, r, sizeof r), fprintf(out, "  range: %s", r);
-        if (e->type == QRL_CONFIG_TYPE_ENUM) fprintf(out, "  one of: %s", e->choices);
-        fprintf(out, "%s\n      %s\n", e->runtime_mutable ? "  (runtime)" : "", e->doc ? e->doc : "");
-    }
-}
-
-/* Markdown table cell text: '|' escaped, newlines flattened. */
-static void md_cell(FILE *out, const char *s) {
-    for (; s && *s; s++) {
-        if (*s == '|') fputs("\\|", out);
-        else fputc(*s == '\n' ? ' ' : *s, out);
-    }
-}
-
-void qrl_config_help_markdown(const qrl_config_entry *table, size_t n, const char *program, FILE *out) {
-    const char *base = strrchr(program, '/');
-    base = base ? base + 1 : program;
-    fprintf(out,
-            "# %s configuration\n\n"
-            "Generated by `%s --help-markdown` (`make docs`); do not edit by hand.\n"
-            "Set keys in the YAML file given with `--config FILE` (nested by section) or on the\n"
-            "command line as `--section.key=VALUE`; see [config.md](config.md). Keys marked\n"
-            "*runtime* can be changed on a running program with `qrlctl set`.\n\n"
-            "| key | type | default | allowed | runtime | description |\n"
-            "| --- | --- | --- | --- | --- | --- |\n",
-            base, base);
-    for (size_t i = 0; i < n; i++) {
-        const qrl_config_entry *e = &table[i];
-        char r[80] = "";
-        fprintf(out, "| `%s` | %s | ", e->name, type_name(e->type));
-        if (e->def && *e->def) fputc('`', out), md_cell(out, e->def), fputc('`', out);
-        else fputs("(empty)", out);
-        fputs(" | ", out);
-        if (has_range(e)) format_range(e, r, sizeof r), fputs(r, out);
-        if (e->type == QRL_CONFIG_TYPE_ENUM) {
-            fputc('`', out);
-            for (const char *c = e->choices; *c; c++) {
-                if (*c == '|') fputs("`, `", out);
-                else fputc(*c, out);
-            }
-            fputc('`', out);
-        }
-        fprintf(out, " | %s | ", e->runtime_mutable ? "yes" : "no");
-        md_cell(out, e->doc);
-        fputs(" |\n", out);
-    }
-}
-
-/* ---- command line ----------------------------------------------------------------------- */
-
-typedef struct override {
-    int idx;
-    const char *value;
-    const char *arg; /* argv element naming the key, for messages */
-} override;
-
-static qrl_status scan_args(qrl_config_t *cfg, int argc, char **argv, const char **files, int *nfiles,
-                            override *ovr, int *novr, qrl_config_action *action, int *npos,
-                            qrl_error *err) {
-    bool options = true;
-    for (int i = 1; i < argc; i++) {
-        char *a = argv[i];
-        if (!options || a[0] != '-' || strcmp(a, "-") == 0) {
-            argv[1 + (*npos)++] = a; /* positional; never beyond i, so nothing unread is lost */
-        } else if (strcmp(a, "--") == 0) {
-            options = false;
-        } else if (strcmp(a, "--help") == 0 || strcmp(a, "-h") == 0) {
-            *action = QRL_CONFIG_ACTION_HELP;
-        } else if (strcmp(a, "--help-markdown") == 0) {
-            *action = QRL_CONFIG_ACTION_HELP_MARKDOWN;
-        } else if (strncmp(a, "--config=", 9) == 0) {
-            files[(*nfiles)++] = a + 9;
-        } else if (strcmp(a, "--config") == 0) {
-            if (i + 1 >= argc)
-                return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "--config needs a file name");
-            files[(*nfiles)++] = argv[++i];
-        } else if (a[1] == '-') {
-            char name[KEY_MAX + 1];
-            const char *eq = strchr(a, '=');
-            size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
-            snprintf(name, sizeof name, "%.*s", (int)(len < KEY_MAX ? len : KEY_MAX), a + 2);
-            int idx = len <= KEY_MAX ? find_key(cfg->table, cfg->n, name) : -1;
-            if (idx < 0) return unknown_key(cfg->table, cfg->n, name, "--", err);
-            const char *val = eq ? eq + 1 : NULL;
-            bool b;
-            if (!val && cfg->table[idx].type == QRL_CONFIG_TYPE_BOOL)
-                val = i + 1 < argc && parse_bool(argv[i + 1], &b) ? argv[++i] : "true";
-            else if (!val && (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0))
-                return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "%s needs a value (%s=<%s>)", a, a,
-                                     type_name(cfg->table[idx].type));
-            else if (!val)
-                val = argv[++i];
-            ovr[(*novr)++] = (override){idx, val, a};
-        } else {
-            return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "unknown option %s (see --help)", a);
-        }
-    }
-    return QRL_OK;
-}
-
-qrl_status qrl_config_parse_args(const qrl_config_entry *table, size_t n, int argc, char **argv,
-                                 qrl_config_t **out, qrl_config_action *action, int *npositional,
-                                 qrl_error *err) {
-    QRL_CHECK(out != NULL && action != NULL && npositional != NULL && argc >= 1 && argv != NULL);
-    *out = NULL;
-    *action = QRL_CONFIG_ACTION_RUN;
-    *npositional = 0;
-    qrl_config_t *cfg = NULL;
-    QRL_TRY(qrl_config_new(table, n, &cfg, err));
-    qrl_status st = QRL_STATUS_NOMEM;
-    const char **files = calloc((size_t)argc, sizeof *files);
-    override *ovr = calloc((size_t)argc, sizeof *ovr);
-    int nfiles = 0, novr = 0;
-    if (!files || !ovr) {
-        qrl_error_set(err, st, "config: out of memory");
-        goto done;
-    }
-    QRL_TRY_GOTO(scan_args(cfg, argc, argv, files, &nfiles, ovr, &novr, action, npositional, err), done);
-    if (*action != QRL_CONFIG_ACTION_RUN) goto done; /* help needs no file, and *out stays NULL */
-    for (int k = 0; k < nfiles; k++) QRL_TRY_GOTO(qrl_config_load_file(cfg, files[k], err), done);
-    for (int k = 0; k < novr; k++) {
-        const qrl_config_entry *e = &table[ovr[k].idx];
-        value v;
-        st = parse_text(e, ovr[k].value, &v, err);
-        if (st) {
-            if (strchr(ovr[k].arg, '=')) prefix_error(err, st, "%s: ", ovr[k].arg);
-            else prefix_error(err, st, "%s %s: ", ovr[k].arg, ovr[k].value);
-            goto done;
-        }
-        char where[KEY_MAX + 3];
-        snprintf(where, sizeof where, "--%s", e->name);
-        commit(cfg, (size_t)ovr[k].idx, &v, where);
-    }
-    *out = cfg;
-    cfg = NULL;
-done:
-    free(files);
-    free(ovr);
-    qrl_config_destroy(cfg);
-    return st;
 }

@@ -78,6 +78,12 @@ qrl_status qrl_config_load_buffer(qrl_config_t *cfg, const char *origin, const v
 qrl_status qrl_config_set(qrl_config_t *cfg, const char *key, const char *value_text,
                           qrl_error *err);
 
+/* Set any key, runtime-mutable or not, before the program runs: command-line overrides,
+ * the environment, a launcher.  `origin` is recorded for qrl_config_origin ("--name").
+ * Errors as qrl_config_set, except UNSUPPORTED.  On error the value is unchanged. */
+qrl_status qrl_config_apply(qrl_config_t *cfg, const char *key, const char *value_text,
+                            const char *origin, qrl_error *err);
+
 /* Typed getters.  The key must be in the table with that type (QRL_CHECK: asking for
  * an unknown key or the wrong type is a programming error).  get_string serves STRING
  * and ENUM keys; get_enum returns the index of the value in `choices`. */
@@ -102,7 +108,13 @@ void qrl_config_write(const qrl_config_t *cfg, FILE *out);
  *   [tag] config rollout.kv_cache=int4 origin=run.yaml:3 */
 void qrl_config_log(const qrl_config_t *cfg, const char *tag);
 
-/* Help text: usage line, then per key its --name, type, default, range or choices,
+/* "bool", "int", "float", "string", "enum", "list" ("?" for an invalid type). */
+const char *qrl_config_type_name(qrl_config_type t);
+/* An INT/DOUBLE entry's range as "[min, max]" (infinities as "inf") into buf; "" when
+ * the entry has no range. */
+void qrl_config_entry_range(const qrl_config_entry *e, char *buf, size_t len);
+
+/* Help text (config_cli.c): usage line, then per key its --name, type, default, range or choices,
  * whether it is runtime-mutable, and its doc line. */
 void qrl_config_help(const qrl_config_entry *table, size_t n, const char *program, FILE *out);
 /* The same as a markdown page with one table (docs/config-<program>.md). */
@@ -115,7 +127,7 @@ typedef enum qrl_config_action {
     QRL_CONFIG_ACTION_HELP_MARKDOWN, /* print qrl_config_help_markdown and exit 0 */
 } qrl_config_action;
 
-/* Command-line front end for a program's main():
+/* Command-line front end for a program's main() (config_cli.c):
  *   --config FILE | --config=FILE   YAML applied first (may repeat; applied in order)
  *   --section.key=VALUE | --section.key VALUE   overrides, applied after every file,
  *                                   left to right (the last one wins)
@@ -128,8 +140,9 @@ typedef enum qrl_config_action {
  * resolved config (the defaults when no file/override is given), to be destroyed by the
  * caller; with a help action *out is NULL and no file has been read.
  * Errors: those of qrl_config_load_file; for overrides the message names the argument
- * ("--rollout.top_p=2: rollout.top_p = 2 is outside [0, 1]"); INVALID_ARGUMENT for a
- * missing value or an unknown option.  *out is NULL on error. */
+ * ("--rollout.top_p=2: rollout.top_p = 2 is outside [0, 1]", "--rolout.top_p=1: unknown
+ * key rolout.top_p (did you mean rollout.top_p?)"); INVALID_ARGUMENT for a missing value
+ * or an option that is not --key.  *out is NULL on error. */
 qrl_status qrl_config_parse_args(const qrl_config_entry *table, size_t n, int argc, char **argv,
                                  qrl_config_t **out, qrl_config_action *action,
                                  int *npositional, qrl_error *err);

@@ -1,4 +1,5 @@
 #include <criterion/criterion.h>
+#include <criterion/redirect.h>
 #include <math.h>
 #include <signal.h>
 #include <stdio.h>
@@ -6,6 +7,7 @@
 #include <string.h>
 
 #include "core/config.h"
+#include "core/log.h"
 
 #define FIX "tests/fixtures/config/"
 
@@ -247,7 +249,7 @@ static void expect_args_error(int argc, char **argv, qrl_status want, const char
 Test(config, cli_errors) {
     char *a1[] = {"p", "--rollout.temprature=1", NULL};
     expect_args_error(2, a1, QRL_STATUS_NOT_FOUND,
-                      "unknown key --rollout.temprature (did you mean --rollout.temperature?)");
+                      "--rollout.temprature=1: unknown key rollout.temprature (did you mean rollout.temperature?)");
     char *a2[] = {"p", "--rollout.max_new_tokens=abc", NULL};
     expect_args_error(2, a2, QRL_STATUS_INVALID_ARGUMENT,
                       "--rollout.max_new_tokens=abc: rollout.max_new_tokens: expected an integer, got 'abc'");
@@ -264,6 +266,8 @@ Test(config, cli_errors) {
     expect_args_error(3, a7, QRL_STATUS_INVALID_ARGUMENT, FIX "bad_enum.yaml:2:13: rollout.kv_cache");
     char *a8[] = {"p", "--config", NULL};
     expect_args_error(2, a8, QRL_STATUS_INVALID_ARGUMENT, "--config needs a file name");
+    char *a9[] = {"p", "--rollout.nope", "3", NULL}; /* unknown key in the "--key value" form */
+    expect_args_error(3, a9, QRL_STATUS_NOT_FOUND, "--rollout.nope 3: unknown key rollout.nope");
 }
 
 Test(config, cli_help_reads_no_file) {
@@ -427,4 +431,37 @@ Test(config, get_unknown_key_aborts, .signal = SIGABRT) {
 Test(config, get_wrong_type_aborts, .signal = SIGABRT) {
     qrl_config_t *cfg = fresh();
     qrl_config_get_int(cfg, "rollout.temperature");
+}
+
+Test(config, apply_sets_immutable_keys_with_origin) {
+    qrl_config_t *cfg = fresh();
+    qrl_error err;
+    cr_assert_eq(qrl_config_apply(cfg, "rollout.kv_cache", "bf16", "env QRL_KV", &err), QRL_OK, "%s", err.msg);
+    cr_assert_eq(qrl_config_get_enum(cfg, "rollout.kv_cache"), 0);
+    cr_assert_str_eq(qrl_config_origin(cfg, "rollout.kv_cache"), "env QRL_KV");
+    cr_assert_eq(qrl_config_apply(cfg, "rollout.kv_cache", "int3", "x", &err), QRL_STATUS_INVALID_ARGUMENT);
+    cr_assert_str_eq(qrl_config_get_string(cfg, "rollout.kv_cache"), "bf16");
+    cr_assert_str_eq(qrl_config_origin(cfg, "rollout.kv_cache"), "env QRL_KV");
+    qrl_config_destroy(cfg);
+}
+
+Test(config, log_prints_one_line_per_key, .init = cr_redirect_stderr) {
+    qrl_log_set_level(QRL_LOG_LEVEL_INFO); /* whatever QRL_LOG_LEVEL the caller set */
+    qrl_config_t *cfg = fresh();
+    qrl_error err;
+    cr_assert_eq(qrl_config_set(cfg, "rollout.temperature", "0.5", &err), QRL_OK, "%s", err.msg);
+    qrl_config_log(cfg, "test");
+    fflush(stderr);
+    qrl_config_destroy(cfg);
+    FILE *f = cr_get_redirected_stderr();
+    char line[512];
+    size_t lines = 0;
+    bool saw_kv = false, saw_temp = false;
+    while (fgets(line, sizeof line, f)) {
+        lines += strstr(line, "[test] config ") != NULL;
+        saw_kv |= strstr(line, "config rollout.kv_cache=int4-protected origin=default") != NULL;
+        saw_temp |= strstr(line, "config rollout.temperature=0.5 origin=set") != NULL;
+    }
+    cr_assert_eq(lines, N);
+    cr_assert(saw_kv && saw_temp);
 }
