@@ -592,6 +592,8 @@ qrl_status qrl_config_load_file(qrl_config_t *cfg, const char *path, qrl_error *
         return qrl_error_set(err, errno == ENOENT ? QRL_STATUS_NOT_FOUND : QRL_STATUS_IO,
                              "%s: cannot open config file: %s", path, strerror(errno));
     qrl_status st = load(cfg, path, f, NULL, 0, err);
+    if (st && ferror(f)) /* libyaml only says "input error" (a directory, a failing disk) */
+        st = qrl_error_set(err, QRL_STATUS_IO, "%s: cannot read config file: %s", path, strerror(errno));
     fclose(f);
     return st;
 }

@@ -152,8 +152,10 @@ Test(config, error_duplicate_key) {
                       "duplicate key rollout.max_new_tokens (first given at line 2)");
 }
 
-Test(config, error_missing_file) {
+Test(config, error_missing_or_unreadable_file) {
     expect_file_error(FIX "no_such.yaml", QRL_STATUS_NOT_FOUND, FIX "no_such.yaml: ", "cannot open");
+    expect_file_error("tests/fixtures/config", QRL_STATUS_IO, "tests/fixtures/config: ",
+                      "cannot read config file: Is a directory");
 }
 
 static void expect_buffer_error(const char *doc, qrl_status want, const char *text) {
