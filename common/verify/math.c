@@ -1,9 +1,10 @@
 /* The gsm8k and math verifiers and the answer comparison they share
  * (docs/verifiers.md).  Comparison of two normalized answers, in order:
  *   1. equal strings (words of 3+ letters: ignoring case);
- *   2. both evaluate numerically (expr.c): equal within relative 1e-6, at two variable
+ *   2. both integer literals: equal as integers, exactly (any length);
+ *   3. both evaluate numerically (expr.c): equal within relative 1e-6, at two variable
  *      assignments when a letter appears;
- *   3. both are unions (\cup), matrices, bracketed tuples/intervals/sets or bare comma
+ *   4. both are unions (\cup), matrices, bracketed tuples/intervals/sets or bare comma
  *      lists of the same shape: element by element (sets and bare lists in any order). */
 #include <stdio.h>
 #include <string.h>
@@ -91,6 +92,19 @@ static bool matrix_body(span s, span *body) {
     return false;
 }
 
+/* An integer literal [+-]digits: its digits without leading zeros ("0" for zero) and
+ * whether it is negative (never for zero). */
+static bool integer_digits(span s, span *digits, bool *negative) {
+    size_t i = (s.n > 0 && (s.p[0] == '-' || s.p[0] == '+')) ? 1 : 0;
+    if (i == s.n) return false;
+    for (size_t k = i; k < s.n; k++)
+        if (s.p[k] < '0' || s.p[k] > '9') return false;
+    while (i + 1 < s.n && s.p[i] == '0') i++;
+    *digits = (span){s.p + i, s.n - i};
+    *negative = s.p[0] == '-' && !(digits->n == 1 && digits->p[0] == '0');
+    return true;
+}
+
 /* Letters only, three or more: a word answer (compared ignoring case). */
 static bool is_word(span s) {
     for (size_t i = 0; i < s.n; i++)
@@ -139,6 +153,11 @@ static bool spans_equal(span a, span b, cmp_ctx *c, int depth) {
     if (a.n == 0 || b.n == 0) return false;
     if (a.n == b.n && a.n >= 3 && is_word(a) && is_word(b) && strncasecmp(a.p, b.p, a.n) == 0)
         return true; /* \text{East} vs east */
+
+    span da, db;
+    bool sa, sb;
+    if (integer_digits(a, &da, &sa) && integer_digits(b, &db, &sb)) /* exact: 1000001 != 1000000 */
+        return sa == sb && da.n == db.n && memcmp(da.p, db.p, da.n) == 0;
 
     double va, vb;
     bool xa, xb;

@@ -183,6 +183,8 @@ Test(verify, equivalent_answers) {
         {"[-2,7]", "x \\in [-2, 7]"}, {"1,-2", "-2, 1"},        {"\\{1,2\\}", "\\{2,1\\}"},
         {"\\begin{pmatrix} 1/5 \\\\ -18/5 \\end{pmatrix}", "\\begin{pmatrix} 0.2 \\\\ -3.6 \\end{pmatrix}"},
         {"\\text{East}", "east"},   {"10^{3}", "1000"},           {"5!", "120"},            {"\\binom{5}{2}", "10"},
+        {"-0", "0"},                  {"+7", "007"},
+        {"123456789012345678901234567890", "123456789012345678901234567890"},
         {"1.0000001", "1"},           {"0.333333333", "\\frac13"},
     };
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
@@ -196,6 +198,8 @@ Test(verify, different_answers) {
         {"x^2", "x^3"},         {"2x+3", "2y+3"},        {"(a+5)(b+2)", "(a+2)(b+5)"}, {"0", "1e-9"},
         {"204_5", "204"},       {"1\\pm\\sqrt{19}", "1+\\sqrt{19}"}, {"", "5"},    {"-1", "1"},
         {"1,2", "1,2,3"},       {"1000", "1,0000"},
+        {"1000001", "1000000"}, {"109200001", "109,200,000"}, /* integers: exact */
+        {"123456789012345678901234567891", "123456789012345678901234567890"},
     };
     for (size_t i = 0; i < sizeof pairs / sizeof pairs[0]; i++)
         cr_assert_not(equal(pairs[i][0], pairs[i][1]), "expected %s != %s", pairs[i][0], pairs[i][1]);
@@ -496,6 +500,49 @@ Test(verify, datasets_shifted_answers_score_zero) {
         fclose(f);
         fprintf(stderr, "%s shifted: %zu/%zu different answers scored 1\n", files[d], wrong_ones, pairs);
         cr_assert_leq(wrong_ones * 100, pairs, "%zu/%zu", wrong_ones, pairs);
+    }
+}
+
+/* Off-by-one answers must score 0: every GSM8K test answer, and every MATH-500 answer
+ * that is a plain integer, with 1 added. */
+Test(verify, datasets_off_by_one_scores_zero) {
+    const char *files[] = {"gsm8k/test.jsonl", "math500/test.jsonl"};
+    for (int d = 0; d < 2; d++) {
+        char *path = data_path(files[d]);
+        FILE *f = fopen(path, "r");
+        free(path);
+        if (!f) cr_skip_test("dataset %s not found", files[d]);
+        char *line = NULL;
+        size_t cap = 0, tried = 0, credited = 0;
+        while (getline(&line, &cap, f) > 0) {
+            json_t *row = json_loads(line, 0, NULL);
+            cr_assert_not_null(row);
+            char *ref = field_text(row, "answer");
+            const char *num = d == 0 ? strstr(ref, "####") + 4 : ref;
+            char digits[64];
+            size_t n = 0;
+            for (const char *p = num; *p && n < sizeof digits - 1; p++)
+                if (*p != ',' && *p != ' ') digits[n++] = *p;
+            digits[n] = '\0';
+            char *end;
+            long long v = strtoll(digits, &end, 10);
+            if (n > 0 && *end == '\0') {
+                char resp[96];
+                snprintf(resp, sizeof resp, d == 0 ? "#### %lld" : "\\boxed{%lld}", v + 1);
+                tried++;
+                if (reward(d == 0 ? "gsm8k" : "math", resp, ref) != 0.0) {
+                    credited++;
+                    fprintf(stderr, "  off by one credited: %s vs %s\n", resp, digits);
+                }
+            }
+            free(ref);
+            json_decref(row);
+        }
+        free(line);
+        fclose(f);
+        fprintf(stderr, "%s off by one: %zu/%zu credited\n", files[d], credited, tried);
+        cr_assert_gt(tried, d == 0 ? 1300 : 250);
+        cr_assert_eq(credited, 0);
     }
 }
 
