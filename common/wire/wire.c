@@ -306,19 +306,31 @@ static long long packed_count(scan_ctx *c, const ProtobufCFieldDescriptor *f, co
         }
         return (long long)(n / w);
     }
+    if (f->type == PROTOBUF_C_TYPE_BOOL) { /* protobuf-c reads packed bools one byte each */
+        for (size_t i = 0; i < n; i++)
+            if (p[i] > 1) {
+                scan_fail(c, p + i, "packed bool is not 0 or 1");
+                return -1;
+            }
+        return (long long)n;
+    }
+    /* one varint ends at each byte without the high bit; none may run over 10 bytes */
     long long count = 0;
-    for (size_t off = 0; off < n; count++) {
-        uint64_t v;
-        size_t at = off;
-        if (read_varint(p, n, &off, 10, &v)) {
-            scan_fail(c, p + at, "bad varint in packed field");
-            return -1;
+    size_t run = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (p[i] & 0x80) {
+            if (++run == 10) {
+                scan_fail(c, p + i - 9, "varint longer than 10 bytes in packed field");
+                return -1;
+            }
+        } else {
+            run = 0;
+            count++;
         }
-        /* protobuf-c reads packed bools one byte each */
-        if (f->type == PROTOBUF_C_TYPE_BOOL && (off - at != 1 || v > 1)) {
-            scan_fail(c, p + at, "packed bool is not 0 or 1");
-            return -1;
-        }
+    }
+    if (run) {
+        scan_fail(c, p + n - run, "packed field ends inside a varint");
+        return -1;
     }
     return count;
 }
