@@ -29,6 +29,11 @@ run_criterion() {  # $1 = binary
   p=$(sed -E 's/.*Passing: ([0-9]+).*/\1/' <<<"$line")
   f=$(sed -E 's/.*Failing: ([0-9]+).*/\1/' <<<"$line")
   local s; s=$(grep -ac '\[SKIP\]' "$out")
+  # Criterion forks each test: a sanitizer report in a child does not fail it, so look for one.
+  if grep -aqE 'ERROR: (Address|Leak|Memory)Sanitizer|runtime error:' "$out"; then
+    echo "FAIL $name: sanitizer report"; grep -aE -A5 'ERROR: |runtime error:' "$out" | head -30
+    note_fail 1 "$name"; pass=$((pass + p)); return
+  fi
   pass=$((pass + p)); skip=$((skip + s))
   if [ "$f" -gt 0 ] || [ $rc -ne 0 ]; then
     [ "$f" -eq 0 ] && f=1
