@@ -3,7 +3,8 @@
  * Each program declares one static table of qrl_config_entry.  The table drives:
  *   - the YAML file (nested mappings: `rollout: {kv_cache: int4}` is key "rollout.kv_cache";
  *     a flat `rollout.kv_cache: int4` line is accepted too),
- *   - command-line overrides `--rollout.kv_cache=int4` or `--rollout.kv_cache int4`,
+ *   - command-line overrides `--rollout.kv_cache=int4` or `--rollout.kv_cache int4`
+ *     (a '-' in an option name reads as '_': `--max-new-tokens` sets max_new_tokens),
  *   - `--help` (text) and `--help-markdown` (docs/config-<program>.md via `make docs`),
  *   - the resolved config printed at start (qrl_config_write, YAML, loadable again),
  *   - qrl_config_set for `qrlctl set`, which only changes keys marked runtime_mutable.

@@ -119,6 +119,9 @@ static qrl_status scan_args(const qrl_config_entry *table, size_t n, int argc, c
             const char *eq = strchr(a, '=');
             size_t len = eq ? (size_t)(eq - a - 2) : strlen(a + 2);
             snprintf(o->name, sizeof o->name, "%.*s", (int)(len < ARG_NAME_MAX ? len : ARG_NAME_MAX - 1), a + 2);
+            /* keys never contain '-': accept the usual CLI spelling --max-new-tokens */
+            for (char *c = o->name; *c; c++)
+                if (*c == '-') *c = '_';
             const qrl_config_entry *e = find_entry(table, n, o->name);
             o->arg = a;
             o->value = eq ? eq + 1 : NULL;

@@ -12,8 +12,8 @@
  * Responses of one prompt form a group (group id = prompt index, response index 0..n-1)
  * and draw from the keyed sampler, so output is reproducible for a seed. */
 #include <errno.h>
-#include <getopt.h>
 #include <jansson.h>
+#include <math.h>
 #include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -21,6 +21,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "core/config.h"
 #include "core/log.h"
 #include "io/npy.h"
 #include "model/forward.h"
@@ -37,7 +38,7 @@ typedef struct opts {
     const char *model, *tokenizer, *prompt, *prompts_file, *prompt_ids, *chat_template, *system;
     const char *precision, *kv_cache, *dump_logits;
     const char *stops[MAX_STOPS];
-    int n_stops, max_new, top_k, n, threads;
+    int n_stops, max_new, top_k, n, threads, kv_sink, kv_recent;
     float temperature, top_p;
     uint64_t seed;
 } opts;
@@ -69,109 +70,113 @@ static _Noreturn void die(const char *fmt, ...) {
 
 static _Noreturn void die_err(const qrl_error *err) { die("%s", err->msg); }
 
-static const char *USAGE =
-    "usage: qrl-generate --model PATH [--tokenizer PATH]\n"
-    "                    (--prompt TEXT | --prompts FILE.jsonl | --prompt-ids 1,2,3)\n"
-    "  --model PATH          HuggingFace folder (config.json + safetensors) or llama2.c .bin\n"
-    "  --tokenizer PATH      default: the model folder, or tokenizer.bin / tok<vocab>.bin\n"
-    "                        beside the .bin (optional with --prompt-ids: text is then null)\n"
-    "  --prompt TEXT         one prompt\n"
-    "  --prompts FILE.jsonl  one JSON object per line with a \"prompt\" string\n"
-    "  --prompt-ids LIST     token ids, comma-separated (no BOS added)\n"
-    "  --chat-template NAME  plain | chatml | llama3 (wraps each prompt as a user turn)\n"
-    "  --system TEXT         system message for --chat-template\n"
-    "  --max-new-tokens N    default 128\n"
-    "  --temperature T       default 1.0; 0 = greedy\n"
-    "  --top-p P             default 1.0 (off)\n"
-    "  --top-k K             default 0 (off)\n"
-    "  --seed S              default 0\n"
-    "  --n N                 responses per prompt, default 1\n"
-    "  --stop TEXT           stop string (repeatable, up to 8)\n"
-    "  --precision P         f32 (default) | bf16 (weights rounded to BF16, F32 compute)\n"
-    "  --kv-cache K          f32 (default) | bf16\n"
-    "  --dump-logits FILE    the prompt's per-position logits [positions, vocab] as .npy\n"
-    "                        (float32; one prompt only)\n"
-    "  --threads N           OpenMP threads (default: all cores)\n"
+/* The program's config table (STYLE 10): drives --help, --help-markdown
+ * (docs/config-qrl-generate.md), --config FILE.yaml and the --key=value options.
+ * A '-' in an option reads as '_', so --max-new-tokens and --max_new_tokens are one key. */
+static const qrl_config_entry CONFIG[] = {
+    {"model", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
+     "HuggingFace folder (config.json + safetensors) or llama2.c .bin (required)"},
+    {"tokenizer", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
+     "tokenizer path; default: the model folder, or tokenizer.bin / tok<vocab>.bin beside the .bin"},
+    {"prompt", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false, "one prompt"},
+    {"prompts", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
+     "JSONL file, one object per line with a \"prompt\" string"},
+    {"prompt_ids", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
+     "token ids, comma-separated (no BOS added)"},
+    {"chat_template", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
+     "plain | chatml | llama3: wrap each prompt as a user turn"},
+    {"system", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false, "system message for chat_template"},
+    {"max_new_tokens", QRL_CONFIG_TYPE_INT, "128", 1, 1 << 24, NULL, false, "tokens to generate at most"},
+    {"temperature", QRL_CONFIG_TYPE_DOUBLE, "1.0", 0, 1e4, NULL, false, "sampling temperature; 0 = greedy"},
+    {"top_p", QRL_CONFIG_TYPE_DOUBLE, "1.0", 1e-6, 1, NULL, false, "nucleus sampling mass (1 = off)"},
+    {"top_k", QRL_CONFIG_TYPE_INT, "0", 0, 1 << 30, NULL, false, "keep the k most likely tokens (0 = off)"},
+    {"seed", QRL_CONFIG_TYPE_INT, "0", 0, INFINITY, NULL, false, "sampler seed (SPEC §3 Determinism)"},
+    {"n", QRL_CONFIG_TYPE_INT, "1", 1, 4096, NULL, false, "responses per prompt"},
+    {"stop", QRL_CONFIG_TYPE_LIST, "", 0, 0, NULL, false,
+     "stop strings, comma-separated (up to 8)"},
+    {"precision", QRL_CONFIG_TYPE_ENUM, "f32", 0, 0,
+     "f32|bf16|w8a8-int8|w8a8-fp8|w4a16-nvfp4|w4a16-mxfp4|w4a4-nvfp4", false,
+     "weight/activation format (SPEC §3)"},
+    {"kv_cache", QRL_CONFIG_TYPE_ENUM, "f32", 0, 0, "f32|bf16|fp8|int8|int4|fp4|int4-protected", false,
+     "KV-cache format (SPEC §3)"},
+    {"kv_sink", QRL_CONFIG_TYPE_INT, "16", 0, 1 << 20, NULL, false,
+     "int4-protected: first positions kept in INT8 (attention sink)"},
+    {"kv_recent", QRL_CONFIG_TYPE_INT, "128", 0, 1 << 20, NULL, false,
+     "int4-protected: most recent positions kept in INT8"},
+    {"dump_logits", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
+     "write the prompt's per-position logits [positions, vocab] as float32 .npy (one prompt only)"},
+    {"threads", QRL_CONFIG_TYPE_INT, "0", 0, 1024, NULL, false, "OpenMP threads (0 = all cores)"},
+};
+
+static const char *USAGE_HEAD =
+    "qrl-generate --model PATH [--tokenizer PATH]\n"
+    "             (--prompt TEXT | --prompts FILE.jsonl | --prompt-ids 1,2,3) [options]\n"
     "Output: one JSON line per response: prompt, prompt_index, response_index, text,\n"
     "token_ids, logprobs (log softmax(logits/T) over the full vocabulary; T=1 when\n"
-    "greedy), finish_reason (eos|length|stop), prompt_tokens, tokens_per_s.\n";
+    "greedy), finish_reason (eos|length|stop), prompt_tokens, tokens_per_s.\n"
+    "\n";
 
 /* ---- argument parsing --------------------------------------------------------------- */
 
-static long parse_long(const char *opt, const char *s, long lo, long hi) {
-    char *end;
-    errno = 0;
-    long v = strtol(s, &end, 10);
-    if (errno || end == s || *end || v < lo || v > hi)
-        die("--%s: '%s' is not an integer in [%ld, %ld]", opt, s, lo, hi);
-    return v;
+/* A string option, or NULL when it was never given (an explicit "" is a value: an empty
+ * prompt is valid). */
+static const char *opt_string(const qrl_config_t *cfg, const char *key) {
+    if (strcmp(qrl_config_origin(cfg, key), "default") == 0) return NULL;
+    return qrl_config_get_string(cfg, key);
 }
 
-static float parse_float(const char *opt, const char *s, float lo, float hi) {
-    char *end;
-    errno = 0;
-    float v = strtof(s, &end);
-    if (errno || end == s || *end || !(v >= lo && v <= hi))
-        die("--%s: '%s' is not a number in [%g, %g]", opt, s, (double)lo, (double)hi);
-    return v;
-}
-
-static void parse_args(int argc, char **argv, opts *o) {
-    *o = (opts){.max_new = 128, .n = 1, .temperature = 1.0f, .top_p = 1.0f, .precision = "f32",
-                .kv_cache = "f32"};
-    static const struct option lo[] = {
-        {"model", 1, 0, 'm'},       {"tokenizer", 1, 0, 't'},     {"prompt", 1, 0, 'p'},
-        {"prompts", 1, 0, 'P'},     {"prompt-ids", 1, 0, 'I'},    {"chat-template", 1, 0, 'c'},
-        {"system", 1, 0, 'y'},      {"max-new-tokens", 1, 0, 'x'}, {"temperature", 1, 0, 'T'},
-        {"top-p", 1, 0, 'o'},       {"top-k", 1, 0, 'k'},         {"seed", 1, 0, 's'},
-        {"n", 1, 0, 'n'},           {"stop", 1, 0, 'S'},          {"precision", 1, 0, 'r'},
-        {"kv-cache", 1, 0, 'v'},    {"dump-logits", 1, 0, 'd'},   {"threads", 1, 0, 'j'},
-        {"help", 0, 0, 'h'},        {0, 0, 0, 0}};
-    opterr = 0;
-    int c;
-    while ((c = getopt_long(argc, argv, "", lo, NULL)) != -1) {
-        switch (c) {
-        case 'm': o->model = optarg; break;
-        case 't': o->tokenizer = optarg; break;
-        case 'p': o->prompt = optarg; break;
-        case 'P': o->prompts_file = optarg; break;
-        case 'I': o->prompt_ids = optarg; break;
-        case 'c': o->chat_template = optarg; break;
-        case 'y': o->system = optarg; break;
-        case 'x': o->max_new = (int)parse_long("max-new-tokens", optarg, 1, 1 << 24); break;
-        case 'T': o->temperature = parse_float("temperature", optarg, 0.0f, 1e4f); break;
-        case 'o': o->top_p = parse_float("top-p", optarg, 1e-6f, 1.0f); break;
-        case 'k': o->top_k = (int)parse_long("top-k", optarg, 0, 1 << 30); break;
-        case 's': {
-            char *end;
-            errno = 0;
-            o->seed = strtoull(optarg, &end, 10);
-            if (errno || end == optarg || *end || optarg[0] == '-')
-                die("--seed: '%s' is not a non-negative integer", optarg);
-            break;
-        }
-        case 'n': o->n = (int)parse_long("n", optarg, 1, 4096); break;
-        case 'S':
-            if (o->n_stops == MAX_STOPS) die("--stop: at most %d stop strings", MAX_STOPS);
-            if (!*optarg) die("--stop: empty stop string");
-            o->stops[o->n_stops++] = optarg;
-            break;
-        case 'r': o->precision = optarg; break;
-        case 'v': o->kv_cache = optarg; break;
-        case 'd': o->dump_logits = optarg; break;
-        case 'j': o->threads = (int)parse_long("threads", optarg, 1, 1024); break;
-        case 'h': fputs(USAGE, stdout); exit(0);
-        default:
-            if (optopt) die("option '%s' needs a value (see --help)", argv[optind - 1]);
-            die("unknown option '%s' (see --help)", argv[optind - 1]);
-        }
+/* Returns the config (kept alive for the strings `o` points into). */
+static qrl_config_t *parse_args(int argc, char **argv, opts *o) {
+    qrl_config_t *cfg;
+    qrl_config_action action;
+    int npos;
+    qrl_error err;
+    if (qrl_config_parse_args(CONFIG, sizeof CONFIG / sizeof CONFIG[0], argc, argv, &cfg, &action,
+                              &npos, &err) != QRL_OK)
+        die("%s", err.msg);
+    if (action == QRL_CONFIG_ACTION_HELP) {
+        fputs(USAGE_HEAD, stdout);
+        qrl_config_help(CONFIG, sizeof CONFIG / sizeof CONFIG[0], "qrl-generate", stdout);
+        exit(0);
     }
-    if (optind < argc) die("unexpected argument '%s' (see --help)", argv[optind]);
+    if (action == QRL_CONFIG_ACTION_HELP_MARKDOWN) {
+        qrl_config_help_markdown(CONFIG, sizeof CONFIG / sizeof CONFIG[0], "qrl-generate", stdout);
+        exit(0);
+    }
+    if (npos > 0) die("unexpected argument '%s' (see --help)", argv[1]);
+    *o = (opts){0};
+    o->model = opt_string(cfg, "model");
+    o->tokenizer = opt_string(cfg, "tokenizer");
+    o->prompt = opt_string(cfg, "prompt");
+    o->prompts_file = opt_string(cfg, "prompts");
+    o->prompt_ids = opt_string(cfg, "prompt_ids");
+    o->chat_template = opt_string(cfg, "chat_template");
+    o->system = opt_string(cfg, "system");
+    o->precision = qrl_config_get_string(cfg, "precision");
+    o->kv_cache = qrl_config_get_string(cfg, "kv_cache");
+    o->dump_logits = opt_string(cfg, "dump_logits");
+    o->max_new = (int)qrl_config_get_int(cfg, "max_new_tokens");
+    o->top_k = (int)qrl_config_get_int(cfg, "top_k");
+    o->n = (int)qrl_config_get_int(cfg, "n");
+    o->threads = (int)qrl_config_get_int(cfg, "threads");
+    o->kv_sink = (int)qrl_config_get_int(cfg, "kv_sink");
+    o->kv_recent = (int)qrl_config_get_int(cfg, "kv_recent");
+    o->temperature = (float)qrl_config_get_double(cfg, "temperature");
+    o->top_p = (float)qrl_config_get_double(cfg, "top_p");
+    o->seed = (uint64_t)qrl_config_get_int(cfg, "seed");
+    size_t n_stops;
+    const char *const *stops = qrl_config_get_list(cfg, "stop", &n_stops);
+    if (n_stops > MAX_STOPS) die("--stop: at most %d stop strings", MAX_STOPS);
+    for (size_t i = 0; i < n_stops; i++) {
+        if (!*stops[i]) die("--stop: empty stop string");
+        o->stops[o->n_stops++] = stops[i];
+    }
     if (!o->model) die("--model is required (see --help)");
     if (!!o->prompt + !!o->prompts_file + !!o->prompt_ids != 1)
         die("give exactly one of --prompt, --prompts, --prompt-ids");
     if (o->prompt_ids && o->chat_template) die("--chat-template does not apply to --prompt-ids");
     if (o->system && !o->chat_template) die("--system needs --chat-template");
+    return cfg;
 }
 
 /* Precisions of SPEC §3: only the unquantized ones run before the formats module. */
@@ -455,7 +460,7 @@ static void generate_group(engine *e, prompt *p, int pi) {
 int main(int argc, char **argv) {
     if (!getenv("QRL_LOG_LEVEL")) qrl_log_set_level(QRL_LOG_LEVEL_WARN);
     opts o;
-    parse_args(argc, argv, &o);
+    qrl_config_t *cfg = parse_args(argc, argv, &o);
     check_precision(o.precision);
     qrl_error err;
     qrl_kv_format kvf;
@@ -521,5 +526,6 @@ int main(int argc, char **argv) {
     qrl_kv_cache_free(e.kv);
     qrl_tokenizer_free(tok);
     qrl_model_free(m);
+    qrl_config_destroy(cfg);
     return 0;
 }

@@ -152,7 +152,8 @@ long=$(python3 -c "print(','.join(['1']*513))")
 expect_error "the model's context is 512 positions" --model "$s260/stories260K.bin" --prompt-ids "$long"
 expect_error "precision 'w8a8-int8' arrives with the formats module" \
   --model "$s260/stories260K.bin" --prompt x --precision w8a8-int8
-expect_error "unknown precision 'f64'" --model "$s260/stories260K.bin" --prompt x --precision f64
+expect_error "--precision f64: precision: 'f64' is not one of the allowed values" \
+  --model "$s260/stories260K.bin" --prompt x --precision f64
 expect_error "kv cache 'int4-protected' arrives with the formats module" \
   --model "$s260/stories260K.bin" --prompt x --kv-cache int4-protected
 mkdir "$tmp/gpt2" && echo '{"model_type": "gpt2", "n_embd": 8}' >"$tmp/gpt2/config.json"
@@ -188,11 +189,30 @@ if [ -f tests/fixtures/hf/llama/model.safetensors ]; then
 fi
 expect_error "no such file" --model "$tmp/none.bin" --prompt x
 expect_error "give exactly one of" --model "$s260/stories260K.bin" --prompt x --prompt-ids 1
-expect_error "--temperature: 'hot'" --model "$s260/stories260K.bin" --prompt x --temperature hot
+expect_error "--temperature hot: temperature: expected a number, got 'hot'" --model "$s260/stories260K.bin" --prompt x --temperature hot
 printf '{"prompt": "ok"}\n{"text": "no prompt field"}\n' >"$tmp/bad.jsonl"
 expect_error "bad.jsonl: line 2: field 'prompt' must be a string" \
   --model "$s260/stories260K.bin" --prompts "$tmp/bad.jsonl"
 expect_error 'chat template "vicuna" is not supported' --model "$ts" --prompt x --chat-template vicuna
 expect_error "--dump-logits needs a single prompt" --model "$s260/stories260K.bin" \
   --prompts "$tmp/prompts.jsonl" --dump-logits "$tmp/x.npy"
+# Options through the config table: YAML file, unknown key, wrong type, out of range.
+cat >"$tmp/gen.yaml" <<YAML
+model: $s260/stories260K.bin
+temperature: 0
+max_new_tokens: 7
+YAML
+"$bin" --config "$tmp/gen.yaml" --prompt "Once upon a time" --max-new-tokens 5 >"$tmp/cfg" \
+  || fail "config file run"
+python3 -c "
+import json; r=json.loads(open('$tmp/cfg').read())
+assert len(r['token_ids'])==5 and r['token_ids']==[432,383,286,261,376], r  # CLI wins over YAML
+print('ok --config YAML + override')" || fail "config file"
+printf 'model: x\ntemprature: 0.5\n' >"$tmp/typo.yaml"
+expect_error "typo.yaml:2:1: unknown key temprature (did you mean temperature?)" --config "$tmp/typo.yaml" --prompt x
+printf 'max_new_tokens: lots\n' >"$tmp/type.yaml"
+expect_error "type.yaml:1:17: max_new_tokens: expected an integer, got 'lots'" --config "$tmp/type.yaml" --prompt x
+expect_error "--top-p 2: top_p = 2 is outside [1e-06, 1]" --model x --prompt y --top-p 2
+expect_error "--bogus 1: unknown key bogus" --model x --prompt y --bogus 1
+"$bin" --help-markdown | grep -qF '| `max_new_tokens` | int |' || fail "help-markdown lacks max_new_tokens"
 echo "generate_cli: all checks passed"

@@ -237,6 +237,18 @@ Test(config, cli_last_override_wins_and_bool_forms) {
     qrl_config_destroy(cfg);
 }
 
+Test(config, cli_dashes_read_as_underscores) {
+    char *argv[] = {"prog", "--rollout.max-new-tokens=33", "--rollout.kv-cache", "int4", NULL};
+    int npos;
+    qrl_config_t *cfg;
+    qrl_config_action act;
+    qrl_error err;
+    cr_assert_eq(qrl_config_parse_args(table, N, 4, argv, &cfg, &act, &npos, &err), QRL_OK, "%s", err.msg);
+    cr_assert_eq(qrl_config_get_int(cfg, "rollout.max_new_tokens"), 33);
+    cr_assert_str_eq(qrl_config_get_string(cfg, "rollout.kv_cache"), "int4");
+    qrl_config_destroy(cfg);
+}
+
 static void expect_args_error(int argc, char **argv, qrl_status want, const char *text) {
     int npos;
     qrl_config_t *cfg = (qrl_config_t *)1;
