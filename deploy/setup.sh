@@ -47,10 +47,13 @@ if [ "${QRL_SETUP_SKIP_CUDA:-0}" != 1 ]; then
     say "CUDA toolkit: $deps/cuda/nvidia/cu13 already installed"
   else
     say "installing the CUDA 13 compiler, runtime, cuBLAS and NCCL wheels into $deps/cuda"
-    python3 -m pip install -q --disable-pip-version-check --no-warn-script-location \
-      --target "$deps/cuda" \
-      'nvidia-cuda-nvcc>=13,<14' 'nvidia-cuda-runtime>=13,<14' 'nvidia-cuda-cccl>=13,<14' \
-      'nvidia-cuda-crt>=13,<14' 'nvidia-nccl-cu13' 'nvidia-cublas>=13,<14'
+    wheels=('nvidia-cuda-nvcc>=13,<14' 'nvidia-cuda-runtime>=13,<14' 'nvidia-cuda-cccl>=13,<14'
+            'nvidia-cuda-crt>=13,<14' 'nvidia-nccl-cu13' 'nvidia-cublas>=13,<14')
+    pip_cmd=(python3 -m pip install -q --disable-pip-version-check --no-warn-script-location
+             --target "$deps/cuda")
+    # A Debian-managed python refuses installs (PEP 668) unless told; --target keeps it
+    # out of the system's site-packages either way.
+    "${pip_cmd[@]}" "${wheels[@]}" 2>/dev/null || "${pip_cmd[@]}" --break-system-packages "${wheels[@]}"
   fi
   # The wheels ship versioned .so files only; the linker wants the plain names.
   for libdir in "$deps/cuda/nvidia/cu13/lib" "$deps/cuda/nvidia/nccl/lib"; do
