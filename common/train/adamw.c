@@ -86,7 +86,7 @@ qrl_adamw_config qrl_adamw_get_config(const qrl_adamw_t *opt) { return opt->cfg;
 
 double qrl_adamw_grad_norm(const float *g, size_t n) {
     double part[NORM_PARTS];
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= (1u << 20))
     for (int p = 0; p < NORM_PARTS; p++) {
         size_t lo = n / NORM_PARTS * p + (n % NORM_PARTS < (size_t)p ? n % NORM_PARTS : (size_t)p);
         size_t len = n / NORM_PARTS + ((size_t)p < n % NORM_PARTS ? 1 : 0);
@@ -131,7 +131,7 @@ qrl_status qrl_adamw_step(qrl_adamw_t *opt, float *params, const float *grads, d
     const float b1 = c->beta1, b2 = c->beta2, omb1 = (float)(1.0 - c->beta1),
                 omb2 = (float)(1.0 - c->beta2), eps = c->eps;
     float *m = opt->m, *v = opt->v;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (n >= (1u << 20))
     for (size_t i = 0; i < n; i++) {
         float g = grads[i] * scale;
         float p = params[i] * decay;

@@ -123,9 +123,11 @@ void qrl_train_rope_backward(float *dx, const float *dy, const float *cos_t, con
 
 /* out[T, H, hd] = softmax(q k^T / sqrt(hd) + mask) v per query head, q [T, H, hd],
  * k and v [T, Hkv, hd], H a multiple of Hkv; query head h reads kv head
- * h / (H / Hkv) (HF repeat_kv).  Mask: token t attends to token s iff s <= t and
- * seg[s] == seg[t], i.e. block-diagonal causal over packed sequences (segment ids need
- * not be contiguous; every token sees at least itself).
+ * h / (H / Hkv) (HF repeat_kv).  Packed sequences: a segment is a maximal run of
+ * equal consecutive ids in seg[T] (an id that comes back after another starts a new
+ * segment); token t attends to token s iff s <= t and no segment boundary lies between
+ * them: a block-diagonal causal mask.  Every token sees at least itself.  Cost is
+ * O(T * segment length), not O(T^2).
  * Saves lse[H, T] (the log-sum-exp of each query row's scaled scores), NOT the
  * probabilities: the backward recomputes them as exp(score - lse), FlashAttention-2
  * style, so memory stays O(T) per head at the cost of recomputing q k^T twice. */

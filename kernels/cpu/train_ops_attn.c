@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cpu/train_ops.h"
+#include "cpu/train_internal.h"
 
 /* ---- rotary position embedding ------------------------------------------------------------ */
 
@@ -46,7 +47,7 @@ void qrl_train_rope_cos_sin(float *cos_t, float *sin_t, const int32_t *pos,
                             const float *inv_freq, int T, int hd) {
     QRL_CHECK(T > 0 && hd > 0 && hd % 2 == 0);
     int half = hd / 2;
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (QRL_TRAIN_PARALLEL((int64_t)T * hd * 8))
     for (int t = 0; t < T; t++)
         for (int j = 0; j < half; j++) {
             float angle = (float)pos[t] * inv_freq[j];
@@ -59,7 +60,7 @@ void qrl_train_rope_forward(float *y, const float *x, const float *cos_t, const 
                             int T, int nh, int hd) {
     QRL_CHECK(T > 0 && nh > 0 && hd > 0 && hd % 2 == 0);
     int half = hd / 2;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (QRL_TRAIN_PARALLEL((int64_t)T * nh * hd))
     for (int t = 0; t < T; t++)
         for (int h = 0; h < nh; h++) {
             const float *c = cos_t + (size_t)t * half, *s = sin_t + (size_t)t * half;
@@ -77,7 +78,7 @@ void qrl_train_rope_backward(float *dx, const float *dy, const float *cos_t, con
                              int T, int nh, int hd) {
     QRL_CHECK(T > 0 && nh > 0 && hd > 0 && hd % 2 == 0);
     int half = hd / 2;
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (QRL_TRAIN_PARALLEL((int64_t)T * nh * hd))
     for (int t = 0; t < T; t++)
         for (int h = 0; h < nh; h++) {
             const float *c = cos_t + (size_t)t * half, *s = sin_t + (size_t)t * half;
@@ -93,14 +94,34 @@ void qrl_train_rope_backward(float *dx, const float *dy, const float *cos_t, con
 
 /* ---- attention ------------------------------------------------------------------------------ */
 
-static inline float dot(const float *a, const float *b, int n) {
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
+#define dot qrl_train_dot_
 
 /* HF: scaling = head_dim ** -0.5 (a Python float), applied to q k^T in float32. */
 static inline float attn_scale(int hd) { return (float)(1.0 / sqrt((double)hd)); }
+
+/* A segment is a maximal run of equal consecutive ids (train_ops.h): the keys of query t
+ * are [seg_start(t), t], the queries of key s are [s, seg_end(s)).  Finding the bounds
+ * costs what the loop over them costs, and the loops never touch other segments, so a
+ * packed row of many short sequences costs O(T * length), not O(T^2). */
+static inline int seg_start(const int32_t *seg, int t) {
+    int s = t;
+    while (s > 0 && seg[s - 1] == seg[t]) s--;
+    return s;
+}
+static inline int seg_end(const int32_t *seg, int T, int s) {
+    int e = s + 1;
+    while (e < T && seg[e] == seg[s]) e++;
+    return e;
+}
+/* Unmasked (query, key) pairs times H * hd: the multiply-adds of one pass. */
+static int64_t attn_work(const int32_t *seg, int T, int H, int hd) {
+    int64_t pairs = 0;
+    for (int t = 0, run = 0; t < T; t++) {
+        run = (t > 0 && seg[t - 1] == seg[t]) ? run + 1 : 1;
+        pairs += run;
+    }
+    return pairs * H * hd;
+}
 
 void qrl_train_attention_forward(float *out, float *lse, const float *q, const float *k,
                                  const float *v, const int32_t *seg, int T, int H, int Hkv,
@@ -108,7 +129,7 @@ void qrl_train_attention_forward(float *out, float *lse, const float *q, const f
     QRL_CHECK(T > 0 && H > 0 && Hkv > 0 && hd > 0 && H % Hkv == 0);
     const int rep = H / Hkv;
     const float scale = attn_scale(hd);
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (QRL_TRAIN_PARALLEL(attn_work(seg, T, H, hd)))
     for (int t = 0; t < T; t++)
         for (int h = 0; h < H; h++) {
             const float *qt = q + ((size_t)t * H + h) * hd;
@@ -116,16 +137,15 @@ void qrl_train_attention_forward(float *out, float *lse, const float *q, const f
             float *o = out + ((size_t)t * H + h) * hd;
             /* two passes over the keys (max, then exp-sum and weighted values): no
              * per-row scratch buffer, nothing allocated */
+            const int s0 = seg_start(seg, t);
             float m = -INFINITY;
-            for (int s = 0; s <= t; s++) {
-                if (seg[s] != seg[t]) continue;
+            for (int s = s0; s <= t; s++) {
                 float sc = scale * dot(qt, k + ((size_t)s * Hkv + kh) * hd, hd);
                 if (sc > m) m = sc;
             }
             memset(o, 0, (size_t)hd * sizeof *o);
             float sum = 0.0f;
-            for (int s = 0; s <= t; s++) {
-                if (seg[s] != seg[t]) continue;
+            for (int s = s0; s <= t; s++) {
                 float e = expf(scale * dot(qt, k + ((size_t)s * Hkv + kh) * hd, hd) - m);
                 sum += e;
                 const float *vs = v + ((size_t)s * Hkv + kh) * hd;
@@ -147,8 +167,9 @@ void qrl_train_attention_backward(float *dq, float *dk, float *dv, const float *
     const float scale = attn_scale(hd);
     /* Two passes so that each gradient row has one writer (no atomics, thread-count
      * independent sums): dq by query row, then dk/dv by key row. */
+    const int64_t work = attn_work(seg, T, H, hd);
     if (dq) {
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (QRL_TRAIN_PARALLEL(work))
         for (int t = 0; t < T; t++)
             for (int h = 0; h < H; h++) {
                 size_t th = (size_t)t * H + h;
@@ -157,8 +178,7 @@ void qrl_train_attention_backward(float *dq, float *dk, float *dv, const float *
                 const float l = lse[(size_t)h * T + t];
                 const float Dt = dot(dot_, out + th * hd, hd); /* = sum_s P_s dP_s */
                 float *dqt = dq + th * hd;
-                for (int s = 0; s <= t; s++) {
-                    if (seg[s] != seg[t]) continue;
+                for (int s = seg_start(seg, t); s <= t; s++) {
                     const float *ks = k + ((size_t)s * Hkv + kh) * hd;
                     const float *vs = v + ((size_t)s * Hkv + kh) * hd;
                     float p = expf(scale * dot(qt, ks, hd) - l);
@@ -168,14 +188,14 @@ void qrl_train_attention_backward(float *dq, float *dk, float *dv, const float *
             }
     }
     if (dk || dv) {
-#pragma omp parallel for collapse(2) schedule(static)
+#pragma omp parallel for collapse(2) schedule(static) if (QRL_TRAIN_PARALLEL(work))
         for (int s = 0; s < T; s++)
             for (int kh = 0; kh < Hkv; kh++) {
                 size_t sk = (size_t)s * Hkv + kh;
                 const float *ks = k + sk * hd, *vs = v + sk * hd;
+                const int t1 = seg_end(seg, T, s);
                 for (int h = kh * rep; h < (kh + 1) * rep; h++)
-                    for (int t = s; t < T; t++) {
-                        if (seg[t] != seg[s]) continue;
+                    for (int t = s; t < t1; t++) {
                         size_t th = (size_t)t * H + h;
                         const float *qt = q + th * hd, *dot_ = dout + th * hd;
                         float p = expf(scale * dot(qt, ks, hd) - lse[(size_t)h * T + t]);

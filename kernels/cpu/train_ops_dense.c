@@ -4,6 +4,7 @@
 #include <stddef.h>
 
 #include "cpu/train_ops.h"
+#include "cpu/train_internal.h"
 
 /* ---- embedding ------------------------------------------------------------------------ */
 
@@ -15,7 +16,7 @@ qrl_status qrl_train_embedding_forward(float *out, const int32_t *tokens, const 
             return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                                  "embedding: token id %d at position %d outside [0, %d)",
                                  (int)tokens[t], t, V);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (QRL_TRAIN_PARALLEL((int64_t)T * D))
     for (int t = 0; t < T; t++) {
         const float *row = table + (size_t)tokens[t] * D;
         float *o = out + (size_t)t * D;
@@ -30,7 +31,7 @@ void qrl_train_embedding_backward(float *dtable, const float *dout, const int32_
     for (int t = 0; t < T; t++) QRL_CHECK(tokens[t] >= 0 && tokens[t] < V);
     /* Tokens repeat, so rows collide: split the work by columns instead of tokens, and
      * every element is still summed in token order. */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (QRL_TRAIN_PARALLEL((int64_t)T * D))
     for (int i = 0; i < D; i++)
         for (int t = 0; t < T; t++)
             dtable[(size_t)tokens[t] * D + i] += dout[(size_t)t * D + i];
@@ -38,29 +39,25 @@ void qrl_train_embedding_backward(float *dtable, const float *dout, const int32_
 
 /* ---- linear layer -------------------------------------------------------------------- */
 
-static inline float dot(const float *a, const float *b, int n) {
-    float s = 0.0f;
-    for (int i = 0; i < n; i++) s += a[i] * b[i];
-    return s;
-}
-
 void qrl_train_matmul_forward(float *y, const float *x, const float *W, const float *b, int T,
                               int K, int N) {
     QRL_CHECK(T > 0 && K > 0 && N > 0);
-#pragma omp parallel for collapse(2) schedule(static)
+const int64_t work = (int64_t)T * K * N;
+#pragma omp parallel for collapse(2) schedule(static) if (QRL_TRAIN_PARALLEL(work))
     for (int t = 0; t < T; t++)
         for (int n = 0; n < N; n++) {
             float acc = b ? b[n] : 0.0f;
-            y[(size_t)t * N + n] = acc + dot(x + (size_t)t * K, W + (size_t)n * K, K);
+            y[(size_t)t * N + n] = acc + qrl_train_dot_(x + (size_t)t * K, W + (size_t)n * K, K);
         }
 }
 
 void qrl_train_matmul_backward(float *dx, float *dW, float *db, const float *dy, const float *x,
                                const float *W, int T, int K, int N) {
     QRL_CHECK(T > 0 && K > 0 && N > 0);
+    const int64_t work = (int64_t)T * K * N;
     if (dx) {
         /* dx[t, :] += sum_n dy[t, n] W[n, :]: one row of dx per iteration, axpy inner loop */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (QRL_TRAIN_PARALLEL(work))
         for (int t = 0; t < T; t++) {
             float *dxt = dx + (size_t)t * K;
             for (int n = 0; n < N; n++) {
@@ -72,7 +69,7 @@ void qrl_train_matmul_backward(float *dx, float *dW, float *db, const float *dy,
     }
     if (dW || db) {
         /* dW[n, :] += sum_t dy[t, n] x[t, :]: one row of dW per iteration */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (QRL_TRAIN_PARALLEL(work))
         for (int n = 0; n < N; n++) {
             float bsum = 0.0f;
             for (int t = 0; t < T; t++) {
@@ -94,7 +91,7 @@ void qrl_train_matmul_backward(float *dx, float *dW, float *db, const float *dy,
 void qrl_train_rmsnorm_forward(float *y, float *rstd, const float *x, const float *g, int n,
                                int d, float eps) {
     QRL_CHECK(n > 0 && d > 0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (QRL_TRAIN_PARALLEL((int64_t)n * d))
     for (int i = 0; i < n; i++) {
         const float *xi = x + (size_t)i * d;
         float *yi = y + (size_t)i * d;
@@ -111,7 +108,7 @@ void qrl_train_rmsnorm_backward(float *dx, float *dg, const float *dy, const flo
                                 const float *g, const float *rstd, int n, int d) {
     QRL_CHECK(n > 0 && d > 0);
     if (dx) {
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (QRL_TRAIN_PARALLEL((int64_t)n * d))
         for (int i = 0; i < n; i++) {
             const float *xi = x + (size_t)i * d, *dyi = dy + (size_t)i * d;
             float r = rstd[i];
@@ -125,7 +122,7 @@ void qrl_train_rmsnorm_backward(float *dx, float *dg, const float *dy, const flo
     }
     if (dg) {
         /* columns in parallel, rows summed in order */
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (QRL_TRAIN_PARALLEL((int64_t)n * d))
         for (int j = 0; j < d; j++) {
             float s = 0.0f;
             for (int i = 0; i < n; i++) s += dy[(size_t)i * d + j] * (x[(size_t)i * d + j] * rstd[i]);
@@ -140,14 +137,14 @@ static inline float sigmoidf(float x) { return 1.0f / (1.0f + expf(-x)); }
 
 void qrl_train_swiglu_forward(float *h, const float *gate, const float *up, int64_t n) {
     QRL_CHECK(n > 0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (QRL_TRAIN_PARALLEL(8 * n))
     for (int64_t i = 0; i < n; i++) h[i] = gate[i] * sigmoidf(gate[i]) * up[i];
 }
 
 void qrl_train_swiglu_backward(float *dgate, float *dup, const float *dh, const float *gate,
                                const float *up, int64_t n) {
     QRL_CHECK(n > 0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (QRL_TRAIN_PARALLEL(8 * n))
     for (int64_t i = 0; i < n; i++) {
         float s = sigmoidf(gate[i]);
         float silu = gate[i] * s;
@@ -159,13 +156,13 @@ void qrl_train_swiglu_backward(float *dgate, float *dup, const float *dh, const 
 
 void qrl_train_residual_forward(float *y, const float *a, const float *b, int64_t n) {
     QRL_CHECK(n > 0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (QRL_TRAIN_PARALLEL(8 * n))
     for (int64_t i = 0; i < n; i++) y[i] = a[i] + b[i];
 }
 
 void qrl_train_residual_backward(float *da, float *db, const float *dy, int64_t n) {
     QRL_CHECK(n > 0);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (QRL_TRAIN_PARALLEL(8 * n))
     for (int64_t i = 0; i < n; i++) {
         if (da) da[i] += dy[i];
         if (db) db[i] += dy[i];

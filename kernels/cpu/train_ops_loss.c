@@ -4,6 +4,7 @@
 #include <stddef.h>
 
 #include "cpu/train_ops.h"
+#include "cpu/train_internal.h"
 
 qrl_status qrl_train_logprob_forward(float *logp, float *ent, float *lse, const float *logits,
                                      const int32_t *targets, int T, int V, qrl_error *err) {
@@ -14,7 +15,7 @@ qrl_status qrl_train_logprob_forward(float *logp, float *ent, float *lse, const 
                                  "logprob: target id %d at position %d outside [0, %d) "
                                  "(and not the ignore id %d)",
                                  (int)targets[t], t, V, QRL_TRAIN_TARGET_IGNORE);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (QRL_TRAIN_PARALLEL((int64_t)T * V * 16))
     for (int t = 0; t < T; t++) {
         const float *z = logits + (size_t)t * V;
         /* Online over the row: m = running max, s = 1 + r = sum exp(z - m) (the max's own
@@ -52,7 +53,7 @@ void qrl_train_logprob_backward(float *dlogits, const float *logits, const int32
                                 const float *dent, int T, int V) {
     QRL_CHECK(T > 0 && V > 0);
     QRL_CHECK(!dent || ent);
-#pragma omp parallel for schedule(static)
+#pragma omp parallel for schedule(static) if (QRL_TRAIN_PARALLEL((int64_t)T * V * 16))
     for (int t = 0; t < T; t++) {
         const float *z = logits + (size_t)t * V;
         float *dz = dlogits + (size_t)t * V;

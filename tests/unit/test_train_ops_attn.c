@@ -118,18 +118,22 @@ Test(train_rope, grad_is_inverse_rotation) {
 typedef struct { const int32_t *seg; int T, H, Hkv, hd; } attn_ctx;
 
 /* Eager attention, one query row at a time: scores with the mask as -inf, softmax,
- * weighted values; kv head of query head h = h / (H / Hkv) (HF repeat_kv). */
+ * weighted values; kv head of query head h = h / (H / Hkv) (HF repeat_kv).  The mask:
+ * number the runs of equal consecutive segment ids; s is visible to t iff s <= t and
+ * both lie in the same run. */
 static void attn_ref(const gc_case *c, double *y) {
     const attn_ctx *x = c->ctx;
     const double *q = c->in[0], *k = c->in[1], *v = c->in[2];
     double sc[64];
+    int run[64];
     cr_assert(x->T <= 64);
+    for (int t = 0; t < x->T; t++) run[t] = t == 0 ? 0 : run[t - 1] + (x->seg[t] != x->seg[t - 1]);
     for (int t = 0; t < x->T; t++)
         for (int h = 0; h < x->H; h++) {
             int kh = h / (x->H / x->Hkv);
             double m = -INFINITY, sum = 0.0;
             for (int s = 0; s < x->T; s++) {
-                if (s > t || x->seg[s] != x->seg[t]) { sc[s] = -INFINITY; continue; }
+                if (s > t || run[s] != run[t]) { sc[s] = -INFINITY; continue; }
                 double d = 0.0;
                 for (int i = 0; i < x->hd; i++)
                     d += q[(t * x->H + h) * x->hd + i] * k[(s * x->Hkv + kh) * x->hd + i];
@@ -175,6 +179,12 @@ Test(train_attention, grad_gqa_two_segments) {
 Test(train_attention, grad_gqa_three_segments) {
     const int32_t seg[7] = {5, 5, 2, 2, 2, 9, 9};
     run_attention("attn T7 H4 kv2 hd6", 7, 4, 2, 6, seg, 32);
+}
+
+Test(train_attention, grad_segment_id_coming_back_starts_a_new_segment) {
+    /* ids 3 3 1 1 3 3: three segments; tokens 4, 5 must not see tokens 0, 1 */
+    const int32_t seg[6] = {3, 3, 1, 1, 3, 3};
+    run_attention("attn T6 H2 kv1 hd3 ABA", 6, 2, 1, 3, seg, 35);
 }
 
 Test(train_attention, grad_mha_one_sequence) {
