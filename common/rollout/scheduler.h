@@ -163,7 +163,8 @@ qrl_status qrl_scheduler_submit(qrl_scheduler *s, const qrl_scheduler_group_desc
 
 /* One scheduling step (see the file comment); *emitted (may be NULL) = groups emitted.
  * A sampling failure ends that response with ABORTED and is logged, not returned.
- * Errors: those of the forward pass (INTERNAL-level surprises); the state stays valid. */
+ * Errors: those of the forward pass, not expected once submit has validated the group
+ * and admission has reserved the KV (a caller-visible failure means a bug). */
 qrl_status qrl_scheduler_step(qrl_scheduler *s, int *emitted, qrl_error *err);
 
 /* True when nothing is queued or running (every submitted group was emitted). */
