@@ -1,0 +1,93 @@
+/* Internal state of the rollout scheduler, shared by scheduler.c (loop) and group.c
+ * (groups, scoring, emission).  Not a public header. */
+#ifndef QRL_ROLLOUT_SCHED_INTERNAL_H
+#define QRL_ROLLOUT_SCHED_INTERNAL_H
+
+#include <stddef.h>
+
+#include "model/forward.h"
+#include "rollout/scheduler.h"
+
+/* One response (one sequence).  ids = prompt followed by the generated tokens, so any
+ * range [fed, total) can be prefilled in one call. */
+typedef struct qrl_sched_resp {
+    int32_t *ids;        /* [n_prompt + cap] */
+    float *lp, *lp_full; /* [cap] */
+    uint64_t *ver;       /* [cap] */
+    int n_gen;
+    qrl_finish_reason finish;
+    size_t text_checked; /* decoded bytes already searched for stop strings */
+    long stop_end;       /* bytes of text to keep after a stop-string hit; -1 = none */
+    char *text;          /* decoded at emission (malloc'd) */
+    qrl_verify_result vr;
+    qrl_status verify_status;
+    uint32_t truncated_tokens, reprefills, restarts;
+    uint64_t admitted_us, prefill_us, decode_us, verify_us;
+    uint64_t started_unix_ms, finished_unix_ms;
+} qrl_sched_resp;
+
+typedef struct qrl_sched_group {
+    struct qrl_sched_group *next; /* FIFO of live groups, submission order */
+    uint64_t group_id;
+    uint32_t G, next_admit, n_done;
+    int n_prompt;
+    bool too_long; /* every response finished PROMPT_TOO_LONG at submit */
+    int max_new;
+    qrl_sampling_params sampling;
+    int32_t *stop_ids;
+    int n_stop_ids;
+    char **stop_strings;
+    int n_stop_strings;
+    char *task, *reference;
+    const qrl_verifier *verifier;
+    void *user;
+    uint64_t submit_us;
+    qrl_sched_resp *resp;              /* [G] */
+    qrl_scheduler_response *out;       /* [G], filled at emission */
+} qrl_sched_group;
+
+/* A decode slot: empty when g == NULL.  fed = positions of ids[] in the KV sequence;
+ * ready = logits of position fed - 1 when the next token is due (row of s->logits or
+ * s->dec_logits). */
+typedef struct qrl_sched_slot {
+    qrl_sched_group *g;
+    int r;
+    int seq;
+    int fed;
+    const float *ready;
+} qrl_sched_slot;
+
+struct qrl_scheduler {
+    qrl_scheduler_config cfg;
+    const qrl_model *model;
+    const qrl_tokenizer *tok;
+    qrl_scheduler_group_fn on_group;
+    void *ctx;
+    int ctx_len, vocab, n_slots, max_rows;
+    uint64_t version;
+    qrl_kv_cache *kv;
+    qrl_forward *fwd;
+    qrl_sampler *sampler;
+    qrl_sched_slot *slots;     /* [n_slots] */
+    float *logits;             /* [n_slots, vocab] prefill results, by slot */
+    float *dec_logits;         /* [n_slots, vocab] decode results, by batch row */
+    int *dec_seqs, *dec_slots; /* [n_slots] */
+    int32_t *dec_tokens;       /* [n_slots] */
+    qrl_sched_group *head, *tail;
+    qrl_scheduler_stats stats;
+};
+
+uint64_t qrl_sched_now_us(void);
+uint64_t qrl_sched_unix_ms(void);
+/* Most tokens a response of g can generate: min(max_new_tokens, context - prompt). */
+int qrl_sched_response_cap(const qrl_scheduler *s, const qrl_sched_group *g);
+/* Does the response's decoded text now contain a stop string that touches the newest
+ * token's text?  Records where to cut (rp->stop_end). */
+bool qrl_sched_stop_string_hit(qrl_scheduler *s, qrl_sched_group *g, qrl_sched_resp *rp);
+/* Discard a response's tokens (staleness restart). */
+void qrl_sched_resp_restart(qrl_sched_resp *rp);
+/* Score, emit and free every group whose G responses have ended; returns how many. */
+int qrl_sched_emit_finished(qrl_scheduler *s);
+void qrl_sched_group_free(qrl_sched_group *g);
+
+#endif
