@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "io/atomic_file.h"
 
 #if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
 #error "npy.c writes and reads the host's bytes as little-endian"
@@ -55,34 +56,17 @@ qrl_status qrl_npy_write_f32(const char *path, const float *data, int ndim, cons
     header[hl + padlen] = '\n';
     uint16_t hlen = (uint16_t)(hl + padlen + 1);
 
-    char *tmp = malloc(strlen(path) + 5);
-    if (!tmp) return qrl_error_set(err, QRL_STATUS_NOMEM, "%s: out of memory", path);
-    sprintf(tmp, "%s.tmp", path);
-    qrl_status st = QRL_OK;
-    FILE *f = fopen(tmp, "wb");
-    if (!f) {
-        st = qrl_error_set(err, QRL_STATUS_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        goto done;
-    }
     unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff),
                              (unsigned char)(hlen >> 8)};
-    int ok = fwrite(pre, 1, 10, f) == 10 && fwrite(header, 1, hlen, f) == hlen &&
-             (numel == 0 || fwrite(data, sizeof(float), numel, f) == numel);
-    ok = ok && fflush(f) == 0 && fsync(fileno(f)) == 0;
-    int e = errno;
-    if (fclose(f) != 0 && ok) ok = 0, e = errno;
-    if (!ok) {
-        st = qrl_error_set(err, QRL_STATUS_IO, "%s: write: %s", tmp, strerror(e));
-        unlink(tmp);
-        goto done;
-    }
-    if (rename(tmp, path) != 0) {
-        st = qrl_error_set(err, QRL_STATUS_IO, "%s: cannot rename to %s: %s", tmp, path,
-                           strerror(errno));
-        unlink(tmp);
-    }
-done:
-    free(tmp);
+    qrl_status st;
+    qrl_atomic_file af;
+    QRL_TRY(qrl_atomic_file_open(path, &af, err));
+    QRL_TRY_GOTO(qrl_atomic_file_write(&af, pre, 10, err), fail);
+    QRL_TRY_GOTO(qrl_atomic_file_write(&af, header, hlen, err), fail);
+    QRL_TRY_GOTO(qrl_atomic_file_write(&af, data, numel * sizeof(float), err), fail);
+    return qrl_atomic_file_commit(&af, err);
+fail:
+    qrl_atomic_file_abort(&af);
     return st;
 }
 

@@ -16,6 +16,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "io/atomic_file.h"
 #include "io/json_util.h"
 
 /* The reference implementation's cap on the JSON header (safetensors N_MAX). */
@@ -576,34 +577,6 @@ const char *qrl_safetensors_metadata(const qrl_safetensors *st, const char *key)
 
 /* ---- writer ------------------------------------------------------------------------------- */
 
-static qrl_status write_all(int fd, const void *buf, size_t n, const char *path, qrl_error *err) {
-    const uint8_t *p = buf;
-    while (n > 0) {
-        ssize_t w = write(fd, p, n);
-        if (w < 0 && errno == EINTR) continue;
-        if (w < 0) return qrl_error_set(err, QRL_STATUS_IO, "%s: write: %s", path, strerror(errno));
-        p += w;
-        n -= (size_t)w;
-    }
-    return QRL_OK;
-}
-
-static qrl_status fsync_dir_of(const char *path, qrl_error *err) {
-    const char *slash = strrchr(path, '/');
-    char dir[4096];
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == path) snprintf(dir, sizeof dir, "/");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0) return qrl_error_set(err, QRL_STATUS_IO, "%s: cannot open folder: %s", dir,
-                                     strerror(errno));
-    int rc = fsync(fd);
-    int e = errno;
-    close(fd);
-    if (rc != 0) return qrl_error_set(err, QRL_STATUS_IO, "%s: fsync: %s", dir, strerror(e));
-    return QRL_OK;
-}
-
 /* Write order: larger elements first keeps every tensor aligned to its element size (as
  * HF's writer does), then by name. */
 typedef struct write_slot {
@@ -706,9 +679,9 @@ qrl_status qrl_safetensors_write(const char *path, const qrl_safetensors_entry *
     write_slot *slots = malloc((n + 1) * sizeof *slots);
     const char **names = malloc((n + 1) * sizeof *names);
     json_t *root = json_object();
-    char *text = NULL, *tmp = malloc(strlen(path) + 5);
-    int fd = -1;
-    if (!order || !slots || !names || !root || !tmp) {
+    char *text = NULL;
+    qrl_atomic_file af = QRL_ATOMIC_FILE_INIT;
+    if (!order || !slots || !names || !root) {
         rc = qrl_error_set(err, QRL_STATUS_NOMEM, "%s: out of memory", path);
         goto done;
     }
@@ -738,44 +711,21 @@ qrl_status qrl_safetensors_write(const char *path, const qrl_safetensors_entry *
     for (int i = 0; i < 8; i++) prefix[i] = (uint8_t)((uint64_t)hlen >> (8 * i));
     static const char spaces[8] = "        ";
 
-    sprintf(tmp, "%s.tmp", path);
-    fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0) {
-        rc = qrl_error_set(err, QRL_STATUS_IO, "%s: cannot create: %s", tmp, strerror(errno));
-        goto done;
-    }
-    rc = write_all(fd, prefix, 8, tmp, err);
-    if (rc == QRL_OK) rc = write_all(fd, text, tlen, tmp, err);
-    if (rc == QRL_OK) rc = write_all(fd, spaces, hlen - tlen, tmp, err);
+    rc = qrl_atomic_file_open(path, &af, err);
+    if (rc == QRL_OK) rc = qrl_atomic_file_write(&af, prefix, 8, err);
+    if (rc == QRL_OK) rc = qrl_atomic_file_write(&af, text, tlen, err);
+    if (rc == QRL_OK) rc = qrl_atomic_file_write(&af, spaces, hlen - tlen, err);
     for (size_t j = 0; j < n && rc == QRL_OK; j++) {
         const qrl_tensor *t = entries[order[j]].tensor;
-        rc = write_all(fd, t->data, qrl_tensor_nbytes(t), tmp, err);
+        rc = qrl_atomic_file_write(&af, t->data, qrl_tensor_nbytes(t), err);
     }
-    if (rc != QRL_OK) goto done;
-    if (fsync(fd) != 0) {
-        rc = qrl_error_set(err, QRL_STATUS_IO, "%s: fsync: %s", tmp, strerror(errno));
-        goto done;
-    }
-    int cr = close(fd);
-    fd = -1;
-    if (cr != 0) {
-        rc = qrl_error_set(err, QRL_STATUS_IO, "%s: close: %s", tmp, strerror(errno));
-        goto done;
-    }
-    if (rename(tmp, path) != 0) {
-        rc = qrl_error_set(err, QRL_STATUS_IO, "%s: cannot rename to %s: %s", tmp, path,
-                           strerror(errno));
-        goto done;
-    }
-    rc = fsync_dir_of(path, err);
+    if (rc == QRL_OK) rc = qrl_atomic_file_commit(&af, err);
 done:
-    if (fd >= 0) close(fd);
-    if (rc != QRL_OK && tmp) unlink(tmp); /* ENOENT when it was never created or renamed */
+    qrl_atomic_file_abort(&af); /* no-op after commit or a failed open */
     free(text);
     json_decref(root);
     free(names);
     free(slots);
     free(order);
-    free(tmp);
     return rc;
 }

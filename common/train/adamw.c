@@ -12,7 +12,9 @@
 #include <unistd.h>
 
 #include "core/alloc.h"
+#include "core/crc32.h"
 #include "core/log.h"
+#include "io/atomic_file.h"
 
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__,
                "the AdamW state file stores m and v as little-endian F32 arrays");
@@ -152,24 +154,6 @@ qrl_status qrl_adamw_step(qrl_adamw_t *opt, float *params, const float *grads, d
 #define STATE_VERSION 1u
 #define STATE_HEADER 64u
 
-typedef struct { uint32_t table[256]; uint32_t c; } crc32_t;
-
-static void crc_init(crc32_t *k) {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int j = 0; j < 8; j++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
-        k->table[i] = c;
-    }
-    k->c = 0xFFFFFFFFu;
-}
-static void crc_update(crc32_t *k, const void *p, size_t n) {
-    const uint8_t *b = p;
-    uint32_t c = k->c;
-    for (size_t i = 0; i < n; i++) c = k->table[(c ^ b[i]) & 0xFF] ^ (c >> 8);
-    k->c = c;
-}
-static uint32_t crc_final(const crc32_t *k) { return ~k->c; }
-
 static void st32(uint8_t *p, uint32_t v) { for (int i = 0; i < 4; i++) p[i] = (uint8_t)(v >> (8 * i)); }
 static void st64(uint8_t *p, uint64_t v) { for (int i = 0; i < 8; i++) p[i] = (uint8_t)(v >> (8 * i)); }
 static uint32_t ld32(const uint8_t *p) {
@@ -194,44 +178,19 @@ static void stf(uint8_t *p, float f) {
     st32(p, u);
 }
 
-static qrl_status write_all(int fd, const void *buf, size_t len, crc32_t *crc, const char *path,
-                            qrl_error *err) {
-    if (crc) crc_update(crc, buf, len);
-    const uint8_t *p = buf;
-    while (len > 0) {
-        ssize_t w = write(fd, p, len > (1u << 30) ? (1u << 30) : len);
-        if (w < 0 && errno == EINTR) continue;
-        if (w <= 0)
-            return qrl_error_set(err, QRL_STATUS_IO, "adamw state %s: write failed: %s", path,
-                                 w < 0 ? strerror(errno) : "no progress");
-        p += w, len -= (size_t)w;
+/* Re-set an atomic-file error with the "adamw state" prefix the loader's messages carry. */
+static qrl_status state_error(qrl_error *err, qrl_status st) {
+    if (err && st != QRL_OK) {
+        char msg[sizeof err->msg], trace[sizeof err->trace];
+        memcpy(msg, err->msg, sizeof msg);
+        memcpy(trace, err->trace, sizeof trace);
+        qrl_error_set(err, st, "adamw state: %s", msg);
+        memcpy(err->trace, trace, sizeof trace);
     }
-    return QRL_OK;
-}
-
-/* fsync the folder holding path, so that the rename itself is durable. */
-static qrl_status fsync_parent(const char *path, qrl_error *err) {
-    char dir[4096];
-    const char *slash = strrchr(path, '/');
-    if (!slash) snprintf(dir, sizeof dir, ".");
-    else if (slash == path) snprintf(dir, sizeof dir, "/");
-    else snprintf(dir, sizeof dir, "%.*s", (int)(slash - path), path);
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd < 0 || fsync(fd) != 0) {
-        int e = errno;
-        if (fd >= 0) close(fd);
-        return qrl_error_set(err, QRL_STATUS_IO, "adamw state %s: fsync of folder %s: %s",
-                             path, dir, strerror(e));
-    }
-    close(fd);
-    return QRL_OK;
+    return st;
 }
 
 qrl_status qrl_adamw_save(const qrl_adamw_t *opt, const char *path, qrl_error *err) {
-    char tmp[4096];
-    if ((size_t)snprintf(tmp, sizeof tmp, "%s.tmp", path) >= sizeof tmp)
-        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "adamw state: path too long: %s",
-                             path);
     uint8_t h[STATE_HEADER] = {0};
     memcpy(h, STATE_MAGIC, 8);
     st32(h + 8, STATE_VERSION);
@@ -241,39 +200,20 @@ qrl_status qrl_adamw_save(const qrl_adamw_t *opt, const char *path, qrl_error *e
     const float cf[5] = {opt->cfg.beta1, opt->cfg.beta2, opt->cfg.eps, opt->cfg.weight_decay,
                          opt->cfg.max_grad_norm};
     for (int i = 0; i < 5; i++) stf(h + 32 + 4 * i, cf[i]);
-
-    qrl_status st = QRL_OK;
-    int fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (fd < 0)
-        return qrl_error_set(err, QRL_STATUS_IO, "adamw state %s: cannot create %s: %s", path,
-                             tmp, strerror(errno));
-    crc32_t crc;
-    crc_init(&crc);
-    QRL_TRY_GOTO(write_all(fd, h, sizeof h, &crc, tmp, err), fail);
-    QRL_TRY_GOTO(write_all(fd, opt->m, 2 * opt->n * sizeof(float), &crc, tmp, err), fail);
+    size_t block = 2 * opt->n * sizeof(float);
     uint8_t tail[4];
-    st32(tail, crc_final(&crc));
-    QRL_TRY_GOTO(write_all(fd, tail, 4, NULL, tmp, err), fail);
-    if (fsync(fd) != 0) {
-        st = qrl_error_set(err, QRL_STATUS_IO, "adamw state %s: fsync: %s", tmp, strerror(errno));
-        goto fail;
-    }
-    int rc = close(fd);
-    fd = -1;
-    if (rc != 0) {
-        st = qrl_error_set(err, QRL_STATUS_IO, "adamw state %s: close: %s", tmp, strerror(errno));
-        goto fail;
-    }
-    if (rename(tmp, path) != 0) {
-        st = qrl_error_set(err, QRL_STATUS_IO, "adamw state: rename %s -> %s: %s", tmp, path,
-                           strerror(errno));
-        goto fail;
-    }
-    return fsync_parent(path, err);
+    st32(tail, qrl_crc32(qrl_crc32(0, h, sizeof h), opt->m, block));
+
+    qrl_status st;
+    qrl_atomic_file af;
+    if ((st = qrl_atomic_file_open(path, &af, err)) != QRL_OK) return state_error(err, st);
+    QRL_TRY_GOTO(qrl_atomic_file_write(&af, h, sizeof h, err), fail);
+    QRL_TRY_GOTO(qrl_atomic_file_write(&af, opt->m, block, err), fail);
+    QRL_TRY_GOTO(qrl_atomic_file_write(&af, tail, 4, err), fail);
+    return state_error(err, qrl_atomic_file_commit(&af, err));
 fail:
-    if (fd >= 0) close(fd);
-    unlink(tmp);
-    return st;
+    qrl_atomic_file_abort(&af);
+    return state_error(err, st);
 }
 
 static qrl_status corrupt(qrl_error *err, const char *path, uint64_t off, const char *what) {
@@ -352,14 +292,11 @@ qrl_status qrl_adamw_load(qrl_adamw_t *opt, const char *path, qrl_error *err) {
     QRL_TRY_GOTO(read_all(f, block, 2 * opt->n * sizeof(float), path, STATE_HEADER, err), done);
     uint8_t tail[4];
     QRL_TRY_GOTO(read_all(f, tail, 4, path, want - 4, err), done);
-    crc32_t crc;
-    crc_init(&crc);
-    crc_update(&crc, h, sizeof h);
-    crc_update(&crc, block, 2 * opt->n * sizeof(float));
-    if (crc_final(&crc) != ld32(tail)) {
+    uint32_t crc = qrl_crc32(qrl_crc32(0, h, sizeof h), block, 2 * opt->n * sizeof(float));
+    if (crc != ld32(tail)) {
         st = qrl_error_set(err, QRL_STATUS_CORRUPT, "adamw state %s: crc32 mismatch at offset "
                            "%llu (stored 0x%08x, computed 0x%08x)", path,
-                           (unsigned long long)(want - 4), ld32(tail), crc_final(&crc));
+                           (unsigned long long)(want - 4), ld32(tail), crc);
         goto done;
     }
     for (size_t i = 0; i < 2 * opt->n; i++)

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/crc32.h"
 #include "cpu/quant.h"
 
 #define HEADER_BYTES 16u
@@ -69,15 +70,6 @@ struct qrl_trace_record {
     uint32_t *site_len;
     uint64_t *scale_prefix, *bit_prefix;           /* byte offset of site s in a token */
 };
-
-static uint32_t crc32_ieee(const uint8_t *p, size_t n) {
-    uint32_t c = 0xFFFFFFFFu;
-    for (size_t i = 0; i < n; i++) {
-        c ^= p[i];
-        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0xEDB88320u & (0u - (c & 1u)));
-    }
-    return ~c;
-}
 
 static uint32_t ld32(const uint8_t *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -185,7 +177,7 @@ qrl_status qrl_trace_record_encode(uint32_t n_tokens, uint32_t n_sites, const ui
             if (e->len % 8) bp[nb - 1] &= (uint8_t)((1u << (e->len % 8)) - 1); /* padding */
             bp += nb;
         }
-    st32(bp, crc32_ieee(buf, size - 4));
+    st32(bp, qrl_crc32(0, buf, size - 4));
     *written = size;
     return QRL_OK;
 }
@@ -243,7 +235,7 @@ qrl_status qrl_trace_record_decode(const uint8_t *buf, size_t len, qrl_trace_rec
                            (unsigned long long)total);
         goto fail;
     }
-    uint32_t crc = crc32_ieee(buf, len - 4), want = ld32(buf + len - 4);
+    uint32_t crc = qrl_crc32(0, buf, len - 4), want = ld32(buf + len - 4);
     if (crc != want) {
         st = qrl_error_set(err, C, "trace record: crc32 mismatch at offset %zu (stored "
                            "0x%08x, computed 0x%08x)", len - 4, want, crc);

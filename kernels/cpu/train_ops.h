@@ -102,7 +102,9 @@ typedef struct qrl_train_rope_config {
 } qrl_train_rope_config;
 
 /* inv_freq[hd / 2]: 1 / theta^(2j / hd) in F32 (HF builds it as a float32 tensor), then
- * scaled as transformers' _compute_llama3_parameters / linear scaling.  hd even. */
+ * scaled as transformers' _compute_llama3_parameters / linear scaling.  hd even.  Computed
+ * by the inference model's qrl_cpu_rope_inv_freq (cpu/ops.h), so both sides agree bit for
+ * bit; this adds checks of the scaling parameters. */
 void qrl_train_rope_inv_freq(float *inv_freq, int hd, const qrl_train_rope_config *cfg);
 /* cos/sin[T, hd / 2] of angle = (float)pos[t] * inv_freq[j] (the product in F32, as HF's
  * float32 matmul of inv_freq and position_ids).  Explicit position ids let packed

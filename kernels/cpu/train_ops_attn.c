@@ -5,6 +5,7 @@
 #include <stddef.h>
 #include <string.h>
 
+#include "cpu/ops.h"
 #include "cpu/train_ops.h"
 #include "cpu/train_internal.h"
 
@@ -12,35 +13,25 @@
 
 void qrl_train_rope_inv_freq(float *inv_freq, int hd, const qrl_train_rope_config *cfg) {
     QRL_CHECK(hd > 0 && hd % 2 == 0 && cfg->theta > 0.0);
-    for (int j = 0; j < hd / 2; j++) {
-        /* HF: 1.0 / (base ** (torch.arange(0, dim, 2).float() / dim)), float32 tensors */
-        float expo = (float)(2 * j) / (float)hd;
-        float f = 1.0f / powf((float)cfg->theta, expo);
-        if (cfg->scaling == QRL_TRAIN_ROPE_SCALING_LINEAR) {
-            QRL_CHECK(cfg->factor > 0.0);
-            f = (float)(f / cfg->factor);
-        } else if (cfg->scaling == QRL_TRAIN_ROPE_SCALING_LLAMA3) {
-            /* transformers _compute_llama3_parameters: wavelengths longer than
-             * old_ctx / low_freq_factor are divided by factor, shorter than
-             * old_ctx / high_freq_factor kept, the band between interpolated. */
-            QRL_CHECK(cfg->factor > 0.0 && cfg->high_freq_factor > cfg->low_freq_factor &&
-                      cfg->original_max_position > 0);
-            double old_ctx = cfg->original_max_position;
-            double low_wavelen = old_ctx / cfg->low_freq_factor;
-            double high_wavelen = old_ctx / cfg->high_freq_factor;
-            double wavelen = 2.0 * M_PI / f;
-            double fd = f;
-            if (wavelen > low_wavelen) {
-                fd = fd / cfg->factor;
-            } else if (!(wavelen < high_wavelen)) {
-                double smooth = (old_ctx / wavelen - cfg->low_freq_factor) /
-                                (cfg->high_freq_factor - cfg->low_freq_factor);
-                fd = (1.0 - smooth) * fd / cfg->factor + smooth * fd;
-            }
-            f = (float)fd;
-        }
-        inv_freq[j] = f;
+    qrl_rope_params p = {.theta = cfg->theta, .scaling = QRL_ROPE_SCALING_NONE};
+    switch (cfg->scaling) {
+    case QRL_TRAIN_ROPE_SCALING_NONE: break;
+    case QRL_TRAIN_ROPE_SCALING_LINEAR:
+        QRL_CHECK(cfg->factor > 0.0);
+        p.scaling = QRL_ROPE_SCALING_LINEAR;
+        p.factor = cfg->factor;
+        break;
+    case QRL_TRAIN_ROPE_SCALING_LLAMA3:
+        QRL_CHECK(cfg->factor > 0.0 && cfg->high_freq_factor > cfg->low_freq_factor &&
+                  cfg->original_max_position > 0);
+        p = (qrl_rope_params){.theta = cfg->theta, .scaling = QRL_ROPE_SCALING_LLAMA3,
+                              .factor = cfg->factor, .low_freq_factor = cfg->low_freq_factor,
+                              .high_freq_factor = cfg->high_freq_factor,
+                              .original_max_position = cfg->original_max_position};
+        break;
     }
+    /* the inference model's frequencies: one formula, so training and rollout agree */
+    qrl_cpu_rope_inv_freq(inv_freq, hd, &p);
 }
 
 void qrl_train_rope_cos_sin(float *cos_t, float *sin_t, const int32_t *pos,
