@@ -21,8 +21,9 @@ static __device__ __forceinline__ void unpack8(uint4 u, float f[8]) {
  * per step, and U steps are loaded before any is used (bytes in flight).  Scores are in
  * the log2 domain (scale * log2 e folded into q). */
 template <int HD, int GT>
-static __global__ void __launch_bounds__(WARPS * 32)
-attn_split_kernel(qrl_cuda_attention_args a, float scale_log2, int chunk, int n_splits) {
+static __global__ void __launch_bounds__(WARPS * 32, GT <= 4 ? 4 : 2)
+attn_split_kernel(qrl_cuda_attention_args a, float scale_log2, int chunk, int n_splits,
+                  int bs_shift) {
     constexpr int LPR = HD / 8, PPW = 32 / LPR, U = 4, SLOTS = WARPS * PPW;
     __shared__ float sm_m[SLOTS][GT], sm_l[SLOTS][GT];
     __shared__ float sm_acc[SLOTS][GT][HD + 1];
@@ -53,8 +54,11 @@ attn_split_kernel(qrl_cuda_attention_args a, float scale_log2, int chunk, int n_
         for (int u = 0; u < U; u++) {
             int p = p0 + u * PPW + sub;
             if (p < end) {
-                size_t off = ((size_t)table[p / a.block_size] * a.block_size + p % a.block_size) *
-                                 row_stride + (size_t)kvh * HD + part * 8;
+                /* power-of-two block sizes (the usual 16) avoid an integer division */
+                int bi = bs_shift >= 0 ? p >> bs_shift : p / a.block_size;
+                int bo = bs_shift >= 0 ? p & (a.block_size - 1) : p % a.block_size;
+                size_t off = ((size_t)table[bi] * a.block_size + bo) * row_stride +
+                             (size_t)kvh * HD + part * 8;
                 kr[u] = *(const uint4 *)(a.k_cache + off);
                 vr[u] = *(const uint4 *)(a.v_cache + off);
             }
@@ -77,12 +81,21 @@ attn_split_kernel(qrl_cuda_attention_args a, float scale_log2, int chunk, int n_
                 unpack8(vr[u], vf);
 #pragma unroll
                 for (int g = 0; g < GT; g++) {
-                    float mn = fmaxf(m[g], sc[g]);
-                    float c = exp2f(m[g] - mn), pr = exp2f(sc[g] - mn);
-                    l[g] = l[g] * c + pr;
+                    /* rescale only when the running max grows (rare after the first
+                     * positions): one exponential per position instead of two */
+                    float pr = 1.0f;
+                    if (sc[g] > m[g]) {
+                        float c = exp2f(m[g] - sc[g]);
+                        l[g] *= c;
 #pragma unroll
-                    for (int i = 0; i < 8; i++) acc[g][i] = fmaf(acc[g][i], c, pr * vf[i]);
-                    m[g] = mn;
+                        for (int i = 0; i < 8; i++) acc[g][i] *= c;
+                        m[g] = sc[g];
+                    } else {
+                        pr = exp2f(sc[g] - m[g]);
+                    }
+                    l[g] += pr;
+#pragma unroll
+                    for (int i = 0; i < 8; i++) acc[g][i] = fmaf(pr, vf[i], acc[g][i]);
                 }
             }
         }
@@ -139,11 +152,13 @@ size_t qrl_cuda_attention_work_floats(int n, int n_heads, int head_dim, int max_
 template <int HD>
 static void launch_hd(const qrl_cuda_attention_args *a, int gt, dim3 grid, float sl2, int chunk,
                       int ns, cudaStream_t st) {
+    int sh = -1;
+    for (int k = 0; k < 31; k++) if (a->block_size == 1 << k) sh = k;
     switch (gt) {
-    case 1: attn_split_kernel<HD, 1><<<grid, WARPS * 32, 0, st>>>(*a, sl2, chunk, ns); break;
-    case 2: attn_split_kernel<HD, 2><<<grid, WARPS * 32, 0, st>>>(*a, sl2, chunk, ns); break;
-    case 4: attn_split_kernel<HD, 4><<<grid, WARPS * 32, 0, st>>>(*a, sl2, chunk, ns); break;
-    default: attn_split_kernel<HD, 8><<<grid, WARPS * 32, 0, st>>>(*a, sl2, chunk, ns); break;
+    case 1: attn_split_kernel<HD, 1><<<grid, WARPS * 32, 0, st>>>(*a, sl2, chunk, ns, sh); break;
+    case 2: attn_split_kernel<HD, 2><<<grid, WARPS * 32, 0, st>>>(*a, sl2, chunk, ns, sh); break;
+    case 4: attn_split_kernel<HD, 4><<<grid, WARPS * 32, 0, st>>>(*a, sl2, chunk, ns, sh); break;
+    default: attn_split_kernel<HD, 8><<<grid, WARPS * 32, 0, st>>>(*a, sl2, chunk, ns, sh); break;
     }
 }
 
