@@ -24,6 +24,9 @@ int main(void) {
 #else
 #include <cuda_runtime.h>
 
+#include "cuda/attention.cuh"
+#include "cuda/gemm.cuh"
+#include "cuda/pointwise.cuh"
 #include "model/forward_cuda.h"
 
 #define REPEATS 10
@@ -67,6 +70,79 @@ static double copy_bandwidth(void) {
     cudaEventDestroy(e0);
     cudaEventDestroy(e1);
     return 2.0 * bytes / (ms[5] * 1e-3);
+}
+
+/* Where the step time goes: the step's GEMMs alone (same shapes, back to back) and the
+ * attention launcher alone (one layer's K/V of `batch` x `ctx` positions, run n_layers
+ * times), each timed with events, median of 5. */
+static void breakdown(int layers, int B, int ctx, double *gemm_ms, double *attn_ms) {
+    qrl_error err;
+    const int D = 2560, F = 9728, Q = 4096, KV = 1024, V = 151936, H = 32, KVH = 8, HD = 128;
+    size_t wmax = (size_t)V * D;
+    uint16_t *w, *x, *kc;
+    float *y, *q, *work;
+    int32_t *tab, *rseq, *rpos;
+    int mb = (ctx + BS) / BS;
+    size_t kvn = (size_t)B * mb * BS * KV;
+    size_t wf = qrl_cuda_attention_work_floats(B, H, HD, ctx + 1);
+    CK(cudaMalloc((void **)&w, wmax * 2));
+    CK(cudaMalloc((void **)&x, (size_t)B * F * 2));
+    CK(cudaMalloc((void **)&y, (size_t)B * V * 4));
+    CK(cudaMalloc((void **)&kc, 2 * kvn * 2));
+    CK(cudaMalloc((void **)&q, (size_t)B * Q * 4));
+    CK(cudaMalloc((void **)&work, wf * 4));
+    CK(cudaMalloc((void **)&tab, (size_t)B * mb * 4 + 2 * (size_t)B * 4));
+    rseq = tab + (size_t)B * mb;
+    rpos = rseq + B;
+    int32_t *h = malloc(((size_t)B * mb + 2 * (size_t)B) * 4);
+    for (size_t i = 0; i < (size_t)B * mb; i++) h[i] = (int32_t)i;
+    for (int i = 0; i < B; i++) h[(size_t)B * mb + i] = i, h[(size_t)B * mb + B + i] = ctx;
+    CK(cudaMemcpy(tab, h, ((size_t)B * mb + 2 * (size_t)B) * 4, cudaMemcpyHostToDevice));
+    free(h);
+    QK(qrl_cuda_fill_random_bf16(w, wmax, 5, 0, 0.02f, NULL, &err));
+    QK(qrl_cuda_fill_random_bf16(x, (size_t)B * F, 6, 0, 1, NULL, &err));
+    QK(qrl_cuda_fill_random_bf16(kc, 2 * kvn, 7, 0, 1, NULL, &err));
+    qrl_cuda_gemm *g;
+    QK(qrl_cuda_gemm_new(&g, &err));
+    cudaEvent_t e0, e1, e2;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    CK(cudaEventCreate(&e2));
+    float tg[5], ta[5];
+    qrl_cuda_attention_args a = {.out = x, .q = q, .k_cache = kc, .v_cache = kc + kvn,
+                                 .block_tables = tab, .max_blocks_per_seq = mb, .block_size = BS,
+                                 .row_seq = rseq, .row_pos = rpos, .n = B, .n_heads = H,
+                                 .n_kv_heads = KVH, .head_dim = HD, .scale = 0.088f,
+                                 .max_len = ctx + 1, .work = work, .work_floats = wf};
+    const size_t M = (size_t)1 << 20;
+    for (int it = -1; it < 5; it++) {
+        /* one 200 MB weight region reused per layer: 36 x 200 MB >> L2, no cache reuse */
+        CK(cudaEventRecord(e0, 0));
+        for (int l = 0; l < layers; l++) {
+            QK(qrl_cuda_gemm_bf16(g, y, x, w, B, D, Q + 2 * KV, NULL, &err));
+            QK(qrl_cuda_gemm_bf16(g, y, x, w + 16 * M, B, Q, D, NULL, &err));
+            QK(qrl_cuda_gemm_bf16(g, y, x, w + 40 * M, B, D, 2 * F, NULL, &err));
+            QK(qrl_cuda_gemm_bf16(g, y, x, w + 100 * M, B, F, D, NULL, &err));
+        }
+        QK(qrl_cuda_gemm_bf16(g, y, x, w, B, D, V, NULL, &err));
+        CK(cudaEventRecord(e1, 0));
+        for (int l = 0; l < layers; l++) QK(qrl_cuda_attention(&a, NULL, &err));
+        CK(cudaEventRecord(e2, 0));
+        CK(cudaEventSynchronize(e2));
+        if (it >= 0) {
+            CK(cudaEventElapsedTime(&tg[it], e0, e1));
+            CK(cudaEventElapsedTime(&ta[it], e1, e2));
+        }
+    }
+    qsort(tg, 5, sizeof *tg, cmp_f);
+    qsort(ta, 5, sizeof *ta, cmp_f);
+    *gemm_ms = tg[2];
+    *attn_ms = ta[2];
+    qrl_cuda_gemm_free(g);
+    cudaFree(w); cudaFree(x); cudaFree(y); cudaFree(kc); cudaFree(q); cudaFree(work); cudaFree(tab);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    cudaEventDestroy(e2);
 }
 
 int main(int argc, char **argv) {
@@ -125,7 +201,7 @@ int main(int argc, char **argv) {
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    double res[N_SHAPES][5]; /* ms, GB moved, GB/s, floor ms, floor/ms */
+    double res[N_SHAPES][7]; /* ms, GB moved, GB/s, floor ms, floor/ms, gemm ms, attn ms */
     for (int s = 0; s < N_SHAPES; s++) {
         int B = SHAPES[s].batch, ctx = SHAPES[s].ctx;
         for (int i = 0; i < B; i++) {
@@ -159,6 +235,10 @@ int main(int argc, char **argv) {
                 ms[REPEATS - 1]);
         for (int i = 0; i < B; i++) qrl_cuda_forward_seq_free(f, seqs[i]);
     }
+    qrl_cuda_forward_free(f);
+    /* Breakdown (device memory free again): the GEMMs alone and the attention alone. */
+    for (int s = 0; s < N_SHAPES; s++)
+        breakdown(cfg.n_layers, SHAPES[s].batch, SHAPES[s].ctx, &res[s][5], &res[s][6]);
     FILE *jf = fopen(out, "w");
     if (jf) {
         fprintf(jf, "{\n  \"device\": \"%s\",\n  \"copy_bandwidth_gbps\": %.1f,\n  \"layers\": %d,\n"
@@ -166,23 +246,25 @@ int main(int argc, char **argv) {
                 "  \"shapes\": [\n", prop.name, bw / 1e9, cfg.n_layers, wbytes, kvpos, REPEATS);
         for (int s = 0; s < N_SHAPES; s++)
             fprintf(jf, "    {\"batch\": %d, \"context\": %d, \"ms_per_step\": %.4f, \"gb_per_step\": %.3f, "
-                    "\"achieved_gbps\": %.1f, \"floor_ms\": %.4f, \"fraction_of_floor_speed\": %.3f}%s\n",
+                    "\"achieved_gbps\": %.1f, \"floor_ms\": %.4f, \"fraction_of_floor_speed\": %.3f, "
+                    "\"gemm_only_ms\": %.4f, \"attention_only_ms\": %.4f}%s\n",
                     SHAPES[s].batch, SHAPES[s].ctx, res[s][0], res[s][1], res[s][2], res[s][3],
-                    res[s][4], s + 1 < N_SHAPES ? "," : "");
+                    res[s][4], res[s][5], res[s][6], s + 1 < N_SHAPES ? "," : "");
         fprintf(jf, "  ]\n}\n");
         fclose(jf);
     } else {
         fprintf(stderr, "cannot write %s\n", out);
     }
-    printf("%-10s %10s %10s %10s %10s %8s\n", "batch×ctx", "ms/step", "GB/step", "GB/s", "floor ms",
-           "floor/t");
+    printf("%-10s %9s %8s %7s %9s %8s %9s %8s %9s %8s\n", "batch×ctx", "ms/step", "GB/step",
+           "GB/s", "floor ms", "floor/t", "gemm ms", "GB/s", "attn ms", "GB/s");
     for (int s = 0; s < N_SHAPES; s++) {
         char name[32];
         snprintf(name, sizeof name, "%dx%d", SHAPES[s].batch, SHAPES[s].ctx);
-        printf("%-10s %10.3f %10.2f %10.0f %10.3f %7.1f%%\n", name, res[s][0], res[s][1], res[s][2],
-               res[s][3], 100 * res[s][4]);
+        double kvgb = res[s][1] - wbytes / 1e9;
+        printf("%-10s %9.3f %8.2f %7.0f %9.3f %7.1f%% %9.3f %8.0f %9.3f %8.0f\n", name, res[s][0],
+               res[s][1], res[s][2], res[s][3], 100 * res[s][4], res[s][5],
+               wbytes / 1e9 / (res[s][5] * 1e-3), res[s][6], kvgb / (res[s][6] * 1e-3));
     }
-    qrl_cuda_forward_free(f);
     free(seqs); free(tok); free(gt); free(lp);
     return 0;
 }
