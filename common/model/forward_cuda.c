@@ -1,0 +1,466 @@
+/* CUDA forward pass, BF16 path (see forward_cuda.h). */
+#ifdef QRL_HAVE_CUDA
+#include "model/forward_cuda.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/ops.h"
+#include "cuda/attention.cuh"
+#include "cuda/gemm.cuh"
+#include "cuda/norm.cuh"
+#include "cuda/pointwise.cuh"
+#include "cuda/rope_kv.cuh"
+
+typedef struct layer_dev {
+    uint16_t *attn_norm, *wqkv, *bqkv, *wo, *bo, *q_norm, *k_norm, *ffn_norm, *wgu, *wdown;
+} layer_dev;
+
+struct qrl_cuda_forward {
+    qrl_model_config cfg;
+    qrl_cuda_forward_desc d;
+    int max_blocks;                 /* per sequence */
+    cudaStream_t stream;
+    qrl_cuda_gemm *gemm;
+    uint16_t *warena;               /* every weight, BF16 */
+    size_t warena_elems;
+    layer_dev *layers;
+    uint16_t *embed, *final_norm, *lm_head;
+    float *cos_tab, *sin_tab;       /* [max_ctx, head_dim / 2] */
+    uint16_t *kv;                   /* [layers][2][n_blocks, bs, KVH, hd] */
+    size_t kv_layer_elems;          /* one of K or V for one layer */
+    int32_t *d_tables;              /* [max_seqs, max_blocks] */
+    int32_t *d_meta;                /* [3, max_rows]: tokens, row_seq, row_pos */
+    int32_t *d_tok;                 /* [max_rows] greedy outputs */
+    float *d_lp;
+    float *x, *proj, *q, *logits, *work;
+    uint16_t *xb, *att;
+    size_t work_floats;
+    /* host bookkeeping */
+    int32_t *h_tables, *h_meta, *seq_len, *seq_blocks, *free_blocks;
+    unsigned char *seq_used;
+    int n_free;
+};
+
+static qrl_status cuda_st(cudaError_t e, const char *what, qrl_error *err) {
+    if (e == cudaSuccess) return QRL_OK;
+    return qrl_error_set(err, QRL_STATUS_CUDA, "cuda forward: %s: %s", what, cudaGetErrorString(e));
+}
+
+static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+void *qrl_cuda_forward_stream(const qrl_cuda_forward *f) { return f->stream; }
+
+size_t qrl_cuda_forward_kv_bytes_per_pos(const qrl_cuda_forward *f) {
+    return (size_t)f->cfg.n_layers * 2 * f->cfg.n_kv_heads * f->cfg.head_dim * 2;
+}
+
+size_t qrl_cuda_forward_weight_bytes(const qrl_cuda_forward *f) {
+    const qrl_model_config *c = &f->cfg;
+    size_t embed = (size_t)c->vocab_size * c->dim;
+    size_t total = f->warena_elems - (c->tie_embeddings ? 0 : embed);
+    return total * 2; /* tied: the table is read as the LM head */
+}
+
+qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forward_desc *d,
+                                qrl_cuda_forward **out, qrl_error *err) {
+    *out = NULL;
+    if (d->max_rows <= 0 || d->max_ctx <= 0 || d->block_size <= 0 || d->n_blocks <= 0 ||
+        d->max_seqs <= 0)
+        return qrl_error_set(err, QRL_STATUS_OUT_OF_RANGE,
+                             "cuda forward: max_rows=%d max_ctx=%d block_size=%d n_blocks=%d "
+                             "max_seqs=%d must be > 0",
+                             d->max_rows, d->max_ctx, d->block_size, d->n_blocks, d->max_seqs);
+    int hd = cfg->head_dim;
+    if ((hd != 8 && hd != 16 && hd != 32 && hd != 64 && hd != 128 && hd != 256) ||
+        cfg->n_heads / cfg->n_kv_heads > 8)
+        return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
+                             "cuda forward: head_dim %d / %d q heads per kv head (supported: "
+                             "8..256 powers of two, <= 8)", hd, cfg->n_heads / cfg->n_kv_heads);
+    qrl_cuda_forward *f = calloc(1, sizeof *f);
+    if (!f) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: out of memory");
+    qrl_status st = QRL_OK;
+    f->cfg = *cfg;
+    f->d = *d;
+    if (f->d.max_ctx > cfg->max_seq_len) f->d.max_ctx = cfg->max_seq_len;
+    f->max_blocks = (f->d.max_ctx + d->block_size - 1) / d->block_size;
+    size_t D = cfg->dim, F = cfg->hidden_dim, V = cfg->vocab_size, L = cfg->n_layers,
+           Q = (size_t)cfg->n_heads * hd, KV = (size_t)cfg->n_kv_heads * hd, R = d->max_rows;
+    size_t W = Q + 2 * KV;
+    size_t per_layer = 2 * D + W * D + (cfg->qkv_bias ? W : 0) + D * Q + (cfg->o_bias ? D : 0) +
+                       (cfg->qk_norm ? 2 * (size_t)hd : 0) + 2 * F * D + D * F;
+    f->warena_elems = V * D + D + (cfg->tie_embeddings ? 0 : V * D) + L * per_layer;
+    f->kv_layer_elems = (size_t)d->n_blocks * d->block_size * KV;
+    f->work_floats = qrl_cuda_attention_work_floats((int)R, cfg->n_heads, hd, f->d.max_ctx);
+    size_t act_floats = R * D + R * max_sz(max_sz(W, 2 * F), D) + R * Q + R * V + f->work_floats +
+                        R;
+    size_t act_bf16 = R * max_sz(D, F) + R * Q;
+    size_t half = hd / 2;
+
+    f->layers = calloc(L, sizeof *f->layers);
+    f->h_tables = malloc((size_t)d->max_seqs * f->max_blocks * sizeof(int32_t));
+    f->h_meta = malloc(3 * R * sizeof(int32_t));
+    f->seq_len = calloc(d->max_seqs, sizeof(int32_t));
+    f->seq_blocks = calloc(d->max_seqs, sizeof(int32_t));
+    f->seq_used = calloc(d->max_seqs, 1);
+    f->free_blocks = malloc((size_t)d->n_blocks * sizeof(int32_t));
+    if (!f->layers || !f->h_tables || !f->h_meta || !f->seq_len || !f->seq_blocks ||
+        !f->seq_used || !f->free_blocks) {
+        st = qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: out of host memory");
+        goto fail;
+    }
+    memset(f->h_tables, 0, (size_t)d->max_seqs * f->max_blocks * sizeof(int32_t));
+    for (int i = 0; i < d->n_blocks; i++) f->free_blocks[i] = d->n_blocks - 1 - i;
+    f->n_free = d->n_blocks;
+
+    QRL_TRY_GOTO(cuda_st(cudaStreamCreateWithFlags(&f->stream, cudaStreamNonBlocking),
+                         "stream", err), fail);
+    QRL_TRY_GOTO(qrl_cuda_gemm_new(&f->gemm, err), fail);
+    struct { void **p; size_t bytes; const char *what; } allocs[] = {
+        {(void **)&f->warena, f->warena_elems * 2, "weights"},
+        {(void **)&f->kv, L * 2 * f->kv_layer_elems * 2, "kv pool"},
+        {(void **)&f->cos_tab, 2 * (size_t)f->d.max_ctx * half * 4, "rope tables"},
+        {(void **)&f->d_tables, (size_t)d->max_seqs * f->max_blocks * 4, "block tables"},
+        {(void **)&f->d_meta, 3 * R * 4 + R * 4, "row metadata"},
+        {(void **)&f->x, act_floats * 4, "activations"},
+        {(void **)&f->xb, act_bf16 * 2, "bf16 activations"},
+    };
+    for (size_t i = 0; i < sizeof allocs / sizeof *allocs; i++) {
+        cudaError_t e = cudaMalloc(allocs[i].p, allocs[i].bytes);
+        if (e != cudaSuccess) {
+            st = qrl_error_set(err, QRL_STATUS_CUDA, "cuda forward: cannot allocate %zu MiB for %s: %s",
+                               allocs[i].bytes >> 20, allocs[i].what, cudaGetErrorString(e));
+            goto fail;
+        }
+    }
+    f->sin_tab = f->cos_tab + (size_t)f->d.max_ctx * half;
+    f->d_tok = f->d_meta + 3 * R;
+    f->proj = f->x + R * D;
+    f->q = f->proj + R * max_sz(max_sz(W, 2 * F), D);
+    f->logits = f->q + R * Q;
+    f->work = f->logits + R * V;
+    f->d_lp = f->work + f->work_floats;
+    f->att = f->xb + R * max_sz(D, F);
+    QRL_TRY_GOTO(cuda_st(cudaMemset(f->d_tables, 0, (size_t)d->max_seqs * f->max_blocks * 4),
+                         "memset", err), fail);
+    /* Carve the weight arena (the order upload and init_random fill). */
+    uint16_t *p = f->warena;
+    f->embed = p; p += V * D;
+    f->final_norm = p; p += D;
+    f->lm_head = f->embed;
+    if (!cfg->tie_embeddings) { f->lm_head = p; p += V * D; }
+    for (size_t l = 0; l < L; l++) {
+        layer_dev *w = &f->layers[l];
+        w->attn_norm = p; p += D;
+        w->ffn_norm = p; p += D;
+        w->wqkv = p; p += W * D;
+        if (cfg->qkv_bias) { w->bqkv = p; p += W; }
+        w->wo = p; p += D * Q;
+        if (cfg->o_bias) { w->bo = p; p += D; }
+        if (cfg->qk_norm) { w->q_norm = p; p += hd; w->k_norm = p; p += hd; }
+        w->wgu = p; p += 2 * F * D;
+        w->wdown = p; p += D * F;
+    }
+    QRL_CHECK((size_t)(p - f->warena) == f->warena_elems);
+    *out = f;
+    return QRL_OK;
+fail:
+    qrl_cuda_forward_free(f);
+    return st;
+}
+
+void qrl_cuda_forward_free(qrl_cuda_forward *f) {
+    if (!f) return;
+    cudaFree(f->warena); cudaFree(f->kv); cudaFree(f->cos_tab); cudaFree(f->d_tables);
+    cudaFree(f->d_meta); cudaFree(f->x); cudaFree(f->xb);
+    qrl_cuda_gemm_free(f->gemm);
+    if (f->stream) cudaStreamDestroy(f->stream);
+    free(f->layers); free(f->h_tables); free(f->h_meta); free(f->seq_len); free(f->seq_blocks);
+    free(f->seq_used); free(f->free_blocks);
+    free(f);
+}
+
+/* F32 host -> BF16 device, through a host staging buffer. */
+static qrl_status put(uint16_t *dst, const float *src, size_t n, uint16_t *stage, qrl_error *err) {
+    for (size_t i = 0; i < n; i++) stage[i] = qrl_cpu_bf16_store(src[i]);
+    return cuda_st(cudaMemcpy(dst, stage, n * 2, cudaMemcpyHostToDevice), "upload", err);
+}
+
+static qrl_status rope_tables(qrl_cuda_forward *f, const float *inv_freq, qrl_error *err) {
+    int half = f->cfg.head_dim / 2, T = f->d.max_ctx;
+    float *h = malloc((size_t)2 * T * half * sizeof(float));
+    if (!h) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: rope tables");
+    for (int t = 0; t < T; t++)
+        qrl_cpu_rope_cos_sin(h + (size_t)t * half, h + ((size_t)T + t) * half, inv_freq, half, t);
+    qrl_status st = cuda_st(cudaMemcpy(f->cos_tab, h, (size_t)2 * T * half * 4,
+                                       cudaMemcpyHostToDevice), "rope upload", err);
+    free(h);
+    return st;
+}
+
+qrl_status qrl_cuda_forward_upload(qrl_cuda_forward *f, const qrl_model *m, qrl_error *err) {
+    const qrl_model_config *c = &m->cfg, *e = &f->cfg;
+    if (c->dim != e->dim || c->hidden_dim != e->hidden_dim || c->n_layers != e->n_layers ||
+        c->n_heads != e->n_heads || c->n_kv_heads != e->n_kv_heads || c->head_dim != e->head_dim ||
+        c->vocab_size != e->vocab_size || c->qkv_bias != e->qkv_bias || c->o_bias != e->o_bias ||
+        c->qk_norm != e->qk_norm || c->tie_embeddings != e->tie_embeddings)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "cuda forward upload: model config differs from the engine's");
+    size_t D = c->dim, F = c->hidden_dim, V = c->vocab_size, hd = c->head_dim,
+           Q = (size_t)c->n_heads * hd, KV = (size_t)c->n_kv_heads * hd;
+    uint16_t *stage = malloc(max_sz(V * D, max_sz(2 * F * D, (Q + 2 * KV) * D)) * 2);
+    if (!stage) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: upload staging");
+    qrl_status st;
+    QRL_TRY_GOTO(put(f->embed, m->tok_embedding, V * D, stage, err), done);
+    QRL_TRY_GOTO(put(f->final_norm, m->final_norm, D, stage, err), done);
+    if (!c->tie_embeddings) QRL_TRY_GOTO(put(f->lm_head, m->lm_head, V * D, stage, err), done);
+    for (int l = 0; l < c->n_layers; l++) {
+        const qrl_layer_weights *w = &m->layers[l];
+        layer_dev *g = &f->layers[l];
+        QRL_TRY_GOTO(put(g->attn_norm, w->attn_norm, D, stage, err), done);
+        QRL_TRY_GOTO(put(g->ffn_norm, w->ffn_norm, D, stage, err), done);
+        QRL_TRY_GOTO(put(g->wqkv, w->wq, Q * D, stage, err), done);
+        QRL_TRY_GOTO(put(g->wqkv + Q * D, w->wk, KV * D, stage, err), done);
+        QRL_TRY_GOTO(put(g->wqkv + (Q + KV) * D, w->wv, KV * D, stage, err), done);
+        if (c->qkv_bias) {
+            QRL_TRY_GOTO(put(g->bqkv, w->bq, Q, stage, err), done);
+            QRL_TRY_GOTO(put(g->bqkv + Q, w->bk, KV, stage, err), done);
+            QRL_TRY_GOTO(put(g->bqkv + Q + KV, w->bv, KV, stage, err), done);
+        }
+        QRL_TRY_GOTO(put(g->wo, w->wo, D * Q, stage, err), done);
+        if (c->o_bias) QRL_TRY_GOTO(put(g->bo, w->bo, D, stage, err), done);
+        if (c->qk_norm) {
+            QRL_TRY_GOTO(put(g->q_norm, w->q_norm, hd, stage, err), done);
+            QRL_TRY_GOTO(put(g->k_norm, w->k_norm, hd, stage, err), done);
+        }
+        QRL_TRY_GOTO(put(g->wgu, w->w_gate, F * D, stage, err), done);
+        QRL_TRY_GOTO(put(g->wgu + F * D, w->w_up, F * D, stage, err), done);
+        QRL_TRY_GOTO(put(g->wdown, w->w_down, D * F, stage, err), done);
+    }
+    st = rope_tables(f, m->rope_inv_freq, err);
+done:
+    free(stage);
+    return st;
+}
+
+qrl_status qrl_cuda_forward_init_random(qrl_cuda_forward *f, uint64_t seed, qrl_error *err) {
+    const qrl_model_config *c = &f->cfg;
+    float std = 0.02f * sqrtf(768.0f / (float)c->dim);
+    QRL_TRY(qrl_cuda_fill_random_bf16(f->warena, f->warena_elems, seed, 0.0f, std, f->stream, err));
+    /* norm gains near 1 */
+    QRL_TRY(qrl_cuda_fill_random_bf16(f->final_norm, c->dim, seed + 1, 1.0f, 0.1f, f->stream, err));
+    for (int l = 0; l < c->n_layers; l++) {
+        QRL_TRY(qrl_cuda_fill_random_bf16(f->layers[l].attn_norm, 2 * (size_t)c->dim, seed + 2 + l,
+                                          1.0f, 0.1f, f->stream, err));
+        if (c->qk_norm)
+            QRL_TRY(qrl_cuda_fill_random_bf16(f->layers[l].q_norm, 2 * (size_t)c->head_dim,
+                                              seed + 7 * l, 1.0f, 0.1f, f->stream, err));
+    }
+    QRL_TRY(qrl_cuda_fill_random_bf16(f->kv, (size_t)c->n_layers * 2 * f->kv_layer_elems,
+                                      seed + 99, 0.0f, 1.0f, f->stream, err));
+    float *inv = malloc(c->head_dim / 2 * sizeof(float));
+    if (!inv) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: inv_freq");
+    qrl_cpu_rope_inv_freq(inv, c->head_dim, &c->rope);
+    qrl_status st = rope_tables(f, inv, err);
+    free(inv);
+    QRL_TRY(st);
+    return cuda_st(cudaStreamSynchronize(f->stream), "init_random", err);
+}
+
+/* ---- sequences ------------------------------------------------------------------ */
+
+qrl_status qrl_cuda_forward_seq_new(qrl_cuda_forward *f, int *seq, qrl_error *err) {
+    for (int s = 0; s < f->d.max_seqs; s++)
+        if (!f->seq_used[s]) {
+            f->seq_used[s] = 1;
+            f->seq_len[s] = 0;
+            f->seq_blocks[s] = 0;
+            *seq = s;
+            return QRL_OK;
+        }
+    return qrl_error_set(err, QRL_STATUS_BUSY, "cuda forward: all %d sequence slots taken",
+                         f->d.max_seqs);
+}
+
+void qrl_cuda_forward_seq_free(qrl_cuda_forward *f, int seq) {
+    if (seq < 0 || seq >= f->d.max_seqs || !f->seq_used[seq]) return;
+    for (int i = 0; i < f->seq_blocks[seq]; i++)
+        f->free_blocks[f->n_free++] = f->h_tables[(size_t)seq * f->max_blocks + i];
+    f->seq_used[seq] = 0;
+    f->seq_len[seq] = 0;
+    f->seq_blocks[seq] = 0;
+}
+
+int qrl_cuda_forward_seq_len(const qrl_cuda_forward *f, int seq) { return f->seq_len[seq]; }
+
+/* Blocks for positions [0, n); new table entries go to the device (async, in order). */
+static qrl_status reserve(qrl_cuda_forward *f, int seq, int n, qrl_error *err) {
+    QRL_CHECK(seq >= 0 && seq < f->d.max_seqs && f->seq_used[seq]);
+    if (n > f->d.max_ctx)
+        return qrl_error_set(err, QRL_STATUS_OUT_OF_RANGE,
+                             "cuda forward: sequence %d needs %d positions, context is %d", seq,
+                             n, f->d.max_ctx);
+    int need = (n + f->d.block_size - 1) / f->d.block_size, have = f->seq_blocks[seq];
+    if (need <= have) return QRL_OK;
+    if (need - have > f->n_free)
+        return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: KV pool exhausted (%d free, "
+                             "sequence %d needs %d more)", f->n_free, seq, need - have);
+    int32_t *row = f->h_tables + (size_t)seq * f->max_blocks;
+    for (int i = have; i < need; i++) row[i] = f->free_blocks[--f->n_free];
+    f->seq_blocks[seq] = need;
+    return cuda_st(cudaMemcpyAsync(f->d_tables + (size_t)seq * f->max_blocks + have, row + have,
+                                   (size_t)(need - have) * 4, cudaMemcpyHostToDevice, f->stream),
+                   "block table upload", err);
+}
+
+qrl_status qrl_cuda_forward_seq_set_len_unwritten(qrl_cuda_forward *f, int seq, int len,
+                                                  qrl_error *err) {
+    QRL_TRY(reserve(f, seq, len, err));
+    f->seq_len[seq] = len;
+    return cuda_st(cudaStreamSynchronize(f->stream), "table sync", err);
+}
+
+/* ---- the pass ------------------------------------------------------------------- */
+
+/* Rows described by h_meta (tokens, seqs, positions) for n rows; logits (device) for rows
+ * [from, n). */
+static qrl_status run_rows(qrl_cuda_forward *f, int n, int max_len, int from, qrl_error *err) {
+    const qrl_model_config *c = &f->cfg;
+    int D = c->dim, F = c->hidden_dim, hd = c->head_dim, H = c->n_heads, KVH = c->n_kv_heads;
+    int Q = H * hd, KV = KVH * hd, R = f->d.max_rows;
+    void *s = f->stream;
+    memcpy(f->h_meta + n, f->h_meta + R, (size_t)n * 4);       /* pack to [3, n] */
+    memcpy(f->h_meta + 2 * n, f->h_meta + 2 * R, (size_t)n * 4);
+    QRL_TRY(cuda_st(cudaMemcpyAsync(f->d_meta, f->h_meta, (size_t)3 * n * 4,
+                                    cudaMemcpyHostToDevice, f->stream), "meta upload", err));
+    const int32_t *tok = f->d_meta, *rseq = f->d_meta + n, *rpos = f->d_meta + 2 * n;
+    QRL_TRY(qrl_cuda_embed(f->x, f->embed, tok, n, D, s, err));
+    for (int l = 0; l < c->n_layers; l++) {
+        const layer_dev *w = &f->layers[l];
+        uint16_t *kc = f->kv + (size_t)l * 2 * f->kv_layer_elems, *vc = kc + f->kv_layer_elems;
+        QRL_TRY(qrl_cuda_rmsnorm(f->xb, f->x, l ? f->proj : NULL, NULL, w->attn_norm, n, D,
+                                 c->norm_eps, s, err));
+        QRL_TRY(qrl_cuda_gemm_bf16(f->gemm, f->proj, f->xb, w->wqkv, n, D, Q + 2 * KV, s, err));
+        qrl_cuda_rope_kv_args ra = {
+            .qkv = f->proj, .bias = w->bqkv, .q_norm = w->q_norm, .k_norm = w->k_norm,
+            .eps = c->norm_eps, .cos_tab = f->cos_tab, .sin_tab = f->sin_tab,
+            .interleaved = c->rope.layout == QRL_ROPE_LAYOUT_INTERLEAVED, .row_seq = rseq,
+            .row_pos = rpos, .block_tables = f->d_tables, .max_blocks_per_seq = f->max_blocks,
+            .block_size = f->d.block_size, .k_cache = kc, .v_cache = vc, .q_out = f->q, .n = n,
+            .n_heads = H, .n_kv_heads = KVH, .head_dim = hd};
+        QRL_TRY(qrl_cuda_rope_kv(&ra, s, err));
+        qrl_cuda_attention_args aa = {
+            .out = f->att, .q = f->q, .k_cache = kc, .v_cache = vc, .block_tables = f->d_tables,
+            .max_blocks_per_seq = f->max_blocks, .block_size = f->d.block_size, .row_seq = rseq,
+            .row_pos = rpos, .n = n, .n_heads = H, .n_kv_heads = KVH, .head_dim = hd,
+            .scale = 1.0f / sqrtf((float)hd), .max_len = max_len, .work = f->work,
+            .work_floats = f->work_floats};
+        QRL_TRY(qrl_cuda_attention(&aa, s, err));
+        QRL_TRY(qrl_cuda_gemm_bf16(f->gemm, f->proj, f->att, w->wo, n, Q, D, s, err));
+        QRL_TRY(qrl_cuda_rmsnorm(f->xb, f->x, f->proj, w->bo, w->ffn_norm, n, D, c->norm_eps, s,
+                                 err));
+        QRL_TRY(qrl_cuda_gemm_bf16(f->gemm, f->proj, f->xb, w->wgu, n, D, 2 * F, s, err));
+        QRL_TRY(qrl_cuda_swiglu(f->xb, f->proj, n, F, s, err));
+        QRL_TRY(qrl_cuda_gemm_bf16(f->gemm, f->proj, f->xb, w->wdown, n, F, D, s, err));
+    }
+    QRL_TRY(qrl_cuda_rmsnorm(f->xb, f->x, f->proj, NULL, f->final_norm, n, D, c->norm_eps, s, err));
+    if (from < n)
+        QRL_TRY(qrl_cuda_gemm_bf16(f->gemm, f->logits, f->xb + (size_t)from * D, f->lm_head,
+                                   n - from, D, c->vocab_size, s, err));
+    return QRL_OK;
+}
+
+qrl_status qrl_cuda_forward_prefill(qrl_cuda_forward *f, int seq, const int32_t *tokens, int n,
+                                    float *logits, bool all_logits, qrl_error *err) {
+    int V = f->cfg.vocab_size, R = f->d.max_rows;
+    if (n <= 0)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "prefill: %d tokens (need >= 1)", n);
+    if (seq < 0 || seq >= f->d.max_seqs || !f->seq_used[seq])
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "prefill: sequence %d not in use", seq);
+    for (int i = 0; i < n; i++)
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                                 "prefill: token %d (index %d) is outside the vocabulary [0, %d)",
+                                 tokens[i], i, V);
+    int len = f->seq_len[seq];
+    if ((int64_t)len + n > f->d.max_ctx)
+        return qrl_error_set(err, QRL_STATUS_OUT_OF_RANGE,
+                             "prefill: %d tokens at position %d exceed the context of %d", n, len,
+                             f->d.max_ctx);
+    QRL_TRY(reserve(f, seq, len + n, err));
+    for (int c0 = 0; c0 < n; c0 += R) {
+        int rows = n - c0 < R ? n - c0 : R;
+        for (int r = 0; r < rows; r++) {
+            f->h_meta[r] = tokens[c0 + r];
+            f->h_meta[R + r] = seq;
+            f->h_meta[2 * R + r] = len + c0 + r;
+        }
+        int from = rows;
+        float *dst = NULL;
+        if (logits && all_logits) from = 0, dst = logits + (size_t)c0 * V;
+        else if (logits && c0 + rows == n) from = rows - 1, dst = logits;
+        QRL_TRY(run_rows(f, rows, len + c0 + rows, from, err));
+        if (dst)
+            QRL_TRY(cuda_st(cudaMemcpyAsync(dst, f->logits, (size_t)(rows - from) * V * 4,
+                                            cudaMemcpyDeviceToHost, f->stream), "logits", err));
+        QRL_TRY(cuda_st(cudaStreamSynchronize(f->stream), "prefill", err));
+        f->seq_len[seq] = len + c0 + rows;
+    }
+    return QRL_OK;
+}
+
+qrl_status qrl_cuda_forward_decode(qrl_cuda_forward *f, const int *seqs, const int32_t *tokens,
+                                   int batch, float *logits, int32_t *greedy_tokens,
+                                   float *greedy_logprob, qrl_error *err) {
+    int V = f->cfg.vocab_size, R = f->d.max_rows;
+    if (batch <= 0 || batch > R)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "decode: batch %d outside [1, %d] (max_rows)", batch, R);
+    int max_len = 0;
+    for (int i = 0; i < batch; i++) {
+        int s = seqs[i];
+        if (s < 0 || s >= f->d.max_seqs || !f->seq_used[s])
+            return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                                 "decode: sequence %d (batch row %d) not in use", s, i);
+        if (tokens[i] < 0 || tokens[i] >= V)
+            return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                                 "decode: token %d (batch row %d) is outside the vocabulary [0, %d)",
+                                 tokens[i], i, V);
+        for (int j = 0; j < i; j++)
+            if (seqs[j] == s)
+                return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                                     "decode: sequence %d appears twice in the batch (rows %d, %d)",
+                                     s, j, i);
+        if (f->seq_len[s] + 1 > f->d.max_ctx)
+            return qrl_error_set(err, QRL_STATUS_OUT_OF_RANGE,
+                                 "decode: sequence %d is at the context limit of %d", s, f->d.max_ctx);
+    }
+    for (int i = 0; i < batch; i++) {
+        QRL_TRY(reserve(f, seqs[i], f->seq_len[seqs[i]] + 1, err));
+        f->h_meta[i] = tokens[i];
+        f->h_meta[R + i] = seqs[i];
+        f->h_meta[2 * R + i] = f->seq_len[seqs[i]];
+        if (f->seq_len[seqs[i]] + 1 > max_len) max_len = f->seq_len[seqs[i]] + 1;
+    }
+    QRL_TRY(run_rows(f, batch, max_len, 0, err));
+    if (greedy_tokens || greedy_logprob) {
+        QRL_TRY(qrl_cuda_greedy(f->logits, batch, V, f->d_tok, f->d_lp, f->stream, err));
+        if (greedy_tokens)
+            QRL_TRY(cuda_st(cudaMemcpyAsync(greedy_tokens, f->d_tok, (size_t)batch * 4,
+                                            cudaMemcpyDeviceToHost, f->stream), "tokens", err));
+        if (greedy_logprob)
+            QRL_TRY(cuda_st(cudaMemcpyAsync(greedy_logprob, f->d_lp, (size_t)batch * 4,
+                                            cudaMemcpyDeviceToHost, f->stream), "logprob", err));
+    }
+    if (logits)
+        QRL_TRY(cuda_st(cudaMemcpyAsync(logits, f->logits, (size_t)batch * V * 4,
+                                        cudaMemcpyDeviceToHost, f->stream), "logits", err));
+    QRL_TRY(cuda_st(cudaStreamSynchronize(f->stream), "decode", err));
+    for (int i = 0; i < batch; i++) f->seq_len[seqs[i]]++;
+    return QRL_OK;
+}
+#else
+typedef int qrl_forward_cuda_unused_; /* ISO C forbids an empty translation unit */
+#endif

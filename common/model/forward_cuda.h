@@ -1,0 +1,80 @@
+/* CUDA forward pass, BF16 path (SPEC §2, §3 `bf16`, §10): the same computation as
+ * model/forward.h on the GPU, with BF16 weights, a paged BF16 KV cache in device memory
+ * and F32 accumulation.  Compiled only when QRL_HAVE_CUDA is defined.
+ *
+ * Precision: weights and the KV cache BF16; GEMM inputs (normed activations, attention
+ * output, SwiGLU output) BF16; GEMM outputs, the residual stream, q, softmax state and
+ * logits F32.  Logits therefore differ from the CPU reference by BF16 rounding (relative
+ * ~1e-2 of their spread), not bit for bit.
+ *
+ * The engine owns its KV cache (block pool + per-sequence block tables, as
+ * model/kv_cache.h, with the tables mirrored on the device).  Everything is allocated in
+ * qrl_cuda_forward_new (STYLE 6); a step allocates nothing.  Not thread-safe. */
+#ifndef QRL_MODEL_FORWARD_CUDA_H
+#define QRL_MODEL_FORWARD_CUDA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "model/model.h"
+
+typedef struct qrl_cuda_forward qrl_cuda_forward; /* opaque */
+
+typedef struct qrl_cuda_forward_desc {
+    int max_rows;    /* rows per pass: prefill chunk length = largest decode batch */
+    int max_ctx;     /* longest sequence (clamped to cfg.max_seq_len) */
+    int block_size;  /* KV positions per block */
+    int n_blocks;    /* KV blocks in the pool (shared by all sequences) */
+    int max_seqs;    /* sequence slots */
+} qrl_cuda_forward_desc;
+
+/* Allocate weights (uninitialized), KV pool, tables and activations on the current device
+ * for `cfg`.  Fill the weights with qrl_cuda_forward_upload or _init_random.  *out owned
+ * by the caller (qrl_cuda_forward_free).  Errors: OUT_OF_RANGE (non-positive desc field),
+ * UNSUPPORTED (head_dim or GQA group outside what the attention kernel handles), CUDA
+ * (out of device memory: names the bytes), NOMEM. */
+qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forward_desc *d,
+                                qrl_cuda_forward **out, qrl_error *err);
+void qrl_cuda_forward_free(qrl_cuda_forward *f);
+
+/* Copy m's F32 weights as BF16 (round to nearest even) and its rope_inv_freq tables.
+ * m's config must equal the one given to _new (dim, layers, heads, ...).
+ * Errors: INVALID_ARGUMENT (config mismatch), CUDA. */
+qrl_status qrl_cuda_forward_upload(qrl_cuda_forward *f, const qrl_model *m, qrl_error *err);
+
+/* Benchmarks: deterministic random weights (as qrl_model_init_random's scales) and random
+ * KV pool contents, generated on the device; rope tables from cfg.rope. */
+qrl_status qrl_cuda_forward_init_random(qrl_cuda_forward *f, uint64_t seed, qrl_error *err);
+
+/* Sequence slots (as qrl_kv_cache_seq_*): BUSY when all slots are taken. */
+qrl_status qrl_cuda_forward_seq_new(qrl_cuda_forward *f, int *seq, qrl_error *err);
+void qrl_cuda_forward_seq_free(qrl_cuda_forward *f, int seq);
+int qrl_cuda_forward_seq_len(const qrl_cuda_forward *f, int seq);
+/* Benchmarks: set the length to `len`, reserving blocks, without writing K/V (the pool
+ * holds whatever was there: random after _init_random).  Errors: OUT_OF_RANGE, NOMEM. */
+qrl_status qrl_cuda_forward_seq_set_len_unwritten(qrl_cuda_forward *f, int seq, int len,
+                                                  qrl_error *err);
+
+/* Prefill, as qrl_forward_prefill: logits are host F32 ([n, vocab] when all_logits, else
+ * [vocab]), or NULL.  Errors as qrl_forward_prefill, plus CUDA. */
+qrl_status qrl_cuda_forward_prefill(qrl_cuda_forward *f, int seq, const int32_t *tokens, int n,
+                                    float *logits, bool all_logits, qrl_error *err);
+
+/* Batched decode, as qrl_forward_decode.  logits: host F32 [batch, vocab] or NULL.
+ * greedy_tokens / greedy_logprob: host [batch] or NULL: argmax on the device and its
+ * log-softmax at T = 1 (qrl_cuda_greedy).  Returns after the results are on the host. */
+qrl_status qrl_cuda_forward_decode(qrl_cuda_forward *f, const int *seqs, const int32_t *tokens,
+                                   int batch, float *logits, int32_t *greedy_tokens,
+                                   float *greedy_logprob, qrl_error *err);
+
+/* The cudaStream_t all work runs on (benchmarks record events on it). */
+void *qrl_cuda_forward_stream(const qrl_cuda_forward *f);
+/* Weight bytes one decode step reads (all layers, final norm, LM head; not the embedding
+ * table, of which only the batch's rows are read). */
+size_t qrl_cuda_forward_weight_bytes(const qrl_cuda_forward *f);
+/* KV cache bytes per position (all layers, K and V). */
+size_t qrl_cuda_forward_kv_bytes_per_pos(const qrl_cuda_forward *f);
+
+#endif

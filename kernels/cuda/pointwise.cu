@@ -1,0 +1,118 @@
+#include "cuda/pointwise.cuh"
+
+#include <cuda_bf16.h>
+#include <math.h>
+
+#include "cuda/launch.cuh"
+
+static __global__ void embed_kernel(float *x, const uint16_t *table, const int32_t *tokens,
+                                    int d) {
+    size_t r = blockIdx.x;
+    const uint16_t *row = table + (size_t)tokens[r] * d;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) x[r * d + i] = qrl_bf16_ld_(row[i]);
+}
+
+qrl_status qrl_cuda_embed(float *x, const uint16_t *table, const int32_t *tokens, int n, int d,
+                          void *stream, qrl_error *err) {
+    if (n <= 0 || d <= 0)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "embed: n=%d d=%d", n, d);
+    embed_kernel<<<n, 256, 0, (cudaStream_t)stream>>>(x, table, tokens, d);
+    return qrl_cuda_launch_status_("embed", err);
+}
+
+static __global__ void swiglu_kernel(uint16_t *out, const float *gu, int f) {
+    size_t r = blockIdx.y;
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < f; j += gridDim.x * blockDim.x) {
+        float g = gu[r * 2 * f + j], u = gu[r * 2 * f + f + j];
+        out[r * f + j] = qrl_bf16_st_(g / (1.0f + expf(-g)) * u);
+    }
+}
+
+qrl_status qrl_cuda_swiglu(uint16_t *out, const float *gu, int n, int f, void *stream,
+                           qrl_error *err) {
+    if (n <= 0 || f <= 0 || n > 65535)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "swiglu: n=%d f=%d", n, f);
+    dim3 grid((f + 255) / 256 < 64 ? (f + 255) / 256 : 64, n);
+    swiglu_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>(out, gu, f);
+    return qrl_cuda_launch_status_("swiglu", err);
+}
+
+/* (value, index) with the CPU's order: larger value wins, equal values the lower index,
+ * NaN never (a NaN candidate loses to anything). */
+static __device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
+    if (isnan(v)) return false;
+    if (isnan(bv) || bi < 0) return true;
+    return v > bv || (v == bv && i < bi);
+}
+
+static __global__ void greedy_kernel(const float *logits, int vocab, int32_t *tokens,
+                                     float *logprob) {
+    __shared__ float sv[32];
+    __shared__ int si[32];
+    __shared__ float sh[32];
+    const float *row = logits + (size_t)blockIdx.x * vocab;
+    float bv = NAN;
+    int bi = -1;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x)
+        if (better(row[i], i, bv, bi)) bv = row[i], bi = i;
+    for (int o = 16; o; o >>= 1) {
+        float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+        int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+        if (oi >= 0 && better(ov, oi, bv, bi)) bv = ov, bi = oi;
+    }
+    int w = threadIdx.x >> 5, l = threadIdx.x & 31, nw = blockDim.x >> 5;
+    if (l == 0) sv[w] = bv, si[w] = bi;
+    __syncthreads();
+    if (w == 0) {
+        bv = l < nw ? sv[l] : NAN;
+        bi = l < nw ? si[l] : -1;
+        for (int o = 16; o; o >>= 1) {
+            float ov = __shfl_xor_sync(0xffffffffu, bv, o);
+            int oi = __shfl_xor_sync(0xffffffffu, bi, o);
+            if (oi >= 0 && better(ov, oi, bv, bi)) bv = ov, bi = oi;
+        }
+        if (l == 0) sv[0] = bv, si[0] = bi;
+    }
+    __syncthreads();
+    float mx = sv[0];
+    int tok = si[0];
+    float s = 0.0f;
+    for (int i = threadIdx.x; i < vocab; i += blockDim.x) s += expf(row[i] - mx);
+    s = qrl_block_sum_(s, sh);
+    if (threadIdx.x == 0) {
+        tokens[blockIdx.x] = tok;
+        logprob[blockIdx.x] = tok >= 0 ? -logf(s) : NAN;
+    }
+}
+
+qrl_status qrl_cuda_greedy(const float *logits, int n, int vocab, int32_t *tokens,
+                           float *logprob, void *stream, qrl_error *err) {
+    if (n <= 0 || vocab <= 0)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "greedy: n=%d vocab=%d", n, vocab);
+    greedy_kernel<<<n, 1024, 0, (cudaStream_t)stream>>>(logits, vocab, tokens, logprob);
+    return qrl_cuda_launch_status_("greedy", err);
+}
+
+static __device__ __forceinline__ uint64_t mix64(uint64_t z) { /* splitmix64 finalizer */
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+static __global__ void fill_random_kernel(uint16_t *p, size_t n, uint64_t seed, float mean,
+                                          float std) {
+    for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
+         i += (size_t)gridDim.x * blockDim.x) {
+        float u = (float)(mix64(seed * 0x9e3779b97f4a7c15ull + i) >> 40) * (1.0f / 16777216.0f);
+        p[i] = qrl_bf16_st_(mean + std * 1.7320508f * (2.0f * u - 1.0f));
+    }
+}
+
+qrl_status qrl_cuda_fill_random_bf16(uint16_t *p, size_t n, uint64_t seed, float mean, float std,
+                                     void *stream, qrl_error *err) {
+    if (n == 0) return QRL_OK;
+    size_t blocks = (n + 255) / 256;
+    fill_random_kernel<<<blocks > 8192 ? 8192 : (unsigned)blocks, 256, 0, (cudaStream_t)stream>>>(
+        p, n, seed, mean, std);
+    return qrl_cuda_launch_status_("fill_random", err);
+}

@@ -1,0 +1,39 @@
+/* Embedding lookup, SwiGLU, greedy token choice (host launchers only, STYLE 7).
+ * References: memcpy of a table row, qrl_cpu_silu_mul, qrl_cpu_argmax + log-softmax. */
+#ifndef QRL_CUDA_POINTWISE_CUH
+#define QRL_CUDA_POINTWISE_CUH
+
+#include <stdint.h>
+
+#include "core/status.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* x[r, :] = float(table[tokens[r], :]) for r in [0, n), rows of d (device pointers; token
+ * ids already validated by the caller).  Errors: CUDA (launch). */
+qrl_status qrl_cuda_embed(float *x, const uint16_t *table, const int32_t *tokens, int n, int d,
+                          void *stream, qrl_error *err);
+
+/* out[r, j] = bf16(silu(gu[r, j]) * gu[r, f + j]) for j in [0, f): gu holds the gate
+ * projection then the up projection per row ([n, 2f] F32); out [n, f] BF16. */
+qrl_status qrl_cuda_swiglu(uint16_t *out, const float *gu, int n, int f, void *stream,
+                           qrl_error *err);
+
+/* Greedy choice at T = 1 over logits [n, vocab] F32: tokens[r] = argmax (first index on
+ * ties, NaN never wins) and logprob[r] = logits[r, tok] - logsumexp(logits[r, :]) (the
+ * sum of exponentials in F32).  A full sampler (temperature, top-k/top-p, Philox) is a
+ * later step.  Errors: CUDA (launch). */
+qrl_status qrl_cuda_greedy(const float *logits, int n, int vocab, int32_t *tokens,
+                           float *logprob, void *stream, qrl_error *err);
+
+/* p[i] = bf16(mean + std * u), u uniform on [-sqrt 3, sqrt 3) (unit variance) from a hash
+ * of (seed, i): deterministic random fill for benchmarks (weights, KV pool). */
+qrl_status qrl_cuda_fill_random_bf16(uint16_t *p, size_t n, uint64_t seed, float mean, float std,
+                                     void *stream, qrl_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
