@@ -134,10 +134,11 @@ qrl_status qrl_rpc_server_start(qrl_rpc_server_t *s, qrl_error *err);
 /* The bound port (useful with port 0). */
 int qrl_rpc_server_port(const qrl_rpc_server_t *s);
 void qrl_rpc_server_get_stats(const qrl_rpc_server_t *s, qrl_rpc_server_stats *out);
-/* Stop: no new calls; open calls are cancelled (their on_close runs); then the CQ thread
- * ends, the loop handle closes, `cb` runs on the loop (may be NULL) and `s` and every call
- * handle still held are freed.  Requests not yet handed to a handler are refused with
- * UNAVAILABLE.  Never blocks the loop. */
+/* Stop: no new calls; replies already given are still sent (up to 5 s); calls the loop
+ * still holds (streams, unanswered calls) are cancelled with UNAVAILABLE and their on_close
+ * runs; requests not yet handed to a handler are refused with UNAVAILABLE.  Then the CQ
+ * thread ends, the loop handle closes, `cb` runs on the loop (may be NULL), and `s` and
+ * every call handle still held are freed.  Never blocks the loop. */
 void qrl_rpc_server_close(qrl_rpc_server_t *s, qrl_rpc_server_close_fn cb, void *user);
 
 /* ---- calls (loop thread) ------------------------------------------------------------ */

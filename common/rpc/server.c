@@ -32,6 +32,7 @@
 #include "wire/wire.h"
 
 #define ACCEPT_DEPTH 8 /* request_call()s kept outstanding: a burst is accepted at once */
+#define SHUTDOWN_GRACE_MS 5000 /* queued replies get this long to go out at close */
 
 /* ---- inbox (CQ -> loop) ------------------------------------------------------------- */
 
@@ -354,13 +355,19 @@ static void on_send(qrl_rpc_call_t *c, bool ok) {
     pump(c);
 }
 
+/* No new calls.  Calls the loop still holds (streams, unanswered calls) are cancelled now;
+ * replies already queued are sent; whatever is left after SHUTDOWN_GRACE_MS is cancelled. */
 static void begin_shutdown(qrl_rpc_server_t *s) {
     if (s->shutting_down) return;
     s->shutting_down = true;
     s->t_shutdown = (rpc_tag){TAG_SHUTDOWN, NULL};
     grpc_server_shutdown_and_notify(s->server, s->cq, &s->t_shutdown);
     s->pending_total++;
-    grpc_server_cancel_all_calls(s->server);
+    for (qrl_rpc_call_t *c = s->live; c; c = c->live_next)
+        if (c->loop_holds && !c->dead)
+            grpc_call_cancel_with_status(c->call, GRPC_STATUS_UNAVAILABLE, "server shutting down",
+                                         NULL);
+    s->grace_until = qrl_rpc_deadline_(SHUTDOWN_GRACE_MS);
 }
 
 /* Work the loop queued: replies, pushes, drops, shutdown. */
@@ -407,7 +414,13 @@ static void cq_thread_main(void *arg) {
     qrl_rpc_server_t *s = arg;
     for (int i = 0; i < ACCEPT_DEPTH; i++) accept_one(s);
     for (;;) {
-        grpc_event ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+        grpc_event ev = grpc_completion_queue_next(
+            s->cq, s->shutting_down ? s->grace_until : gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+        if (ev.type == GRPC_QUEUE_TIMEOUT) { /* grace is over: end whatever is still open */
+            grpc_server_cancel_all_calls(s->server);
+            s->grace_until = gpr_inf_future(GPR_CLOCK_MONOTONIC);
+            continue;
+        }
         QRL_CHECK(ev.type == GRPC_OP_COMPLETE);
         rpc_tag *t = ev.tag;
         qrl_rpc_call_t *c = t->call;

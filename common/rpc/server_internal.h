@@ -92,6 +92,7 @@ struct qrl_rpc_server {
     int pending_total;    /* batches outstanding, request_call and shutdown included */
     unsigned loop_calls;  /* calls the loop holds */
     bool shutting_down;
+    gpr_timespec grace_until; /* while shutting down: cancel every call after this */
     rpc_tag t_shutdown, t_kick;
     grpc_call *kick_call;
     grpc_metadata_array kick_md;
