@@ -708,7 +708,11 @@ void qrl_rpc_server_close(qrl_rpc_server_t *s, qrl_rpc_server_close_fn cb, void 
         return;
     }
     /* Never started: no thread, no call; tear down here (brief, nothing to wait for). */
+    s->t_shutdown = (rpc_tag){TAG_SHUTDOWN, NULL};
     grpc_server_shutdown_and_notify(s->server, s->cq, &s->t_shutdown);
+    grpc_event ev; /* the server may be destroyed only once its shutdown tag is out */
+    do ev = grpc_completion_queue_next(s->cq, gpr_inf_future(GPR_CLOCK_MONOTONIC), NULL);
+    while (ev.type == GRPC_OP_COMPLETE && ev.tag != &s->t_shutdown);
     grpc_server_destroy(s->server);
     grpc_channel_destroy(s->kick_channel);
     grpc_completion_queue_shutdown(s->cq);
