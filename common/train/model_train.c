@@ -1,0 +1,351 @@
+/* Whole-model forward with saved activations and backward (model_train.h), composed from
+ * the layer ops of kernels/cpu/train_ops.h in the order of common/model/forward.c:
+ *   x = embed(tokens)
+ *   per layer: h1 = rmsnorm(x); q,k,v = h1 W^T (+b); [Qwen3: head rmsnorm on q, k];
+ *              rope(q, k); a = attention; x += a Wo^T (+bo);
+ *              h2 = rmsnorm(x); x += (silu(h2 Wg^T) * (h2 Wu^T)) Wd^T
+ *   logits = rmsnorm(x) lm_head^T;  logp, entropy = fused log-softmax pass. */
+#include "train/model_train.h"
+
+#include <stdbool.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "core/alloc.h"
+#include "cpu/train_ops.h"
+
+/* Saved activations of one layer, each [max_tokens, width]. */
+typedef struct layer_act {
+    float *x_in;      /* [T, D] residual stream entering the layer */
+    float *h1, *rstd1;
+    float *q, *k, *v; /* projections (+bias), before q/k norm and rope */
+    float *qn, *kn, *rstd_q, *rstd_k; /* after head rmsnorm (qk_norm only) */
+    float *qr, *kr;   /* after rope: what attention reads */
+    float *att, *lse; /* attention output [T, Q], row lse [H, T] */
+    float *x_mid;     /* [T, D] after the attention residual */
+    float *h2, *rstd2;
+    float *gate, *up, *hm; /* [T, F] */
+} layer_act;
+
+struct qrl_model_train {
+    qrl_model *m;
+    int max_T;
+    size_t n_params;
+    float *grads;      /* arena_floats, same layout as m->arena */
+    float *block;      /* every activation and scratch buffer below */
+    layer_act *layers; /* [n_layers] */
+    float *x_final, *hf, *rstdf, *logits, *lse_v, *ent;
+    float *cos_t, *sin_t;
+    /* backward scratch */
+    float *ao, *dres, *dh, *dq, *dk, *dv, *dqn, *dkn, *datt, *dgate, *dup, *dhm;
+    int32_t *tokens, *targets, *seg;
+    int T;            /* tokens of the saved forward; 0 = none */
+};
+
+/* ---- RoPE in both layouts ------------------------------------------------------------------ */
+
+/* llama2.c / Meta layout: pairs (2j, 2j + 1) (qrl_cpu_rope_apply INTERLEAVED). */
+static void rope_interleaved(float *y, const float *x, const float *cos_t, const float *sin_t,
+                             int T, int nh, int hd, bool inverse) {
+    int half = hd / 2;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < nh; h++) {
+            const float *c = cos_t + (size_t)t * half, *s = sin_t + (size_t)t * half;
+            const float *xh = x + ((size_t)t * nh + h) * hd;
+            float *yh = y + ((size_t)t * nh + h) * hd;
+            for (int j = 0; j < half; j++) {
+                float x0 = xh[2 * j], x1 = xh[2 * j + 1], sn = inverse ? -s[j] : s[j];
+                if (inverse) { /* backward: dx += R(-angle) dy */
+                    yh[2 * j] += x0 * c[j] - x1 * sn;
+                    yh[2 * j + 1] += x0 * sn + x1 * c[j];
+                } else {
+                    yh[2 * j] = x0 * c[j] - x1 * sn;
+                    yh[2 * j + 1] = x0 * sn + x1 * c[j];
+                }
+            }
+        }
+}
+
+static void rope_fwd(const qrl_model_train_t *tr, float *y, const float *x, int T, int nh) {
+    int hd = tr->m->cfg.head_dim;
+    if (tr->m->cfg.rope.layout == QRL_ROPE_LAYOUT_INTERLEAVED)
+        rope_interleaved(y, x, tr->cos_t, tr->sin_t, T, nh, hd, false);
+    else
+        qrl_train_rope_forward(y, x, tr->cos_t, tr->sin_t, T, nh, hd);
+}
+
+static void rope_bwd(const qrl_model_train_t *tr, float *dx, const float *dy, int T, int nh) {
+    int hd = tr->m->cfg.head_dim;
+    if (tr->m->cfg.rope.layout == QRL_ROPE_LAYOUT_INTERLEAVED)
+        rope_interleaved(dx, dy, tr->cos_t, tr->sin_t, T, nh, hd, true);
+    else
+        qrl_train_rope_backward(dx, dy, tr->cos_t, tr->sin_t, T, nh, hd);
+}
+
+/* ---- allocation -------------------------------------------------------------------------- */
+
+#define ALIGN_FLOATS 16
+
+/* Carve `n` floats from the block at *off (counting only when base is NULL). */
+static float *carve(float *base, size_t *off, size_t n) {
+    float *p = base ? base + *off : NULL;
+    *off += (n + ALIGN_FLOATS - 1) / ALIGN_FLOATS * ALIGN_FLOATS;
+    return p;
+}
+
+/* One walk for counting and pointing, so the two cannot disagree. */
+static size_t plan(qrl_model_train_t *tr, float *b) {
+    const qrl_model_config *c = &tr->m->cfg;
+    size_t T = (size_t)tr->max_T, D = (size_t)c->dim, F = (size_t)c->hidden_dim,
+           H = (size_t)c->n_heads, Hkv = (size_t)c->n_kv_heads, hd = (size_t)c->head_dim,
+           V = (size_t)c->vocab_size, Q = H * hd, KV = Hkv * hd, off = 0;
+    for (int l = 0; l < c->n_layers; l++) {
+        layer_act tmp, *a = b ? &tr->layers[l] : &tmp;
+        a->x_in = carve(b, &off, T * D);
+        a->h1 = carve(b, &off, T * D), a->rstd1 = carve(b, &off, T);
+        a->q = carve(b, &off, T * Q), a->k = carve(b, &off, T * KV), a->v = carve(b, &off, T * KV);
+        if (c->qk_norm) {
+            a->qn = carve(b, &off, T * Q), a->kn = carve(b, &off, T * KV);
+            a->rstd_q = carve(b, &off, T * H), a->rstd_k = carve(b, &off, T * Hkv);
+        } else {
+            a->qn = a->q, a->kn = a->k, a->rstd_q = a->rstd_k = NULL;
+        }
+        a->qr = carve(b, &off, T * Q), a->kr = carve(b, &off, T * KV);
+        a->att = carve(b, &off, T * Q), a->lse = carve(b, &off, H * T);
+        a->x_mid = carve(b, &off, T * D);
+        a->h2 = carve(b, &off, T * D), a->rstd2 = carve(b, &off, T);
+        a->gate = carve(b, &off, T * F), a->up = carve(b, &off, T * F);
+        a->hm = carve(b, &off, T * F);
+    }
+    tr->x_final = carve(b, &off, T * D), tr->hf = carve(b, &off, T * D);
+    tr->rstdf = carve(b, &off, T), tr->logits = carve(b, &off, T * V);
+    tr->lse_v = carve(b, &off, T), tr->ent = carve(b, &off, T);
+    tr->cos_t = carve(b, &off, T * hd / 2), tr->sin_t = carve(b, &off, T * hd / 2);
+    tr->ao = carve(b, &off, T * D), tr->dres = carve(b, &off, T * D);
+    tr->dh = carve(b, &off, T * D);
+    tr->dq = carve(b, &off, T * Q), tr->dk = carve(b, &off, T * KV);
+    tr->dv = carve(b, &off, T * KV);
+    tr->dqn = carve(b, &off, T * Q), tr->dkn = carve(b, &off, T * KV);
+    tr->datt = carve(b, &off, T * Q);
+    tr->dgate = carve(b, &off, T * F), tr->dup = carve(b, &off, T * F);
+    tr->dhm = carve(b, &off, T * F);
+    /* int32 arrays share the float block (same size, 4 bytes) */
+    tr->tokens = (int32_t *)carve(b, &off, T);
+    tr->targets = (int32_t *)carve(b, &off, T);
+    tr->seg = (int32_t *)carve(b, &off, T);
+    return off;
+}
+
+qrl_status qrl_model_train_new(qrl_model *m, int max_tokens, qrl_model_train_t **out,
+                               qrl_error *err) {
+    *out = NULL;
+    if (max_tokens <= 0)
+        return qrl_error_set(err, QRL_STATUS_OUT_OF_RANGE, "model_train: max_tokens %d <= 0",
+                             max_tokens);
+    qrl_model_train_t *tr = calloc(1, sizeof *tr);
+    if (!tr) return qrl_error_set(err, QRL_STATUS_NOMEM, "model_train: engine struct");
+    tr->m = m;
+    tr->max_T = max_tokens;
+    tr->n_params = (size_t)(m->rope_inv_freq - m->arena);
+    tr->layers = calloc((size_t)m->cfg.n_layers, sizeof *tr->layers);
+    size_t floats = plan(tr, NULL);
+    void *blk = NULL, *g = NULL;
+    qrl_status st = QRL_OK;
+    if (!tr->layers) {
+        st = qrl_error_set(err, QRL_STATUS_NOMEM, "model_train: layer table");
+        goto fail;
+    }
+    QRL_TRY_GOTO(qrl_alloc_aligned(floats * sizeof(float), 0, &blk, err), fail);
+    tr->block = blk;
+    QRL_TRY_GOTO(qrl_alloc_aligned(m->arena_floats * sizeof(float), 0, &g, err), fail);
+    tr->grads = g;
+    memset(tr->block, 0, floats * sizeof(float));
+    memset(tr->grads, 0, m->arena_floats * sizeof(float));
+    plan(tr, tr->block);
+    *out = tr;
+    return QRL_OK;
+fail:
+    qrl_model_train_destroy(tr);
+    return st;
+}
+
+void qrl_model_train_destroy(qrl_model_train_t *tr) {
+    if (!tr) return;
+    qrl_free_aligned(tr->block);
+    qrl_free_aligned(tr->grads);
+    free(tr->layers);
+    free(tr);
+}
+
+float *qrl_model_train_params(qrl_model_train_t *tr, size_t *n) {
+    if (n) *n = tr->n_params;
+    return tr->m->arena;
+}
+
+float *qrl_model_train_grads(qrl_model_train_t *tr, size_t *n) {
+    if (n) *n = tr->n_params;
+    return tr->grads;
+}
+
+float *qrl_model_train_grad_of(qrl_model_train_t *tr, const qrl_model_tensor *t) {
+    QRL_CHECK(t->data >= tr->m->arena && t->data < tr->m->arena + tr->n_params);
+    return tr->grads + (t->data - tr->m->arena);
+}
+
+/* Gradient twin of a weight pointer (NULL stays NULL: no bias, no q/k norm). */
+static float *gtwin(const qrl_model_train_t *tr, const float *w) {
+    return w ? tr->grads + (w - tr->m->arena) : NULL;
+}
+
+void qrl_model_train_zero_grad(qrl_model_train_t *tr) {
+    memset(tr->grads, 0, tr->n_params * sizeof(float));
+}
+
+void qrl_model_train_positions(int32_t *pos, const int32_t *seg, int T) {
+    for (int t = 0; t < T; t++) pos[t] = (t > 0 && seg[t] == seg[t - 1]) ? pos[t - 1] + 1 : 0;
+}
+
+const float *qrl_model_train_logits(const qrl_model_train_t *tr) {
+    return tr->T > 0 ? tr->logits : NULL;
+}
+
+/* ---- forward ----------------------------------------------------------------------------- */
+
+qrl_status qrl_model_train_forward(qrl_model_train_t *tr, const int32_t *tokens,
+                                   const int32_t *targets, const int32_t *pos,
+                                   const int32_t *seg, int T, float *logp, float *ent,
+                                   qrl_error *err) {
+    const qrl_model *m = tr->m;
+    const qrl_model_config *c = &m->cfg;
+    const int D = c->dim, F = c->hidden_dim, H = c->n_heads, Hkv = c->n_kv_heads,
+              hd = c->head_dim, V = c->vocab_size, Q = H * hd, KV = Hkv * hd;
+    tr->T = 0;
+    if (T <= 0 || T > tr->max_T)
+        return qrl_error_set(err, QRL_STATUS_OUT_OF_RANGE,
+                             "model_train: batch of %d tokens outside [1, max_tokens %d]", T,
+                             tr->max_T);
+    for (int t = 0; t < T; t++)
+        if (pos[t] < 0 || pos[t] >= c->max_seq_len)
+            return qrl_error_set(err, QRL_STATUS_OUT_OF_RANGE,
+                                 "model_train: position id %d at t=%d outside [0, %d)", pos[t],
+                                 t, c->max_seq_len);
+    memcpy(tr->tokens, tokens, (size_t)T * sizeof *tokens);
+    memcpy(tr->targets, targets, (size_t)T * sizeof *targets);
+    memcpy(tr->seg, seg, (size_t)T * sizeof *seg);
+    QRL_TRY(qrl_train_embedding_forward(c->n_layers > 0 ? tr->layers[0].x_in : tr->x_final, tokens,
+                                        m->tok_embedding, T, V, D, err));
+    qrl_train_rope_cos_sin(tr->cos_t, tr->sin_t, pos, m->rope_inv_freq, T, hd);
+
+    for (int l = 0; l < c->n_layers; l++) {
+        const qrl_layer_weights *w = &m->layers[l];
+        layer_act *a = &tr->layers[l];
+        float *x_out = l + 1 < c->n_layers ? tr->layers[l + 1].x_in : tr->x_final;
+        qrl_train_rmsnorm_forward(a->h1, a->rstd1, a->x_in, w->attn_norm, T, D, c->norm_eps);
+        qrl_train_matmul_forward(a->q, a->h1, w->wq, w->bq, T, D, Q);
+        qrl_train_matmul_forward(a->k, a->h1, w->wk, w->bk, T, D, KV);
+        qrl_train_matmul_forward(a->v, a->h1, w->wv, w->bv, T, D, KV);
+        if (c->qk_norm) {
+            qrl_train_head_rmsnorm_forward(a->qn, a->rstd_q, a->q, w->q_norm, T, H, hd,
+                                           c->norm_eps);
+            qrl_train_head_rmsnorm_forward(a->kn, a->rstd_k, a->k, w->k_norm, T, Hkv, hd,
+                                           c->norm_eps);
+        }
+        rope_fwd(tr, a->qr, a->qn, T, H);
+        rope_fwd(tr, a->kr, a->kn, T, Hkv);
+        qrl_train_attention_forward(a->att, a->lse, a->qr, a->kr, a->v, seg, T, H, Hkv, hd);
+        qrl_train_matmul_forward(tr->ao, a->att, w->wo, w->bo, T, Q, D);
+        qrl_train_residual_forward(a->x_mid, a->x_in, tr->ao, (int64_t)T * D);
+        qrl_train_rmsnorm_forward(a->h2, a->rstd2, a->x_mid, w->ffn_norm, T, D, c->norm_eps);
+        qrl_train_matmul_forward(a->gate, a->h2, w->w_gate, NULL, T, D, F);
+        qrl_train_matmul_forward(a->up, a->h2, w->w_up, NULL, T, D, F);
+        qrl_train_swiglu_forward(a->hm, a->gate, a->up, (int64_t)T * F);
+        qrl_train_matmul_forward(tr->ao, a->hm, w->w_down, NULL, T, F, D);
+        qrl_train_residual_forward(x_out, a->x_mid, tr->ao, (int64_t)T * D);
+    }
+    qrl_train_rmsnorm_forward(tr->hf, tr->rstdf, tr->x_final, m->final_norm, T, D, c->norm_eps);
+    qrl_train_matmul_forward(tr->logits, tr->hf, m->lm_head, NULL, T, D, V);
+    float *lp = logp ? logp : tr->dh; /* dh is free scratch until the backward */
+    QRL_TRY(qrl_train_logprob_forward(lp, tr->ent, tr->lse_v, tr->logits, targets, T, V, err));
+    if (ent) memcpy(ent, tr->ent, (size_t)T * sizeof *ent);
+    tr->T = T;
+    return QRL_OK;
+}
+
+/* ---- backward ---------------------------------------------------------------------------- */
+
+static void zero(float *p, size_t n) { memset(p, 0, n * sizeof *p); }
+
+qrl_status qrl_model_train_backward(qrl_model_train_t *tr, const float *dlogp,
+                                    const float *dent, qrl_error *err) {
+    if (tr->T <= 0)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "model_train: backward without a forward (each forward allows "
+                             "one backward)");
+    const qrl_model *m = tr->m;
+    const qrl_model_config *c = &m->cfg;
+    const int T = tr->T, D = c->dim, F = c->hidden_dim, H = c->n_heads, Hkv = c->n_kv_heads,
+              hd = c->head_dim, V = c->vocab_size, Q = H * hd, KV = Hkv * hd;
+    const size_t TD = (size_t)T * D, TF = (size_t)T * F, TQ = (size_t)T * Q,
+                 TKV = (size_t)T * KV;
+    tr->T = 0; /* the logits become their gradient: this forward is consumed */
+
+    /* head: dlogits in place, then lm_head (tied: its twin is the embedding's gradient) */
+    qrl_train_logprob_backward(tr->logits, tr->logits, tr->targets, tr->lse_v, tr->ent, dlogp,
+                               dent, T, V);
+    zero(tr->dh, TD);
+    qrl_train_matmul_backward(tr->dh, gtwin(tr, m->lm_head), NULL, tr->logits, tr->hf,
+                              m->lm_head, T, D, V);
+    zero(tr->dres, TD);
+    qrl_train_rmsnorm_backward(tr->dres, gtwin(tr, m->final_norm), tr->dh, tr->x_final,
+                               m->final_norm, tr->rstdf, T, D);
+
+    /* dres holds d loss / d (residual stream) at the current point, walking back */
+    for (int l = c->n_layers - 1; l >= 0; l--) {
+        const qrl_layer_weights *w = &m->layers[l];
+        const layer_act *a = &tr->layers[l];
+        /* MLP: x_out = x_mid + down(swiglu(gate(h2), up(h2))); dres passes to x_mid as is */
+        zero(tr->dhm, TF);
+        qrl_train_matmul_backward(tr->dhm, gtwin(tr, w->w_down), NULL, tr->dres, a->hm,
+                                  w->w_down, T, F, D);
+        zero(tr->dgate, TF), zero(tr->dup, TF);
+        qrl_train_swiglu_backward(tr->dgate, tr->dup, tr->dhm, a->gate, a->up, (int64_t)TF);
+        zero(tr->dh, TD);
+        qrl_train_matmul_backward(tr->dh, gtwin(tr, w->w_gate), NULL, tr->dgate, a->h2,
+                                  w->w_gate, T, D, F);
+        qrl_train_matmul_backward(tr->dh, gtwin(tr, w->w_up), NULL, tr->dup, a->h2, w->w_up, T,
+                                  D, F);
+        qrl_train_rmsnorm_backward(tr->dres, gtwin(tr, w->ffn_norm), tr->dh, a->x_mid,
+                                   w->ffn_norm, a->rstd2, T, D);
+        /* attention: x_mid = x_in + o(attn(rope(norm(q)), rope(norm(k)), v)) */
+        zero(tr->datt, TQ);
+        qrl_train_matmul_backward(tr->datt, gtwin(tr, w->wo), gtwin(tr, w->bo), tr->dres,
+                                  a->att, w->wo, T, Q, D);
+        zero(tr->dq, TQ), zero(tr->dk, TKV), zero(tr->dv, TKV);
+        qrl_train_attention_backward(tr->dq, tr->dk, tr->dv, tr->datt, a->qr, a->kr, a->v,
+                                     a->att, a->lse, tr->seg, T, H, Hkv, hd);
+        /* rope: dq holds d/d qr; its inverse rotation goes to dqn (d/d qn) */
+        zero(tr->dqn, TQ), zero(tr->dkn, TKV);
+        rope_bwd(tr, tr->dqn, tr->dq, T, H);
+        rope_bwd(tr, tr->dkn, tr->dk, T, Hkv);
+        float *dqp = tr->dqn, *dkp = tr->dkn; /* d/d (projection output) */
+        if (c->qk_norm) {
+            zero(tr->dq, TQ), zero(tr->dk, TKV);
+            qrl_train_head_rmsnorm_backward(tr->dq, gtwin(tr, w->q_norm), tr->dqn, a->q,
+                                            w->q_norm, a->rstd_q, T, H, hd);
+            qrl_train_head_rmsnorm_backward(tr->dk, gtwin(tr, w->k_norm), tr->dkn, a->k,
+                                            w->k_norm, a->rstd_k, T, Hkv, hd);
+            dqp = tr->dq, dkp = tr->dk;
+        }
+        zero(tr->dh, TD);
+        qrl_train_matmul_backward(tr->dh, gtwin(tr, w->wq), gtwin(tr, w->bq), dqp, a->h1, w->wq,
+                                  T, D, Q);
+        qrl_train_matmul_backward(tr->dh, gtwin(tr, w->wk), gtwin(tr, w->bk), dkp, a->h1, w->wk,
+                                  T, D, KV);
+        qrl_train_matmul_backward(tr->dh, gtwin(tr, w->wv), gtwin(tr, w->bv), tr->dv, a->h1,
+                                  w->wv, T, D, KV);
+        qrl_train_rmsnorm_backward(tr->dres, gtwin(tr, w->attn_norm), tr->dh, a->x_in,
+                                   w->attn_norm, a->rstd1, T, D);
+    }
+    qrl_train_embedding_backward(gtwin(tr, m->tok_embedding), tr->dres, tr->tokens, T, V, D);
+    return QRL_OK;
+}
