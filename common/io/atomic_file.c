@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -19,6 +20,12 @@ static void end(qrl_atomic_file *af) {
 qrl_status qrl_atomic_file_open(const char *path, qrl_atomic_file *af, qrl_error *err) {
     af->fd = -1;
     af->path = af->tmp = NULL;
+    /* rename() would replace a device, FIFO or symlink with a regular file (as root even
+     * /dev/full): only ever replace regular files */
+    struct stat sb;
+    if (lstat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "%s: exists and is not a regular file; refusing to replace it", path);
     size_t n = strlen(path);
     char *block = malloc(2 * n + 6);
     if (!block) return qrl_error_set(err, QRL_STATUS_NOMEM, "%s: out of memory", path);

@@ -416,7 +416,8 @@ static qrl_status open_file(qrl_safetensors *st, const char *path, const char *i
                             const char *tensor, qrl_error *err) {
     st_image *im = add_image(st, path, err);
     if (!im) return QRL_STATUS_NOMEM;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    /* O_NONBLOCK: opening a FIFO must not wait for a writer; the S_ISREG check refuses it */
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) {
         if (index)
             return tensor_error(err, QRL_STATUS_IO, index, tensor, "weight_map",

@@ -26,9 +26,12 @@ qrl_status qrl_model_load_llama2c(const char *path, qrl_model **out, qrl_error *
     qrl_status st = QRL_OK;
     qrl_model *m = NULL;
     float **dst = NULL;
+    struct stat sb;
+    /* check before opening: fopen of a FIFO would wait for a writer */
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode))
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "%s: not a regular file", path);
     FILE *f = fopen(path, "rb");
     if (!f) return qrl_error_set(err, QRL_STATUS_IO, "%s: cannot open: %s", path, strerror(errno));
-    struct stat sb;
     if (fstat(fileno(f), &sb) != 0) {
         st = qrl_error_set(err, QRL_STATUS_IO, "%s: cannot stat: %s", path, strerror(errno));
         goto done;

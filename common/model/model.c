@@ -110,6 +110,16 @@ qrl_status qrl_model_load(const char *path, qrl_model **out, qrl_error *err) {
     if (stat(path, &sb) != 0)
         return qrl_error_set(err, QRL_STATUS_NOT_FOUND, "%s: no such file or directory", path);
     if (S_ISDIR(sb.st_mode)) return qrl_model_load_hf(path, out, err);
+    if (!S_ISREG(sb.st_mode))
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "%s: not a regular file or a checkpoint folder", path);
+    /* a file of a HuggingFace checkpoint given instead of its folder */
+    size_t n = strlen(path);
+    if ((n >= 12 && strcmp(path + n - 12, ".safetensors") == 0) ||
+        (n >= 5 && strcmp(path + n - 5, ".json") == 0))
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "%s: this is a file of a HuggingFace checkpoint; pass its folder "
+                             "(config.json + model.safetensors) as the model", path);
     return qrl_model_load_llama2c(path, out, err);
 }
 

@@ -183,13 +183,21 @@ EOF
 }
 
 # A cluster id for `kafka-storage format`: 16 random bytes, base64url without padding.
+# An id starting with '-' would be read as an option by the storage tool, so draw again
+# (Kafka's own Uuid.randomUuid() does the same).
 new_cluster_id() {
-  head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' | cut -c1-22
+  local id
+  while :; do
+    id=$(head -c 16 /dev/urandom | base64 | tr '+/' '-_' | tr -d '=\n' | cut -c1-22)
+    [ "${id#-}" = "$id" ] && break
+  done
+  echo "$id"
 }
 
 format_if_needed() {
   [ -f "$dir/data/meta.properties" ] && return 0
-  [ -s "$dir/cluster.id" ] || new_cluster_id >"$dir/cluster.id"
+  # (an id saved by an older version may start with '-': never formatted, so replace it)
+  case $(cat "$dir/cluster.id" 2>/dev/null) in ""|-*) new_cluster_id >"$dir/cluster.id" ;; esac
   say "formatting $dir/data (cluster id $(cat "$dir/cluster.id"))"
   "${java_tool[@]}" kafka.tools.StorageTool format -t "$(cat "$dir/cluster.id")" \
     -c "$dir/server.properties" >"$dir/logs/format.log" 2>&1 ||

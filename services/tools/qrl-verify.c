@@ -161,6 +161,12 @@ int main(int argc, char **argv) {
         return 1;
     }
     printf("%s\n", line);
+    /* a full disk or a closed pipe must not look like success */
+    if (fflush(stdout) != 0 || ferror(stdout)) {
+        fprintf(stderr, "qrl-verify: writing the result to stdout failed: %s\n", strerror(errno));
+        free(line);
+        return 1;
+    }
     free(line);
     return 0;
 }

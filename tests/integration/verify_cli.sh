@@ -66,5 +66,14 @@ if [ $rc -ne 0 ] || [[ "$help" != *"--task"* ]] || [[ "$help" != *"countdown"* ]
   echo "FAIL --help (rc $rc)"; fails=$((fails + 1))
 fi
 
+# writing the result to a full device is a failure, not a silent success
+if [ -w /dev/full ]; then
+  tmp_err=$(mktemp)
+  printf '#### 42' | "$bin" --task gsm8k --reference 42 >/dev/full 2>"$tmp_err"; rc=$?
+  if [ $rc -eq 1 ] && grep -q 'writing the result to stdout failed' "$tmp_err"; then echo "ok /dev/full"
+  else echo "FAIL /dev/full (rc $rc: $(cat "$tmp_err"))"; fails=$((fails + 1)); fi
+  rm -f "$tmp_err"
+fi
+
 echo "$fails failures"
 [ $fails -eq 0 ]

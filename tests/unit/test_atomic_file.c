@@ -133,16 +133,17 @@ Test(atomic_file, unwritable_folder_is_io_naming_the_path) {
 }
 
 Test(atomic_file, failed_rename_removes_temp_and_keeps_target) {
-    /* PATH is a non-empty folder: rename(file, folder) fails with EISDIR */
+    /* PATH becomes a non-empty folder after open (open refuses one up front):
+     * rename(file, folder) then fails with EISDIR */
     char dir[64], path[512], tmp[600], inner[512];
     qrl_test_mkdtemp(dir);
     snprintf(path, sizeof path, "%s/target", dir);
-    cr_assert_eq(mkdir(path, 0755), 0);
-    qrl_test_write(path, "keep", "k", 1, inner);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
     qrl_error err;
     qrl_atomic_file af;
     cr_assert_eq(qrl_atomic_file_open(path, &af, &err), QRL_OK, "%s", err.msg);
+    cr_assert_eq(mkdir(path, 0755), 0);
+    qrl_test_write(path, "keep", "k", 1, inner);
     cr_assert_eq(qrl_atomic_file_write(&af, "data", 4, &err), QRL_OK, "%s", err.msg);
     cr_assert_eq(qrl_atomic_file_commit(&af, &err), QRL_STATUS_IO);
     cr_expect_not_null(strstr(err.msg, "cannot rename"), "%s", err.msg);
@@ -150,5 +151,29 @@ Test(atomic_file, failed_rename_removes_temp_and_keeps_target) {
     cr_expect(!exists(tmp), "temp file left behind after a failed commit");
     cr_expect(exists(inner), "target untouched");
     qrl_atomic_file_abort(&af); /* after a failed commit: a no-op */
+    qrl_test_rmtree(dir);
+}
+
+Test(atomic_file, refuses_to_replace_what_is_not_a_regular_file) {
+    char dir[64], path[512], fifo[512];
+    qrl_test_mkdtemp(dir);
+    qrl_error err;
+    qrl_atomic_file af;
+    /* a folder, a FIFO, a symlink (even to a regular file), a device */
+    snprintf(path, sizeof path, "%s/folder", dir);
+    cr_assert_eq(mkdir(path, 0755), 0);
+    cr_assert_eq(qrl_atomic_file_open(path, &af, &err), QRL_STATUS_INVALID_ARGUMENT);
+    cr_expect_not_null(strstr(err.msg, "not a regular file"), "%s", err.msg);
+    snprintf(fifo, sizeof fifo, "%s/fifo", dir);
+    cr_assert_eq(mkfifo(fifo, 0644), 0);
+    cr_assert_eq(qrl_atomic_file_open(fifo, &af, &err), QRL_STATUS_INVALID_ARGUMENT);
+    snprintf(path, sizeof path, "%s/link", dir);
+    cr_assert_eq(symlink(fifo, path), 0);
+    cr_assert_eq(qrl_atomic_file_open(path, &af, &err), QRL_STATUS_INVALID_ARGUMENT);
+    cr_assert_eq(qrl_atomic_file_open("/dev/null", &af, &err), QRL_STATUS_INVALID_ARGUMENT);
+    cr_expect_not_null(strstr(err.msg, "/dev/null"), "%s", err.msg);
+    struct stat sb;
+    cr_assert_eq(stat(fifo, &sb), 0);
+    cr_expect(S_ISFIFO(sb.st_mode), "the FIFO was replaced");
     qrl_test_rmtree(dir);
 }
