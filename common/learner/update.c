@@ -374,6 +374,7 @@ typedef struct upd_ctx {
     const uint8_t *ones;     /* [max R] mask of ones */
     double max_dlp;          /* max |lp - lp_prox| seen (first minibatch) */
     size_t packed_tokens;    /* forwarded + backwarded in training */
+    int micro_batches;
 } upd_ctx;
 
 /* Forward/loss/backward of minibatch mb[0..n) (gradients accumulate over its micro-
@@ -412,11 +413,20 @@ static qrl_status run_minibatch(qrl_learner_t *l, upd_ctx *c, const uint32_t *mb
              * minibatch's aggregation (token-mean: R / N; sequence-mean: 1 / n) */
             double scale = lc->agg == QRL_RL_AGG_TOKEN_MEAN ? (double)s->R / (double)N
                                                             : 1.0 / (double)n;
-            for (int j = 0; j < s->R; j++) g[j] = (float)(g[j] * scale);
+            for (int j = 0; j < s->R; j++) {
+                g[j] = (float)(g[j] * scale);
+                if (!isfinite(g[j])) /* finite in double, beyond float: e.g. naive R = e^90 */
+                    return qrl_error_set(err, QRL_STATUS_OUT_OF_RANGE,
+                                         "learner: d loss / d lp overflows float at group %u "
+                                         "(id %llu) response %u token %d",
+                                         s->g, (unsigned long long)c->groups[s->g].group_id,
+                                         s->r, j);
+            }
             acc_add_seq(acc, &st, scale);
         }
         QRL_TRY(qrl_model_train_backward(l->tr, l->dlp, NULL, err));
         c->packed_tokens += (size_t)T;
+        c->micro_batches++;
         i += cn;
     }
     if (!isfinite(acc->loss))
@@ -618,6 +628,7 @@ qrl_status qrl_learner_update(qrl_learner_t *l, const qrl_learner_group *groups,
         S.loss_mean = tot.loss / loss_passes, S.pg_loss_mean = tot.pg / loss_passes;
         S.kl_loss_mean = tot.kl / loss_passes;
     }
+    S.micro_batches = c.micro_batches;
     S.grad_norm_mean = S.steps_taken ? gsum / S.steps_taken : 0;
     S.time_train_s = now_s() - t3;
     S.train_tokens_per_s =

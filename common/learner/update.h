@@ -121,6 +121,8 @@ typedef struct qrl_learner_stats {
     size_t tokens_trained;         /* their response tokens */
     int steps_taken, steps_skipped;/* optimizer steps done / skipped (non-finite) */
     int minibatches;               /* minibatch passes (epochs x minibatches) */
+    int micro_batches;             /* forward/backward passes in training (>= minibatches
+                                      when a minibatch exceeds max_tokens) */
     /* rollout quality: over ALL input responses (before dropping) */
     double reward_mean, reward_std;/* population std */
     double accuracy;               /* fraction with reward >= accuracy_threshold */
