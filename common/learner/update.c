@@ -99,9 +99,11 @@ qrl_status qrl_learner_group_from_scheduler(const qrl_scheduler_group_result *re
     for (size_t i = 0; i < G; i++) {
         const qrl_scheduler_response *s = &res->responses[i];
         size_t n = (size_t)s->n_tokens;
-        memcpy(tok, s->tokens, n * sizeof *tok);
-        memcpy(lp, s->logprobs, n * sizeof *lp);
-        memcpy(ver, s->versions, n * sizeof *ver);
+        if (n) { /* an empty response may carry NULL arrays */
+            memcpy(tok, s->tokens, n * sizeof *tok);
+            memcpy(lp, s->logprobs, n * sizeof *lp);
+            memcpy(ver, s->versions, n * sizeof *ver);
+        }
         rs[i] = (qrl_learner_response){.tokens = tok, .logprobs = lp, .versions = ver,
                                        .n_tokens = s->n_tokens, .reward = (float)s->reward};
         tok += n, lp += n, ver += n;

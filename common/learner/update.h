@@ -171,8 +171,10 @@ qrl_status qrl_learner_update(qrl_learner_t *l, const qrl_learner_group *groups,
 
 /* Log-probs of one response's tokens under the CURRENT parameters: out[n_tokens] (caller-
  * owned), e.g. to build behavior log-probs equal to the proximal ones, or to watch a
- * response's probability move.  Errors: INVALID_ARGUMENT (bad index, token ids),
- * OUT_OF_RANGE (sequence longer than max_tokens). */
+ * response's probability move.  The group is validated as by qrl_learner_update (so its
+ * behavior log-probs must be finite: fill them with any finite placeholder first).
+ * Errors: INVALID_ARGUMENT (bad index, a group failing validation), OUT_OF_RANGE (sequence
+ * longer than max_tokens). */
 qrl_status qrl_learner_response_logprobs(qrl_learner_t *l, const qrl_learner_group *g,
                                          uint32_t response, float *out, qrl_error *err);
 
