@@ -43,6 +43,8 @@ struct rd_daemon {
     bool paused, draining, closing;
     int step_delay_ms;
     int signals;
+    int assigned;           /* partitions held, as last logged */
+    uint64_t assigned_checked_ms;
     uint64_t groups_produced, dead_letters, duplicates, consumed;
     FILE *metrics;
     char kv_format[16], precision[16];
@@ -398,6 +400,15 @@ static void on_tick(uv_timer_t *t) {
             if (!got) break;
             on_message(d, &msg);
             qrl_kafka_message_release(&msg);
+        }
+    }
+    /* Log assignment changes (rebalances); an in-process query, so only now and then. */
+    if (uv_now(&d->loop) - d->assigned_checked_ms >= 250) {
+        d->assigned_checked_ms = uv_now(&d->loop);
+        int a = qrl_kafka_consumer_assigned(d->consumer);
+        if (a != d->assigned) {
+            QRL_LOG_INFO("rollout", "partitions assigned=%d (was %d)", a, d->assigned);
+            d->assigned = a;
         }
     }
     if (d->draining && d->inflight == 0 && qrl_kafka_producer_outstanding(d->producer) == 0)
