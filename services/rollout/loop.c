@@ -44,7 +44,7 @@ struct rd_daemon {
     int step_delay_ms;
     int signals;
     int assigned;           /* partitions held, as last logged */
-    uint64_t assigned_checked_ms;
+    uint64_t assigned_checked_ms, consumer_warned_ms;
     uint64_t groups_produced, dead_letters, duplicates, consumed;
     FILE *metrics;
     char kv_format[16], precision[16];
@@ -393,8 +393,11 @@ static void on_tick(uv_timer_t *t) {
             bool got = false;
             qrl_error err;
             qrl_status st = qrl_kafka_consumer_poll(d->consumer, 0, &msg, &got, &err);
-            if (st != QRL_OK) {
-                QRL_LOG_WARN("rollout", "consumer: %s", err.msg);
+            if (st != QRL_OK) { /* retriable ones repeat every tick: log once a second */
+                if (uv_now(&d->loop) - d->consumer_warned_ms >= 1000) {
+                    d->consumer_warned_ms = uv_now(&d->loop);
+                    QRL_LOG_WARN("rollout", "consumer: %s", err.msg);
+                }
                 break;
             }
             if (!got) break;
