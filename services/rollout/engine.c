@@ -195,6 +195,29 @@ static void submit_one(rd_engine *e, rd_group *g) {
     push_done(e, g);
 }
 
+/* Sync boundary (between steps): the scheduler re-prefills or restarts unfinished
+ * responses (SPEC §4.4-4.5).  The engine owns every model it swapped in. */
+static void swap_now(rd_engine *e, qrl_model *m, uint64_t version) {
+    qrl_error err;
+    qrl_scheduler_stats before;
+    qrl_scheduler_get_stats(e->sched, &before);
+    if (qrl_scheduler_swap_weights(e->sched, m, version, &err) != QRL_OK) {
+        QRL_LOG_ERROR("engine", "weights version=%llu refused: %s", (unsigned long long)version, err.msg);
+        qrl_model_free(m);
+        return;
+    }
+    qrl_model_free(e->owned_model);
+    e->owned_model = m;
+    e->model = m;
+    qrl_scheduler_stats after;
+    qrl_scheduler_get_stats(e->sched, &after);
+    QRL_LOG_INFO("engine", "weights swapped version=%llu running=%d restarts=%llu", (unsigned long long)version,
+                 after.running, (unsigned long long)(after.restarts - before.restarts));
+    pthread_mutex_lock(&e->mu);
+    e->stats.sched = after;
+    pthread_mutex_unlock(&e->mu);
+}
+
 static void *engine_main(void *arg) {
     rd_engine *e = arg;
     /* OpenMP settings are per thread: this one runs the forward passes, so it takes the
@@ -205,9 +228,13 @@ static void *engine_main(void *arg) {
     double tps = 0;
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        while (!e->stop && !e->in_head && (e->paused || qrl_scheduler_idle(e->sched)))
+        while (!e->stop && !e->in_head && !e->swap_model &&
+               (e->paused || qrl_scheduler_idle(e->sched)))
             pthread_cond_wait(&e->cv, &e->mu);
         bool stop = e->stop, paused = e->paused;
+        qrl_model *swap = e->swap_model;
+        uint64_t swap_version = e->swap_version;
+        e->swap_model = NULL;
         int delay = e->step_delay_ms;
         rd_group *in = e->in_head;
         e->in_head = e->in_tail = NULL;
@@ -218,6 +245,7 @@ static void *engine_main(void *arg) {
             submit_one(e, in);
             in = next;
         }
+        if (swap) swap_now(e, swap, swap_version);
         if (stop) break;
         if (paused || qrl_scheduler_idle(e->sched)) continue;
         qrl_error err;
@@ -285,6 +313,16 @@ void rd_engine_set_paused(rd_engine *e, bool paused) {
     pthread_mutex_unlock(&e->mu);
 }
 
+void rd_engine_swap(rd_engine *e, qrl_model *m, uint64_t version) {
+    pthread_mutex_lock(&e->mu);
+    qrl_model *old = e->swap_model; /* a newer version replaces one not yet applied */
+    e->swap_model = m;
+    e->swap_version = version;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    qrl_model_free(old);
+}
+
 void rd_engine_set_step_delay(rd_engine *e, int ms) {
     pthread_mutex_lock(&e->mu);
     e->step_delay_ms = ms;
@@ -315,6 +353,9 @@ void rd_engine_join(rd_engine *e) {
     /* groups still queued either way are the loop's to free */
     qrl_scheduler_free(e->sched);
     e->sched = NULL;
+    qrl_model_free(e->owned_model);
+    qrl_model_free(e->swap_model);
+    e->owned_model = e->swap_model = NULL;
     pthread_mutex_destroy(&e->mu);
     pthread_cond_destroy(&e->cv);
 }

@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/time.h>
+#include <unistd.h>
 
 #include "core/log.h"
 #include "rollout.h"
@@ -27,6 +28,9 @@ struct rd_daemon {
     uv_timer_t tick;
     uv_signal_t sigterm, sigint;
     uv_async_t done_async;
+    uv_async_t drain_async;     /* control thread: the learner announced SHUTDOWN */
+    rd_control control;
+    char control_addr[300], host[128];
     qrl_config_t *cfg;
     const qrl_model *model;
     rd_engine engine;
@@ -340,6 +344,7 @@ static void on_rpc_closed(qrl_rpc_server_t *s, void *user) {
     close_handle((uv_handle_t *)&d->sigterm);
     close_handle((uv_handle_t *)&d->sigint);
     close_handle((uv_handle_t *)&d->done_async);
+    close_handle((uv_handle_t *)&d->drain_async);
 }
 
 static void begin_close(rd_daemon *d) {
@@ -368,6 +373,8 @@ static void on_signal(uv_signal_t *h, int sig) {
     }
     start_drain(d, sig == SIGTERM ? "SIGTERM" : "SIGINT");
 }
+
+static void on_drain_async(uv_async_t *h) { start_drain(h->data, "learner shutdown"); }
 
 static void on_tick(uv_timer_t *t) {
     rd_daemon *d = t->data;
@@ -513,6 +520,35 @@ static qrl_status setup(rd_daemon *d, qrl_error *err) {
     QRL_TRY(qrl_rpc_server_start(d->rpc, err));
     QRL_LOG_INFO("rollout", "rpc listening port=%d", qrl_rpc_server_port(d->rpc));
 
+    const char *learner = qrl_config_get_string(cfg, "learner.addr");
+    if (*learner) {
+        rd_control *c = &d->control;
+        const char *listen = qrl_config_get_string(cfg, "rpc.listen");
+        const char *colon = strrchr(listen, ':');
+        snprintf(d->control_addr, sizeof d->control_addr, "%.*s:%d",
+                 colon ? (int)(colon - listen) : 9, colon ? listen : "127.0.0.1",
+                 qrl_rpc_server_port(d->rpc));
+        gethostname(d->host, sizeof d->host - 1);
+        snprintf(c->learner, sizeof c->learner, "%s", learner);
+        if (have_token) snprintf(c->token, sizeof c->token, "%s", token);
+        c->have_token = have_token;
+        qrl__replica_info__init(&c->info);
+        c->info.id = (char *)d->replica_id;
+        c->info.host = d->host;
+        c->info.device = "cpu";
+        c->info.device_name = "cpu";
+        c->info.precision = d->precision;
+        c->info.kv_format = d->kv_format;
+        c->info.slots = (uint32_t)qrl_config_get_int(cfg, "rollout.slots");
+        c->info.control_addr = d->control_addr;
+        c->info.pid = (uint32_t)getpid();
+        c->info.build = "qrl-rollout";
+        c->engine = &d->engine;
+        c->model = d->model;
+        c->drain_async = &d->drain_async;
+        QRL_TRY(rd_control_start(c, err));
+    }
+
     const char *mp = qrl_config_get_string(cfg, "metrics.jsonl");
     if (*mp && !(d->metrics = fopen(mp, "a")))
         return qrl_error_set(err, QRL_STATUS_IO, "metrics.jsonl: cannot open %s", mp);
@@ -533,6 +569,8 @@ int rd_daemon_run(qrl_config_t *cfg, const qrl_model *model, const qrl_tokenizer
     uv_loop_init(&d->loop);
     uv_async_init(&d->loop, &d->done_async, on_done);
     d->done_async.data = d;
+    uv_async_init(&d->loop, &d->drain_async, on_drain_async);
+    d->drain_async.data = d;
 
     qrl_error err;
     qrl_scheduler_config sc;
@@ -567,6 +605,7 @@ int rd_daemon_run(qrl_config_t *cfg, const qrl_model *model, const qrl_tokenizer
 
     uv_run(&d->loop, UV_RUN_DEFAULT);
 
+    rd_control_stop(&d->control);
     rd_engine_join(&d->engine);
     /* Leave the group (outstanding async commits are finished first by librdkafka), then
      * deliver anything still queued. */

@@ -75,6 +75,9 @@ static const qrl_config_entry CONFIG[] = {
      "address of the Rollout control service (port 0 = any free; logged as rpc listening port=N)"},
     {"rpc.token_file", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
      "bearer token file for mutating calls; default $QRL_RPC_TOKEN_FILE / $QRL_RPC_TOKEN"},
+    {"learner.addr", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
+     "learner control service host:port to register with (heartbeats, weight sync); "
+     "\"\" = standalone (serve the loaded weights)"},
     {"metrics.jsonl", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
      "append one JSON line per produced group (optional)"},
 };

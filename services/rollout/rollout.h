@@ -65,6 +65,8 @@ typedef struct rd_engine {
     bool paused, stop;
     int step_delay_ms;             /* test/debug throttle (rollout.step_delay_ms) */
     rd_engine_stats stats;         /* snapshot after each step, under mu */
+    qrl_model *swap_model;         /* weights to swap in at the next step boundary (owned) */
+    uint64_t swap_version;
     uv_async_t *done_async;        /* wakes the loop for out_* */
     /* engine thread only */
     qrl_scheduler *sched;
@@ -73,6 +75,7 @@ typedef struct rd_engine {
     const char *replica_id;
     bool emit_text;
     int running_groups;
+    qrl_model *owned_model;        /* the last model swapped in (the first is main's) */
     int omp_threads;               /* the loop thread's OpenMP thread count at start */
 } rd_engine;
 
@@ -85,6 +88,8 @@ qrl_status rd_engine_start(rd_engine *e, const qrl_model *model, const qrl_token
 void rd_engine_submit(rd_engine *e, rd_group *g);
 void rd_engine_set_paused(rd_engine *e, bool paused);
 void rd_engine_set_step_delay(rd_engine *e, int ms);
+/* Swap to `m` (ownership passes to the engine) at policy `version` between two steps. */
+void rd_engine_swap(rd_engine *e, qrl_model *m, uint64_t version);
 /* Take every finished group (loop thread); returns the list (linked through next). */
 rd_group *rd_engine_take_done(rd_engine *e);
 void rd_engine_get_stats(rd_engine *e, rd_engine_stats *out);
@@ -98,6 +103,31 @@ Qrl__GroupResult *rd_result_build(const qrl_scheduler_group_result *r, const Qrl
 
 /* Free a group and whatever it owns. */
 void rd_group_free(rd_group *g);
+
+/* Receive one weight version from the TCP stream at `addr` (host:port; framing in
+ * weights.c) into a new model shaped like `like`: manifest checked against the model,
+ * buckets and tensors checked by CRC-32C.  Blocking (control thread).  *out owned by the
+ * caller.  Errors: NETWORK/TIMEOUT, INVALID_ARGUMENT (manifest does not fit the model),
+ * CORRUPT (checksum, bucket order), PARSE/UNSUPPORTED (frames), NOMEM. */
+qrl_status rd_weights_receive(const char *addr, const qrl_model *like, uint64_t version,
+                              qrl_model **out, qrl_error *err);
+
+/* Registration with the learner, heartbeats and WatchVersions (control.c): a thread of
+ * blocking gRPC client calls. */
+typedef struct rd_control {
+    pthread_t thread;
+    bool started;
+    _Atomic int stop;             /* set by the loop thread; read between calls */
+    char learner[256];
+    char token[1025];
+    bool have_token;
+    Qrl__ReplicaInfo info;        /* strings borrowed from the config / daemon */
+    rd_engine *engine;
+    const qrl_model *model;
+    uv_async_t *drain_async;      /* a SHUTDOWN event asks the loop to drain */
+} rd_control;
+qrl_status rd_control_start(rd_control *c, qrl_error *err);
+void rd_control_stop(rd_control *c);
 
 /* The daemon (loop.c). */
 typedef struct rd_daemon rd_daemon;
