@@ -10,7 +10,10 @@
 #   3. r0 is slowed through Rollout.Set, gets a batch, and is sent SIGTERM mid-batch: it
 #      finishes what it holds, exits 0; a fresh replica r2 answers the rest; no group of
 #      that batch is answered twice (the drained replica committed what it produced);
-#      r2 is stopped through Rollout.Drain (exit 0).
+#   4. r2 registers with a stand-in learner (rollout_learner_stub), refuses a weight
+#      stream with a corrupted bucket (CRC-32C), takes the next one (version 1, BF16 over
+#      TCP) and swaps at a step boundary; a later batch is answered with every token at
+#      version 1; heartbeats report version 1; r2 is stopped through Rollout.Drain (exit 0).
 # Whatever it started is stopped on every exit path.  Skips (77) without java or the
 # Kafka jars unless QRL_REQUIRE_KAFKA=1.
 set -euo pipefail
@@ -22,6 +25,7 @@ home=${QRL_KAFKA_HOME:-$root/.deps/kafka}
 export QRL_KAFKA_ADMIN=$build/bin/qrl-kafka-admin
 daemon=$build/bin/qrl-rollout
 harness=$build/tests/integration/rollout_harness
+stub=$build/tests/integration/rollout_learner_stub
 data_dir=${QRL_DATA_DIR:-../shared/data}/llama2c_stories260K
 model=$data_dir/stories260K.bin
 tokenizer=$data_dir/tok512.bin
@@ -34,7 +38,7 @@ unavailable() {
 }
 command -v java >/dev/null || unavailable "java not found"
 [ -f "$home/libs/.stamp" ] || unavailable "no Kafka jars in $home/libs"
-for f in "$daemon" "$harness" "$QRL_KAFKA_ADMIN"; do
+for f in "$daemon" "$harness" "$stub" "$QRL_KAFKA_ADMIN"; do
   [ -x "$f" ] || { echo "FAIL: $f is not built (make test builds it)"; exit 1; }
 done
 [ -f "$model" ] && [ -f "$tokenizer" ] || { echo "FAIL: $model or $tokenizer missing"; exit 1; }
@@ -143,16 +147,41 @@ lost=$(comm -23 <(echo "$held") <(ids_of r0 produced "2[0-9][0-9]"))
 [ -z "$lost" ] || fail "r0 drained without producing groups $lost"
 echo "r0 drained $(echo "$held" | wc -l) groups and exited 0 in $(secs "$t") s"
 grep -q "drained: " "$tmp/r0.log" || fail "no drain line in r0.log"
-start_replica r2
+"$stub" --port-file "$tmp/learner.addr" --token-file "$tmp/token" --model "$model" \
+  --stats-file "$tmp/learner.json" --corrupt-first --push-after-ms 300 --lifetime 100 \
+  >"$tmp/stub.log" 2>&1 &
+pids+=($!)
+pid_stub=$!
+for _ in $(seq 100); do [ -s "$tmp/learner.addr" ] && break; sleep 0.1; done
+[ -s "$tmp/learner.addr" ] || fail "learner stub did not start"
+start_replica r2 --learner.addr "$(cat "$tmp/learner.addr")"
 out=$(consume --expect 41 --expect-dlq 1) || fail "after drain: $out"
 echo "$out" | jq -e '[.duplicate_ids[] | select(. > 200)] | length == 0' >/dev/null ||
   fail "batch 3 answered twice: $out"
 echo "$out" | jq -e '.lengths_equal and .invalid == 0' >/dev/null || fail "invalid results"
 echo "all 40 groups + too-long answered: $(echo "$out" |
   jq -c '{distinct, raw_results, duplicates, by_replica, finish, dlq}')"
+
+# ---- 4. weight sync: r2 registered, refused the corrupt stream, swapped to version 1 ----
+t=$(date +%s.%N)
+wait_log "$tmp/r2.log" "weights swapped version=1 " 1 30
+grep -q "CRC-32C mismatch" "$tmp/r2.log" || fail "r2 accepted or never saw the corrupted stream"
+echo "r2: corrupted stream refused, version 1 received and swapped: $(sed -n \
+  's/.*\(weights received version=1 .*\)/\1/p' "$tmp/r2.log")"
+"$harness" produce --bootstrap "$bootstrap" --first-id 301 --groups 4 --group-size 4 \
+  --max-new-tokens 16 --tokenizer "$tokenizer"
+out=$(consume --expect 45 --expect-dlq 1 --version-from 301 --version 1) ||
+  fail "after the swap: $out"
+echo "$out" | jq -e '.version_checked == 16' >/dev/null || fail "version check: $out"
+echo "batch 4 answered at version 1 in $(secs "$t") s"
+sleep 0.7 # one more heartbeat
+jq -e '.registers >= 1 and .heartbeats >= 1 and .last_status_version == 1 and .weight_sends == 2
+  and .replica == "r2"' "$tmp/learner.json" >/dev/null || fail "learner saw $(cat "$tmp/learner.json")"
+rpc "$port_r2" status | jq -e '.groups_produced >= 4' >/dev/null || fail "r2 status"
 rpc "$port_r2" drain | jq -e '.state == 5' >/dev/null || fail "Drain reply"
 rc=0; wait "$pid_r2" || rc=$?
 [ $rc -eq 0 ] || fail "r2 exited $rc after Rollout.Drain"
+kill -TERM "$pid_stub"; wait "$pid_stub" || fail "learner stub exited $?"
 lat=$(cat "$tmp"/r*.jsonl | jq -s 'map(.consumed_to_acked_us) | sort | .[length/2|floor] / 1000')
 echo "median consumed->acked latency ${lat} ms over $(cat "$tmp"/r*.jsonl | wc -l) results"
 echo "rollout daemon test passed in $(secs "$t_all") s"

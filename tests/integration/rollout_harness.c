@@ -11,6 +11,8 @@
  *       Reads the results and DLQ topics from the beginning (a fresh consumer group)
  *       until N distinct group ids and D dead letters are seen or S seconds pass (then a
  *       few more seconds to catch duplicates), and prints a JSON summary on stdout.
+ *       With --version-from ID --version V, every token of groups with id >= ID must
+ *       carry policy version V ("version_mismatch" counts the responses that do not).
  *       Exit 0 when the expectations hold and every result validates, else 1.
  *   rollout_harness rpc --addr HOST:PORT [--token-file F] status|drain|pause|resume|set K V
  *       Calls the replica's Rollout service; prints the reply as JSON. */
@@ -144,6 +146,9 @@ static int consume(int argc, char **argv) {
     int expect_dlq = atoi(arg(argc, argv, "--expect-dlq", "0"));
     double timeout = atof(arg(argc, argv, "--timeout", "60"));
     uint32_t G = (uint32_t)atoi(arg(argc, argv, "--group-size", "0"));
+    uint64_t version_from = strtoull(arg(argc, argv, "--version-from", "0"), NULL, 10);
+    uint64_t want_version = strtoull(arg(argc, argv, "--version", "0"), NULL, 10);
+    size_t version_mismatch = 0, version_checked = 0;
     char group[64];
     snprintf(group, sizeof group, "rollout-harness-%d-%ld", (int)getpid(), (long)time(NULL));
     const char *topics[2] = {results, dlq};
@@ -203,6 +208,14 @@ static int consume(int argc, char **argv) {
             responses++;
             if (x->n_token_ids != x->n_behavior_logprobs || x->n_token_ids != x->n_token_versions)
                 lengths_equal = false;
+            if (version_from && r->group_id >= version_from) {
+                version_checked++;
+                for (size_t k = 0; k < x->n_token_versions; k++)
+                    if (x->token_versions[k] != want_version) {
+                        version_mismatch++;
+                        break;
+                    }
+            }
             const char *fr = x->finish_reason == 1 ? "eos" : x->finish_reason == 2 ? "stop"
                            : x->finish_reason == 3 ? "length" : x->finish_reason == 4 ? "prompt_too_long"
                            : x->finish_reason == 5 ? "aborted" : "unspecified";
@@ -222,7 +235,8 @@ static int consume(int argc, char **argv) {
         json_array_append_new(jids, json_integer((json_int_t)ids[i].id));
         if (ids[i].count > 1) json_array_append_new(dups, json_integer((json_int_t)ids[i].id));
     }
-    bool ok = (int)n_ids == expect && (int)dlq_n >= expect_dlq && bad == 0 && lengths_equal;
+    bool ok = (int)n_ids == expect && (int)dlq_n >= expect_dlq && bad == 0 && lengths_equal &&
+              version_mismatch == 0;
     json_t *out = json_pack("{sb sI sI sI so so sI sI sI so so so so so sb}", "ok", ok,
                             "distinct", (json_int_t)n_ids, "raw_results", (json_int_t)raw,
                             "duplicates", (json_int_t)(raw - n_ids), "duplicate_ids", dups,
@@ -230,6 +244,8 @@ static int consume(int argc, char **argv) {
                             "invalid", (json_int_t)bad, "dlq", (json_int_t)dlq_n, "dlq_errors",
                             dlq_errors, "finish", finish, "by_replica", replicas, "invalid_errors",
                             errors, "response_lengths", lengths, "lengths_equal", lengths_equal);
+    json_object_set_new(out, "version_checked", json_integer((json_int_t)version_checked));
+    json_object_set_new(out, "version_mismatch", json_integer((json_int_t)version_mismatch));
     char *s = json_dumps(out, JSON_COMPACT);
     puts(s);
     free(s);
