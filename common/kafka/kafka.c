@@ -453,6 +453,21 @@ qrl_status qrl_kafka_consumer_commit_offset(qrl_kafka_consumer_t *c, const char 
     return QRL_OK;
 }
 
+qrl_status qrl_kafka_consumer_commit_offset_async(qrl_kafka_consumer_t *c, const char *topic,
+                                                  int32_t partition, int64_t next_offset,
+                                                  qrl_error *err) {
+    rd_kafka_topic_partition_list_t *l = rd_kafka_topic_partition_list_new(1);
+    rd_kafka_topic_partition_list_add(l, topic, partition)->offset = next_offset;
+    rd_kafka_resp_err_t e = rd_kafka_commit(c->rk, l, 1 /* asynchronous */);
+    rd_kafka_topic_partition_list_destroy(l);
+    if (e)
+        return qrl_error_set(err, qrl_kafka_status_from_code(e),
+                             "async commit of topic %s [%d] offset %lld for group %s on %s: %s",
+                             topic, (int)partition, (long long)next_offset, c->group, c->bootstrap,
+                             rd_kafka_err2str(e));
+    return QRL_OK;
+}
+
 qrl_status qrl_kafka_consumer_commit(qrl_kafka_consumer_t *c, const qrl_kafka_message *msg,
                                      qrl_error *err) {
     return qrl_kafka_consumer_commit_offset(c, msg->topic, msg->partition, msg->offset + 1, err);

@@ -156,6 +156,14 @@ qrl_status qrl_kafka_consumer_commit(qrl_kafka_consumer_t *c, const qrl_kafka_me
 qrl_status qrl_kafka_consumer_commit_offset(qrl_kafka_consumer_t *c, const char *topic,
                                             int32_t partition, int64_t next_offset, qrl_error *err);
 
+/* As _commit_offset, without waiting: the request is queued and this returns at once
+ * (for an event loop).  The outcome is not reported; a failed commit only means the
+ * records after the previous committed offset may be delivered again.  Errors:
+ * INVALID_ARGUMENT/NOMEM when the request cannot be queued. */
+qrl_status qrl_kafka_consumer_commit_offset_async(qrl_kafka_consumer_t *c, const char *topic,
+                                                  int32_t partition, int64_t next_offset,
+                                                  qrl_error *err);
+
 /* The group's committed next offset for (topic, partition) into *next_offset (-1 when
  * none is committed).  Waits up to timeout_ms for the group coordinator. */
 qrl_status qrl_kafka_consumer_committed(qrl_kafka_consumer_t *c, const char *topic, int32_t partition,

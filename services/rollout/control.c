@@ -1,0 +1,197 @@
+/* qrl-rollout control thread: registration with the learner, heartbeats, and the
+ * WatchVersions stream that announces sync boundaries (SPEC §4.4, §8).  The rpc client
+ * blocks, so this lives on its own thread, never the loop (STYLE 14).  A NEW_VERSION
+ * event on the TCP transport makes it read the weights (weights.c) and hand the new
+ * model to the engine, which swaps at its next step boundary; SHUTDOWN asks the loop to
+ * drain. */
+#include <inttypes.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/log.h"
+#include "rollout.h"
+#include "rpc/rpc.h"
+
+#define CALL_TIMEOUT_MS 5000
+
+static uint64_t unix_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
+static void nap_ms(int ms) {
+    struct timespec ts = {ms / 1000, (long)(ms % 1000) * 1000000L};
+    nanosleep(&ts, NULL);
+}
+
+static uint64_t have_version(rd_control *c) {
+    rd_engine_stats es;
+    rd_engine_get_stats(c->engine, &es);
+    return es.sched.version;
+}
+
+typedef struct session {
+    uint32_t hb_interval_ms;
+    uint64_t announced;  /* newest version announced by the learner */
+} session;
+
+static qrl_status do_register(rd_control *c, qrl_rpc_client_t *cl, session *s, qrl_error *err) {
+    Qrl__RegisterRequest req = QRL__REGISTER_REQUEST__INIT;
+    req.replica = &c->info;
+    req.have_version = have_version(c);
+    ProtobufCMessage *resp = NULL;
+    QRL_TRY(qrl_rpc_client_call(cl, QRL_RPC_LEARNER_REGISTER, &req.base, CALL_TIMEOUT_MS, &resp, err));
+    const Qrl__RegisterResponse *r = (const Qrl__RegisterResponse *)resp;
+    s->hb_interval_ms = r->heartbeat_interval_ms ? r->heartbeat_interval_ms : 1000;
+    QRL_LOG_INFO("control", "registered with learner=%s as=%s run_id=%" PRIu64 " current_version=%" PRIu64
+                 " heartbeat_ms=%u mode=%s", c->learner, r->replica_id, r->run_id,
+                 r->current_version, s->hb_interval_ms, r->mode);
+    qrl_wire_free(resp);
+    return QRL_OK;
+}
+
+/* Heartbeat; *known false when the learner forgot us. */
+static qrl_status do_heartbeat(rd_control *c, qrl_rpc_client_t *cl, bool *known, qrl_error *err) {
+    rd_engine_stats es;
+    rd_engine_get_stats(c->engine, &es);
+    Qrl__RolloutStatus st = QRL__ROLLOUT_STATUS__INIT;
+    st.replica_id = c->info.id;
+    st.state = QRL__SERVICE_STATE__SERVICE_STATE_RUNNING;
+    st.version = es.sched.version;
+    st.slots_total = c->info.slots;
+    st.slots_in_use = (uint32_t)es.sched.running;
+    st.active_groups = (uint32_t)es.groups_in_engine;
+    st.tokens_per_s = es.tokens_per_s;
+    st.staleness_restarts = es.sched.restarts;
+    st.groups_produced = es.sched.groups_emitted;
+    st.tokens_generated = es.sched.tokens_generated;
+    st.precision = c->info.precision;
+    st.kv_format = c->info.kv_format;
+    Qrl__HeartbeatRequest req = QRL__HEARTBEAT_REQUEST__INIT;
+    req.replica_id = c->info.id;
+    req.status = &st;
+    req.sent_unix_ms = unix_ms();
+    ProtobufCMessage *resp = NULL;
+    QRL_TRY(qrl_rpc_client_call(cl, QRL_RPC_LEARNER_HEARTBEAT, &req.base, CALL_TIMEOUT_MS, &resp, err));
+    *known = ((const Qrl__HeartbeatResponse *)resp)->known;
+    qrl_wire_free(resp);
+    return QRL_OK;
+}
+
+static void on_event(rd_control *c, const Qrl__VersionEvent *ev, session *s) {
+    switch (ev->kind) {
+    case QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_NEW_VERSION: {
+        if (ev->version <= have_version(c) || ev->version <= s->announced) return;
+        s->announced = ev->version;
+        if (ev->transport != QRL__WEIGHT_TRANSPORT__WEIGHT_TRANSPORT_TCP || !*ev->weight_addr) {
+            QRL_LOG_WARN("control", "version=%" PRIu64 ": only the TCP weight transport is "
+                         "implemented on CPU (got transport %d)", ev->version, (int)ev->transport);
+            return;
+        }
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
+        qrl_model *m;
+        qrl_error err;
+        if (rd_weights_receive(ev->weight_addr, c->model, ev->version, &m, &err) != QRL_OK) {
+            QRL_LOG_ERROR("control", "weights version=%" PRIu64 " not received: %s", ev->version, err.msg);
+            s->announced = ev->version - 1; /* a repeated announcement may try again */
+            return;
+        }
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        QRL_LOG_INFO("control", "weights received version=%" PRIu64 " from=%s ms=%.1f", ev->version,
+                     ev->weight_addr, (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+                     (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+        rd_engine_swap(c->engine, m, ev->version);
+        return;
+    }
+    case QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_SHUTDOWN:
+        QRL_LOG_INFO("control", "learner announced shutdown: draining");
+        uv_async_send(c->drain_async);
+        return;
+    case QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_PAUSE:
+        QRL_LOG_INFO("control", "learner PAUSE (alternate mode) is not implemented: ignored");
+        return;
+    default:
+        return;
+    }
+}
+
+static void *control_main(void *arg) {
+    rd_control *c = arg;
+    qrl_rpc_client_opts o = {.target = c->learner, .token = c->have_token ? c->token : NULL};
+    qrl_rpc_client_t *cl = NULL;
+    qrl_error err;
+    if (qrl_rpc_client_new(&o, &cl, &err) != QRL_OK) {
+        QRL_LOG_ERROR("control", "learner client: %s", err.msg);
+        return NULL;
+    }
+    session s = {0};
+    bool registered = false;
+    qrl_rpc_client_stream_t *watch = NULL;
+    struct timespec last_hb = {0};
+    while (!c->stop) {
+        if (!registered) {
+            if (do_register(c, cl, &s, &err) != QRL_OK) {
+                QRL_LOG_WARN("control", "register: %s (retrying)", err.msg);
+                nap_ms(1000);
+                continue;
+            }
+            registered = true;
+        }
+        if (!watch) {
+            Qrl__WatchVersionsRequest w = QRL__WATCH_VERSIONS_REQUEST__INIT;
+            w.replica_id = c->info.id;
+            w.have_version = have_version(c);
+            if (qrl_rpc_client_stream_open(cl, QRL_RPC_LEARNER_WATCH_VERSIONS, &w.base, 0, &watch,
+                                           &err) != QRL_OK) {
+                QRL_LOG_WARN("control", "WatchVersions: %s (retrying)", err.msg);
+                watch = NULL;
+                nap_ms(1000);
+                continue;
+            }
+        }
+        ProtobufCMessage *msg = NULL;
+        qrl_status st = qrl_rpc_client_stream_next(watch, 200, &msg, &err);
+        if (st == QRL_OK && msg) {
+            on_event(c, (const Qrl__VersionEvent *)msg, &s);
+            qrl_wire_free(msg);
+        } else if (st != QRL_STATUS_TIMEOUT || qrl_rpc_client_stream_ended(watch)) {
+            if (!c->stop) QRL_LOG_WARN("control", "WatchVersions ended: %s", st == QRL_OK ? "OK" : err.msg);
+            qrl_rpc_client_stream_close(watch);
+            watch = NULL;
+            nap_ms(500);
+        }
+        struct timespec now;
+        clock_gettime(CLOCK_MONOTONIC, &now);
+        double since = (double)(now.tv_sec - last_hb.tv_sec) * 1e3 + (double)(now.tv_nsec - last_hb.tv_nsec) / 1e6;
+        if (since >= s.hb_interval_ms) {
+            last_hb = now;
+            bool known = true;
+            if (do_heartbeat(c, cl, &known, &err) != QRL_OK) {
+                QRL_LOG_WARN("control", "heartbeat: %s", err.msg);
+            } else if (!known) {
+                QRL_LOG_WARN("control", "the learner forgot this replica: registering again");
+                registered = false;
+            }
+        }
+    }
+    qrl_rpc_client_stream_close(watch);
+    qrl_rpc_client_destroy(cl);
+    return NULL;
+}
+
+qrl_status rd_control_start(rd_control *c, qrl_error *err) {
+    if (pthread_create(&c->thread, NULL, control_main, c) != 0)
+        return qrl_error_set(err, QRL_STATUS_INTERNAL, "control: cannot create the thread");
+    c->started = true;
+    return QRL_OK;
+}
+
+void rd_control_stop(rd_control *c) {
+    if (!c->started) return;
+    c->stop = 1;
+    pthread_join(c->thread, NULL);
+    c->started = false;
+}

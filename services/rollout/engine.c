@@ -1,0 +1,361 @@
+/* qrl-rollout engine thread: owns the scheduler, takes groups from the input queue, runs
+ * step() while work exists and it is not paused, and hands finished groups (with their
+ * GroupResult built here, since the scheduler's struct is only valid in the callback)
+ * back to the loop through a uv_async_t.  See rollout.h. */
+#include <omp.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/log.h"
+#include "rollout.h"
+
+static double mono_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+void rd_group_free(rd_group *g) {
+    if (!g) return;
+    qrl_wire_free(g->pg ? &g->pg->base : NULL);
+    if (g->result) qrl__group_result__free_unpacked(g->result, NULL);
+    qrl_wire_chunks_free(&g->chunks);
+    free(g);
+}
+
+/* ---- GroupResult -------------------------------------------------------------------- */
+
+static char *dupstr(const char *s) { return strdup(s ? s : ""); }
+
+static Qrl__Timings *timings_new(uint64_t queue, uint64_t prefill, uint64_t decode,
+                                 uint64_t verify, uint64_t total, uint64_t t0, uint64_t t1) {
+    Qrl__Timings *t = malloc(sizeof *t);
+    if (!t) return NULL;
+    qrl__timings__init(t);
+    t->queue_us = queue;
+    t->prefill_us = prefill;
+    t->decode_us = decode;
+    t->verify_us = verify;
+    t->total_us = total;
+    t->started_unix_ms = t0;
+    t->finished_unix_ms = t1;
+    return t;
+}
+
+static bool response_fill(Qrl__Response *o, const qrl_scheduler_response *r, bool emit_text) {
+    qrl__response__init(o);
+    size_t n = (size_t)r->n_tokens;
+    o->n_token_ids = o->n_behavior_logprobs = o->n_token_versions = n;
+    if (n) {
+        o->token_ids = malloc(n * sizeof *o->token_ids);
+        o->behavior_logprobs = malloc(n * sizeof *o->behavior_logprobs);
+        o->token_versions = malloc(n * sizeof *o->token_versions);
+        if (!o->token_ids || !o->behavior_logprobs || !o->token_versions) return false;
+        for (size_t i = 0; i < n; i++) {
+            o->token_ids[i] = (uint32_t)r->tokens[i];
+            o->behavior_logprobs[i] = r->logprobs[i];
+            o->token_versions[i] = r->versions[i];
+        }
+    }
+    o->finish_reason = (Qrl__FinishReason)r->finish; /* same values (scheduler.h) */
+    o->reward = (float)r->reward;
+    o->correct = r->correct;
+    o->extracted_answer = dupstr(r->extracted);
+    o->text = dupstr(emit_text ? r->text : "");
+    o->sampling_truncated = r->sampling_truncated;
+    o->truncated_tokens = r->truncated_tokens;
+    o->reprefills = r->reprefills;
+    o->restarts = r->restarts;
+    o->timings = timings_new(r->queue_us, r->prefill_us, r->decode_us, r->verify_us,
+                             0, r->started_unix_ms, r->finished_unix_ms);
+    return o->extracted_answer && o->text && o->timings;
+}
+
+Qrl__GroupResult *rd_result_build(const qrl_scheduler_group_result *r, const Qrl__PromptGroup *pg,
+                                  const char *replica_id, bool emit_text) {
+    Qrl__GroupResult *o = malloc(sizeof *o);
+    if (!o) return NULL;
+    qrl__group_result__init(o);
+    o->group_id = r->group_id;
+    o->run_id = pg->run_id;
+    o->replica_id = dupstr(replica_id);
+    o->group_size = r->group_size;
+    o->dispatch_version = pg->dispatch_version;
+    o->task = dupstr(r->task);
+    o->chunk_count = 1;
+    bool ok = o->replica_id && o->task;
+    o->n_prompt_token_ids = (size_t)r->n_prompt;
+    o->prompt_token_ids = malloc((size_t)r->n_prompt * sizeof *o->prompt_token_ids);
+    ok = ok && o->prompt_token_ids;
+    for (int i = 0; ok && i < r->n_prompt; i++) o->prompt_token_ids[i] = (uint32_t)r->prompt[i];
+    o->responses = calloc(r->group_size, sizeof *o->responses);
+    ok = ok && o->responses;
+    uint64_t t0 = UINT64_MAX, t1 = 0, q = 0, pf = 0, dc = 0, vf = 0;
+    for (uint32_t i = 0; ok && i < r->group_size; i++) {
+        o->responses[i] = malloc(sizeof *o->responses[i]);
+        if (!o->responses[i]) { ok = false; break; }
+        o->n_responses = i + 1;
+        ok = response_fill(o->responses[i], &r->responses[i], emit_text);
+        const qrl_scheduler_response *s = &r->responses[i];
+        if (s->started_unix_ms && s->started_unix_ms < t0) t0 = s->started_unix_ms;
+        if (s->finished_unix_ms > t1) t1 = s->finished_unix_ms;
+        q += s->queue_us, pf += s->prefill_us, dc += s->decode_us, vf += s->verify_us;
+    }
+    if (ok) {
+        o->timings = timings_new(q / r->group_size, pf, dc, vf, r->total_us,
+                                 t0 == UINT64_MAX ? 0 : t0, t1);
+        ok = o->timings != NULL;
+    }
+    if (ok && pg->position) {
+        o->position = malloc(sizeof *o->position);
+        ok = o->position != NULL;
+        if (ok) {
+            qrl__dataset_position__init(o->position);
+            o->position->epoch = pg->position->epoch;
+            o->position->index = pg->position->index;
+            o->position->source = dupstr(pg->position->source);
+            ok = o->position->source != NULL;
+        }
+    }
+    if (!ok) {
+        qrl__group_result__free_unpacked(o, NULL);
+        return NULL;
+    }
+    return o;
+}
+
+/* ---- thread ------------------------------------------------------------------------- */
+
+static void push_done(rd_engine *e, rd_group *g) {
+    g->next = NULL;
+    pthread_mutex_lock(&e->mu);
+    if (e->out_tail) e->out_tail->next = g;
+    else e->out_head = g;
+    e->out_tail = g;
+    pthread_mutex_unlock(&e->mu);
+    uv_async_send(e->done_async);
+}
+
+static void on_group(const qrl_scheduler_group_result *res, void *ctx) {
+    rd_engine *e = ctx;
+    rd_group *g = res->user;
+    g->result = rd_result_build(res, g->pg, e->replica_id, e->emit_text);
+    if (!g->result) {
+        g->rejected = true;
+        snprintf(g->error, sizeof g->error, "group %llu: out of memory building its result",
+                 (unsigned long long)g->group_id);
+    }
+    e->running_groups--;
+    push_done(e, g);
+}
+
+static void submit_one(rd_engine *e, rd_group *g) {
+    const Qrl__PromptGroup *pg = g->pg;
+    const Qrl__SamplingParams *sp = pg->sampling;
+    int32_t *prompt = malloc(pg->n_prompt_token_ids * sizeof *prompt);
+    int32_t *stops = malloc((sp->n_stop_token_ids + 1) * sizeof *stops);
+    qrl_error err;
+    qrl_status st = QRL_STATUS_NOMEM;
+    if (prompt && stops) {
+        for (size_t i = 0; i < pg->n_prompt_token_ids; i++) prompt[i] = (int32_t)pg->prompt_token_ids[i];
+        for (size_t i = 0; i < sp->n_stop_token_ids; i++) stops[i] = (int32_t)sp->stop_token_ids[i];
+        qrl_scheduler_group_desc d = {
+            .group_id = pg->group_id,
+            .group_size = pg->group_size,
+            .prompt = prompt,
+            .n_prompt = (int)pg->n_prompt_token_ids,
+            .sampling = {.temperature = sp->temperature,
+                         .top_k = (int)sp->top_k,
+                         .top_p = sp->top_p > 0 ? sp->top_p : 1.0f,
+                         .seed = sp->seed},
+            .max_new_tokens = (int)sp->max_new_tokens,
+            .stop_token_ids = stops,
+            .n_stop_token_ids = (int)sp->n_stop_token_ids,
+            .stop_strings = (const char *const *)sp->stop_strings,
+            .n_stop_strings = (int)sp->n_stop_strings,
+            .task = pg->task,
+            .reference = pg->reference_answer,
+            .user = g,
+        };
+        st = qrl_scheduler_submit(e->sched, &d, &err);
+    } else {
+        snprintf(err.msg, sizeof err.msg, "out of memory");
+    }
+    free(prompt);
+    free(stops);
+    if (st == QRL_OK) {
+        e->running_groups++;
+        return;
+    }
+    g->rejected = true;
+    snprintf(g->error, sizeof g->error, "%s", err.msg);
+    QRL_LOG_WARN("engine", "group=%llu refused by the scheduler: %s",
+                 (unsigned long long)g->group_id, err.msg);
+    push_done(e, g);
+}
+
+/* Sync boundary (between steps): the scheduler re-prefills or restarts unfinished
+ * responses (SPEC §4.4-4.5).  The engine owns every model it swapped in. */
+static void swap_now(rd_engine *e, qrl_model *m, uint64_t version) {
+    qrl_error err;
+    qrl_scheduler_stats before;
+    qrl_scheduler_get_stats(e->sched, &before);
+    if (qrl_scheduler_swap_weights(e->sched, m, version, &err) != QRL_OK) {
+        QRL_LOG_ERROR("engine", "weights version=%llu refused: %s", (unsigned long long)version, err.msg);
+        qrl_model_free(m);
+        return;
+    }
+    qrl_model_free(e->owned_model);
+    e->owned_model = m;
+    e->model = m;
+    qrl_scheduler_stats after;
+    qrl_scheduler_get_stats(e->sched, &after);
+    QRL_LOG_INFO("engine", "weights swapped version=%llu running=%d restarts=%llu", (unsigned long long)version,
+                 after.running, (unsigned long long)(after.restarts - before.restarts));
+    pthread_mutex_lock(&e->mu);
+    e->stats.sched = after;
+    pthread_mutex_unlock(&e->mu);
+}
+
+static void *engine_main(void *arg) {
+    rd_engine *e = arg;
+    /* OpenMP settings are per thread: this one runs the forward passes, so it takes the
+     * count the scheduler's workspace was sized for (main's omp_set_num_threads). */
+    omp_set_num_threads(e->omp_threads);
+    double win_t = mono_s();
+    uint64_t win_tokens = 0;
+    double tps = 0;
+    for (;;) {
+        pthread_mutex_lock(&e->mu);
+        while (!e->stop && !e->in_head && !e->swap_model &&
+               (e->paused || qrl_scheduler_idle(e->sched)))
+            pthread_cond_wait(&e->cv, &e->mu);
+        bool stop = e->stop, paused = e->paused;
+        qrl_model *swap = e->swap_model;
+        uint64_t swap_version = e->swap_version;
+        e->swap_model = NULL;
+        int delay = e->step_delay_ms;
+        rd_group *in = e->in_head;
+        e->in_head = e->in_tail = NULL;
+        pthread_mutex_unlock(&e->mu);
+        while (in) {
+            rd_group *next = in->next;
+            in->next = NULL;
+            submit_one(e, in);
+            in = next;
+        }
+        if (swap) swap_now(e, swap, swap_version);
+        if (stop) break;
+        if (paused || qrl_scheduler_idle(e->sched)) continue;
+        qrl_error err;
+        if (qrl_scheduler_step(e->sched, NULL, &err) != QRL_OK) {
+            /* The scheduler says a caller-visible failure is a bug; stop serving loudly. */
+            QRL_LOG_ERROR("engine", "step failed: %s", err.msg);
+            abort();
+        }
+        if (delay > 0) {
+            struct timespec ts = {delay / 1000, (long)(delay % 1000) * 1000000L};
+            nanosleep(&ts, NULL);
+        }
+        qrl_scheduler_stats st;
+        qrl_scheduler_get_stats(e->sched, &st);
+        double now = mono_s();
+        if (now - win_t >= 2.0) {
+            tps = (double)(st.tokens_generated - win_tokens) / (now - win_t);
+            win_tokens = st.tokens_generated;
+            win_t = now;
+        }
+        pthread_mutex_lock(&e->mu);
+        e->stats.sched = st;
+        e->stats.tokens_per_s = tps;
+        e->stats.groups_in_engine = e->running_groups;
+        pthread_mutex_unlock(&e->mu);
+    }
+    return NULL;
+}
+
+qrl_status rd_engine_start(rd_engine *e, const qrl_model *model, const qrl_tokenizer *tok,
+                           const qrl_scheduler_config *sc, const char *replica_id,
+                           bool emit_text, uv_async_t *done_async, qrl_error *err) {
+    e->model = model;
+    e->tok = tok;
+    e->replica_id = replica_id;
+    e->emit_text = emit_text;
+    e->done_async = done_async;
+    e->omp_threads = omp_get_max_threads();
+    QRL_TRY(qrl_scheduler_new(model, tok, sc, on_group, e, &e->sched, err));
+    qrl_scheduler_get_stats(e->sched, &e->stats.sched);
+    pthread_mutex_init(&e->mu, NULL);
+    pthread_cond_init(&e->cv, NULL);
+    if (pthread_create(&e->thread, NULL, engine_main, e) != 0) {
+        qrl_scheduler_free(e->sched);
+        e->sched = NULL;
+        return qrl_error_set(err, QRL_STATUS_INTERNAL, "engine: cannot create the thread");
+    }
+    return QRL_OK;
+}
+
+void rd_engine_submit(rd_engine *e, rd_group *g) {
+    g->next = NULL;
+    pthread_mutex_lock(&e->mu);
+    if (e->in_tail) e->in_tail->next = g;
+    else e->in_head = g;
+    e->in_tail = g;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void rd_engine_set_paused(rd_engine *e, bool paused) {
+    pthread_mutex_lock(&e->mu);
+    e->paused = paused;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void rd_engine_swap(rd_engine *e, qrl_model *m, uint64_t version) {
+    pthread_mutex_lock(&e->mu);
+    qrl_model *old = e->swap_model; /* a newer version replaces one not yet applied */
+    e->swap_model = m;
+    e->swap_version = version;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    qrl_model_free(old);
+}
+
+void rd_engine_set_step_delay(rd_engine *e, int ms) {
+    pthread_mutex_lock(&e->mu);
+    e->step_delay_ms = ms;
+    pthread_mutex_unlock(&e->mu);
+}
+
+rd_group *rd_engine_take_done(rd_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    rd_group *g = e->out_head;
+    e->out_head = e->out_tail = NULL;
+    pthread_mutex_unlock(&e->mu);
+    return g;
+}
+
+void rd_engine_get_stats(rd_engine *e, rd_engine_stats *out) {
+    pthread_mutex_lock(&e->mu);
+    *out = e->stats;
+    pthread_mutex_unlock(&e->mu);
+}
+
+void rd_engine_join(rd_engine *e) {
+    if (!e->sched) return;
+    pthread_mutex_lock(&e->mu);
+    e->stop = true;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    pthread_join(e->thread, NULL);
+    /* groups still queued either way are the loop's to free */
+    qrl_scheduler_free(e->sched);
+    e->sched = NULL;
+    qrl_model_free(e->owned_model);
+    qrl_model_free(e->swap_model);
+    e->owned_model = e->swap_model = NULL;
+    pthread_mutex_destroy(&e->mu);
+    pthread_cond_destroy(&e->cv);
+}

@@ -1,0 +1,137 @@
+/* qrl-rollout internals (SPEC §1, §4, §8; STYLE 14; docs/rollout-daemon.md).
+ *
+ * Two threads:
+ *   - the loop thread (main) runs one libuv loop: the Kafka consumer and producer (polled
+ *     from a short uv_timer, never waiting), the gRPC Rollout service, signals, commits;
+ *   - the engine thread owns the model and the qrl_scheduler and runs step() while work
+ *     exists and it is not paused.
+ * They meet in rd_engine: an input queue (loop -> engine, mutex + condvar) and an output
+ * queue (engine -> loop, mutex + uv_async_t).  An rd_group travels loop -> engine ->
+ * loop; only one side touches it at a time (whoever took it off a queue). */
+#ifndef QRL_ROLLOUT_DAEMON_H
+#define QRL_ROLLOUT_DAEMON_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "core/config.h"
+#include "core/status.h"
+#include "kafka/kafka.h"
+#include "qrl.pb-c.h"
+#include "rollout/scheduler.h"
+#include "wire/wire.h"
+
+/* One consumed prompt record of a partition, in consumption order.  The partition's
+ * offset is committed up to the first entry not yet done (commit-after-produce). */
+typedef struct rd_offset {
+    struct rd_offset *next;
+    int64_t offset;
+    bool done;
+} rd_offset;
+
+/* One consumed PromptGroup, from the poll to the delivery report of its result. */
+typedef struct rd_group {
+    struct rd_group *next;        /* link in whichever queue/list holds it */
+    int32_t partition;
+    rd_offset *off;               /* its entry in the partition's FIFO */
+    uint64_t group_id;
+    Qrl__PromptGroup *pg;         /* decoded prompt, owned (qrl_wire_free) */
+    uint64_t consumed_us;         /* loop clock when consumed */
+    /* set by the engine */
+    Qrl__GroupResult *result;     /* owned (qrl__group_result__free_unpacked) */
+    bool rejected;                /* the scheduler refused it: goes to the DLQ */
+    char error[512];
+    /* loop: result delivery */
+    qrl_wire_chunks chunks;       /* encoded result (or one DLQ record), kept to resend */
+    size_t chunks_left;
+    bool delivery_failed;
+    bool to_dlq;                  /* chunks hold a dead-letter record */
+} rd_group;
+
+typedef struct rd_engine_stats {
+    qrl_scheduler_stats sched;
+    double tokens_per_s;          /* over the last ~2 s */
+    int groups_in_engine;         /* submitted and not emitted */
+} rd_engine_stats;
+
+typedef struct rd_engine {
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    rd_group *in_head, *in_tail;   /* loop -> engine */
+    rd_group *out_head, *out_tail; /* engine -> loop */
+    bool paused, stop;
+    int step_delay_ms;             /* test/debug throttle (rollout.step_delay_ms) */
+    rd_engine_stats stats;         /* snapshot after each step, under mu */
+    qrl_model *swap_model;         /* weights to swap in at the next step boundary (owned) */
+    uint64_t swap_version;
+    uv_async_t *done_async;        /* wakes the loop for out_* */
+    /* engine thread only */
+    qrl_scheduler *sched;
+    const qrl_model *model;
+    const qrl_tokenizer *tok;
+    const char *replica_id;
+    bool emit_text;
+    int running_groups;
+    qrl_model *owned_model;        /* the last model swapped in (the first is main's) */
+    int omp_threads;               /* the loop thread's OpenMP thread count at start */
+} rd_engine;
+
+/* Start the engine thread over a scheduler made from `model`/`tok` (borrowed, alive
+ * until rd_engine_join).  Errors: those of qrl_scheduler_new, INTERNAL (thread). */
+qrl_status rd_engine_start(rd_engine *e, const qrl_model *model, const qrl_tokenizer *tok,
+                           const qrl_scheduler_config *sc, const char *replica_id,
+                           bool emit_text, uv_async_t *done_async, qrl_error *err);
+/* Hand a group to the engine (loop thread). */
+void rd_engine_submit(rd_engine *e, rd_group *g);
+void rd_engine_set_paused(rd_engine *e, bool paused);
+void rd_engine_set_step_delay(rd_engine *e, int ms);
+/* Swap to `m` (ownership passes to the engine) at policy `version` between two steps. */
+void rd_engine_swap(rd_engine *e, qrl_model *m, uint64_t version);
+/* Take every finished group (loop thread); returns the list (linked through next). */
+rd_group *rd_engine_take_done(rd_engine *e);
+void rd_engine_get_stats(rd_engine *e, rd_engine_stats *out);
+/* Ask the thread to end, join it, free the scheduler. */
+void rd_engine_join(rd_engine *e);
+
+/* GroupResult from a finished scheduler group and its PromptGroup; everything malloc'd
+ * so qrl__group_result__free_unpacked(r, NULL) frees it.  NULL on NOMEM. */
+Qrl__GroupResult *rd_result_build(const qrl_scheduler_group_result *r, const Qrl__PromptGroup *pg,
+                                  const char *replica_id, bool emit_text);
+
+/* Free a group and whatever it owns. */
+void rd_group_free(rd_group *g);
+
+/* Receive one weight version from the TCP stream at `addr` (host:port; framing in
+ * weights.c) into a new model shaped like `like`: manifest checked against the model,
+ * buckets and tensors checked by CRC-32C.  Blocking (control thread).  *out owned by the
+ * caller.  Errors: NETWORK/TIMEOUT, INVALID_ARGUMENT (manifest does not fit the model),
+ * CORRUPT (checksum, bucket order), PARSE/UNSUPPORTED (frames), NOMEM. */
+qrl_status rd_weights_receive(const char *addr, const qrl_model *like, uint64_t version,
+                              qrl_model **out, qrl_error *err);
+
+/* Registration with the learner, heartbeats and WatchVersions (control.c): a thread of
+ * blocking gRPC client calls. */
+typedef struct rd_control {
+    pthread_t thread;
+    bool started;
+    _Atomic int stop;             /* set by the loop thread; read between calls */
+    char learner[256];
+    char token[1025];
+    bool have_token;
+    Qrl__ReplicaInfo info;        /* strings borrowed from the config / daemon */
+    rd_engine *engine;
+    const qrl_model *model;
+    uv_async_t *drain_async;      /* a SHUTDOWN event asks the loop to drain */
+} rd_control;
+qrl_status rd_control_start(rd_control *c, qrl_error *err);
+void rd_control_stop(rd_control *c);
+
+/* The daemon (loop.c). */
+typedef struct rd_daemon rd_daemon;
+/* Run the loop until drained; returns the process exit status. */
+int rd_daemon_run(qrl_config_t *cfg, const qrl_model *model, const qrl_tokenizer *tok);
+
+#endif
