@@ -14,4 +14,10 @@ build-gpu/tests/cuda/test_cuda_ops --filter 'cuda_ops/attention*' --verbose > "$
 rc_t=$?
 grep -E 'attention H=|Synthesis|FAIL|Assert|CRASH' "$out/attn-test.log" | tail -40
 build-gpu/bench/attn 2>&1 | tee "$out/attn-bench.log"
-echo "attn tests rc=$rc_t bench rc=${PIPESTATUS[0]}"
+rc_b=${PIPESTATUS[0]}
+# pipeline depth variants (tc columns; the legacy columns repeat the run above)
+for st in ${QRL_STAGE_VARIANTS:-}; do
+  echo "QRL_ATTN_STAGES=$st"
+  QRL_ATTN_STAGES=$st build-gpu/bench/attn 2>&1 | tee "$out/attn-bench-st$st.log"
+done
+echo "attn tests rc=$rc_t bench rc=$rc_b"

@@ -139,7 +139,6 @@ attn_split_kernel(qrl_cuda_attention_args a, float scale_log2, int chunk, int n_
  * FlashAttention.  Shared rows are 16-byte-chunk swizzled (chunk ^ row%8) so the
  * ldmatrix reads are conflict-free. */
 #define TC_T 16
-#define TC_STAGES 3
 
 static __device__ __forceinline__ uint32_t smem_u32(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
@@ -174,7 +173,7 @@ static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     return *(uint32_t *)&v;
 }
 
-template <int HD>
+template <int HD, int TC_STAGES>
 static __global__ void __launch_bounds__(WARPS * 32)
 attn_tc_kernel(qrl_cuda_attention_args a, float scale_log2, int chunk, int n_splits,
                int bs_shift) {
@@ -323,18 +322,30 @@ attn_tc_kernel(qrl_cuda_attention_args a, float scale_log2, int chunk, int n_spl
     }
 }
 
-template <int HD>
-static void launch_tc(const qrl_cuda_attention_args *a, dim3 grid, float sl2, int chunk, int ns,
-                      int sh, cudaStream_t st) {
-    size_t kv = (size_t)WARPS * TC_STAGES * 2 * TC_T * HD * 2;
+template <int HD, int STG>
+static void launch_tc_st(const qrl_cuda_attention_args *a, dim3 grid, float sl2, int chunk,
+                         int ns, int sh, cudaStream_t st) {
+    size_t kv = (size_t)WARPS * STG * 2 * TC_T * HD * 2;
     size_t mg = (size_t)WARPS * 8 * (HD + 2) * 4;
     size_t bytes = kv > mg ? kv : mg;
     static bool attr = false;
     if (!attr) {
-        cudaFuncSetAttribute(attn_tc_kernel<HD>, cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
+        cudaFuncSetAttribute(attn_tc_kernel<HD, STG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                             (int)bytes);
         attr = true;
     }
-    attn_tc_kernel<HD><<<grid, WARPS * 32, bytes, st>>>(*a, sl2, chunk, ns, sh);
+    attn_tc_kernel<HD, STG><<<grid, WARPS * 32, bytes, st>>>(*a, sl2, chunk, ns, sh);
+}
+
+/* Pipeline depth: 3 stages; QRL_ATTN_STAGES=2|4 for A/B timing (bench/attn.c). */
+template <int HD>
+static void launch_tc(const qrl_cuda_attention_args *a, dim3 grid, float sl2, int chunk, int ns,
+                      int sh, cudaStream_t st) {
+    const char *e = getenv("QRL_ATTN_STAGES");
+    int stages = e ? atoi(e) : 3;
+    if (stages == 2) launch_tc_st<HD, 2>(a, grid, sl2, chunk, ns, sh, st);
+    else if (stages == 4) launch_tc_st<HD, 4>(a, grid, sl2, chunk, ns, sh, st);
+    else launch_tc_st<HD, 3>(a, grid, sl2, chunk, ns, sh, st);
 }
 
 static __global__ void attn_merge_kernel(qrl_cuda_attention_args a, int chunk, int n_splits) {
