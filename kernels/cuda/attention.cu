@@ -168,13 +168,24 @@ static __device__ __forceinline__ void mma_top(float c[4], uint32_t a0, uint32_t
                  : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
 }
 
+/* c += A(16x16) * B(16x8), all four A registers */
+static __device__ __forceinline__ void mma_full(float c[4], const uint32_t a[4], uint32_t b0,
+                                                uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
 static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *(uint32_t *)&v;
 }
 
-template <int HD, int TC_STAGES>
-static __global__ void __launch_bounds__(WARPS * 32)
+/* V (variant, A/B timing): 0 = Q lo in separate MMAs; 1 = Q lo in rows 8..15 of the same
+ * MMA (scores = rows g + rows g+8: half the score MMAs); 2 = 1 with 4 blocks/SM forced. */
+template <int HD, int TC_STAGES, int V>
+static __global__ void __launch_bounds__(WARPS * 32, V == 2 ? 4 : 1)
 attn_tc_kernel(qrl_cuda_attention_args a, float scale_log2, int chunk, int n_splits,
                int bs_shift) {
     constexpr int CPR = HD / 8, KS = HD / 16, TILE_ELEMS = TC_T * HD;
@@ -250,14 +261,21 @@ attn_tc_kernel(qrl_cuda_attention_args a, float scale_log2, int chunk, int n_spl
                 int ch = 2 * ks + (jj & 1);
                 uint32_t b[4];
                 ldsm_x4(smem_u32(ks_ + pos * HD + ((ch ^ (pos & 7)) * 8)), b);
-                mma_top(s0, qh[ks][0], qh[ks][1], b[0], b[1]);
-                mma_top(s1, qh[ks][0], qh[ks][1], b[2], b[3]);
-                mma_top(s0, ql[ks][0], ql[ks][1], b[0], b[1]);
-                mma_top(s1, ql[ks][0], ql[ks][1], b[2], b[3]);
+                if (V == 0) {
+                    mma_top(s0, qh[ks][0], qh[ks][1], b[0], b[1]);
+                    mma_top(s1, qh[ks][0], qh[ks][1], b[2], b[3]);
+                    mma_top(s0, ql[ks][0], ql[ks][1], b[0], b[1]);
+                    mma_top(s1, ql[ks][0], ql[ks][1], b[2], b[3]);
+                } else {
+                    const uint32_t qa[4] = {qh[ks][0], ql[ks][0], qh[ks][1], ql[ks][1]};
+                    mma_full(s0, qa, b[0], b[1]);
+                    mma_full(s1, qa, b[2], b[3]);
+                }
             }
         }
         int p0 = start + (warp + j * WARPS) * TC_T;
         float sc[4] = {s0[0], s0[1], s1[0], s1[1]};
+        if (V != 0) sc[0] += s0[2], sc[1] += s0[3], sc[2] += s1[2], sc[3] += s1[3];
         if (p0 + TC_T > end) {
             if (p0 + 2 * t >= end) sc[0] = -INFINITY;
             if (p0 + 2 * t + 1 >= end) sc[1] = -INFINITY;
@@ -322,7 +340,7 @@ attn_tc_kernel(qrl_cuda_attention_args a, float scale_log2, int chunk, int n_spl
     }
 }
 
-template <int HD, int STG>
+template <int HD, int STG, int V>
 static void launch_tc_st(const qrl_cuda_attention_args *a, dim3 grid, float sl2, int chunk,
                          int ns, int sh, cudaStream_t st) {
     size_t kv = (size_t)WARPS * STG * 2 * TC_T * HD * 2;
@@ -330,22 +348,33 @@ static void launch_tc_st(const qrl_cuda_attention_args *a, dim3 grid, float sl2,
     size_t bytes = kv > mg ? kv : mg;
     static bool attr = false;
     if (!attr) {
-        cudaFuncSetAttribute(attn_tc_kernel<HD, STG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                             (int)bytes);
+        cudaFuncSetAttribute(attn_tc_kernel<HD, STG, V>,
+                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
         attr = true;
     }
-    attn_tc_kernel<HD, STG><<<grid, WARPS * 32, bytes, st>>>(*a, sl2, chunk, ns, sh);
+    attn_tc_kernel<HD, STG, V><<<grid, WARPS * 32, bytes, st>>>(*a, sl2, chunk, ns, sh);
 }
 
-/* Pipeline depth: 3 stages; QRL_ATTN_STAGES=2|4 for A/B timing (bench/attn.c). */
+static int env_int(const char *name, int dflt) {
+    const char *e = getenv(name);
+    return e && *e ? atoi(e) : dflt;
+}
+
+/* Defaults from bench/attn.c on the H200; QRL_ATTN_STAGES (2|3) and QRL_ATTN_VARIANT (0|1|2)
+ * select the others for A/B timing. */
 template <int HD>
 static void launch_tc(const qrl_cuda_attention_args *a, dim3 grid, float sl2, int chunk, int ns,
                       int sh, cudaStream_t st) {
-    const char *e = getenv("QRL_ATTN_STAGES");
-    int stages = e ? atoi(e) : 3;
-    if (stages == 2) launch_tc_st<HD, 2>(a, grid, sl2, chunk, ns, sh, st);
-    else if (stages == 4) launch_tc_st<HD, 4>(a, grid, sl2, chunk, ns, sh, st);
-    else launch_tc_st<HD, 3>(a, grid, sl2, chunk, ns, sh, st);
+    int stages = env_int("QRL_ATTN_STAGES", 2), v = env_int("QRL_ATTN_VARIANT", 1);
+    if (stages == 3) {
+        if (v == 0) launch_tc_st<HD, 3, 0>(a, grid, sl2, chunk, ns, sh, st);
+        else if (v == 2) launch_tc_st<HD, 3, 2>(a, grid, sl2, chunk, ns, sh, st);
+        else launch_tc_st<HD, 3, 1>(a, grid, sl2, chunk, ns, sh, st);
+    } else {
+        if (v == 0) launch_tc_st<HD, 2, 0>(a, grid, sl2, chunk, ns, sh, st);
+        else if (v == 2) launch_tc_st<HD, 2, 2>(a, grid, sl2, chunk, ns, sh, st);
+        else launch_tc_st<HD, 2, 1>(a, grid, sl2, chunk, ns, sh, st);
+    }
 }
 
 static __global__ void attn_merge_kernel(qrl_cuda_attention_args a, int chunk, int n_splits) {
@@ -427,7 +456,8 @@ qrl_status qrl_cuda_attention(const qrl_cuda_attention_args *a, void *stream, qr
     int ns = (int)(want < 1 ? 1 : want > max_splits ? max_splits : want);
     int chunk = (a->max_len + ns - 1) / ns;
     chunk = (chunk + TILE_MIN - 1) / TILE_MIN * TILE_MIN;
-    if (tc && rows >= sm_count() && chunk < 256) chunk = 256;
+    int cmin = env_int("QRL_ATTN_CHUNK_MIN", 256);
+    if (tc && rows >= sm_count() && chunk < cmin) chunk = (cmin + TILE_MIN - 1) / TILE_MIN * TILE_MIN;
     ns = (a->max_len + chunk - 1) / chunk;
     size_t need = (size_t)a->n * a->n_heads * ns * (hd + 2);
     if (need > a->work_floats)
