@@ -15,12 +15,11 @@ rc_t=$?
 grep -E 'attention H=|Synthesis|FAIL|Assert|CRASH' "$out/attn-test.log" | tail -40
 build-gpu/bench/attn 2>&1 | tee "$out/attn-bench.log"
 rc_b=${PIPESTATUS[0]}
-# pipeline depth variants (tc columns; the legacy columns repeat the run above)
 # variants "STAGES:VARIANT:CHUNK_MIN" (tensor-core path only)
 for v in ${QRL_ATTN_VARIANTS:-}; do
   IFS=: read -r st var cm <<< "$v"
   echo "stages=$st variant=$var chunk_min=$cm"
   QRL_ATTN_STAGES=$st QRL_ATTN_VARIANT=$var QRL_ATTN_CHUNK_MIN=$cm build-gpu/bench/attn --tc-only 2>&1 \
-    | tee "$out/attn-bench-$st-$var-$cm.log" | awk '{print $1, $6, $7}' | paste -sd' '
+    | tee "$out/attn-bench-$st-$var-$cm.log" | awk '{print $1, $6, $7, $9}' | paste -sd' '
 done
 echo "attn tests rc=$rc_t bench rc=$rc_b"
