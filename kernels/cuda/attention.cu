@@ -428,6 +428,40 @@ static int sm_count(void) {
     return n;
 }
 
+static int round_tile(long c) { return (int)((c + TILE_MIN - 1) / TILE_MIN * TILE_MIN); }
+
+/* Splits of the tensor-core path: ~16 blocks per multiprocessor (several waves of the 3
+ * resident 128-thread blocks that 155 registers allow), chunks of whole tiles; once the
+ * rows alone fill the chip, chunks of >= QRL_ATTN_CHUNK_MIN (512) positions so each warp
+ * pipelines >= 8 tiles, without a tiny last chunk; then (QRL_ATTN_WAVEFIT) up to twice
+ * the splits when that makes the last wave of blocks markedly fuller. */
+static int tc_splits(int max_len, long rows, int *chunk_out) {
+    long res = 3L * sm_count();
+    long want = (16L * sm_count() + rows - 1) / rows;
+    long max_splits = (max_len + TILE_MIN - 1) / TILE_MIN;
+    int ns = (int)(want < 1 ? 1 : want > max_splits ? max_splits : want);
+    int chunk = round_tile((max_len + ns - 1) / ns);
+    int cmin = env_int("QRL_ATTN_CHUNK_MIN", 512);
+    if (rows >= sm_count() && chunk < cmin) {
+        ns = max_len / cmin > 1 ? max_len / cmin : 1;
+        chunk = round_tile((max_len + ns - 1) / ns);
+    }
+    ns = (max_len + chunk - 1) / chunk;
+    if (env_int("QRL_ATTN_WAVEFIT", 0) && rows * ns >= res) {
+        double best = 0.0;
+        for (int k = ns; k <= 2 * ns && k <= max_splits; k++) {
+            int c = round_tile((max_len + k - 1) / k);
+            if (c < 256) break;
+            long blocks = rows * ((max_len + c - 1) / c);
+            double eff = (double)blocks / ((double)((blocks + res - 1) / res) * res);
+            if (k == ns || eff > best + 0.02) best = eff, chunk = c;
+        }
+        ns = (max_len + chunk - 1) / chunk;
+    }
+    *chunk_out = chunk;
+    return ns;
+}
+
 qrl_status qrl_cuda_attention(const qrl_cuda_attention_args *a, void *stream, qrl_error *err) {
     int hd = a->head_dim;
     if (hd != 8 && hd != 16 && hd != 32 && hd != 64 && hd != 128 && hd != 256)
@@ -445,20 +479,15 @@ qrl_status qrl_cuda_attention(const qrl_cuda_attention_args *a, void *stream, qr
     bool tc = (hd == 64 || hd == 128) && !legacy_path();
     int sh = -1;
     for (int k = 0; k < 31; k++) if (a->block_size == 1 << k) sh = k;
-    /* Splits: enough blocks for several waves (tensor-core path: 4 resident blocks per
-     * multiprocessor, ~4 waves so the last one's tail stays small), chunks of whole tiles,
-     * and at least 256 positions per chunk once the rows alone fill the chip (each warp
-     * then pipelines >= 4 tiles). */
     long rows = (long)a->n * a->n_kv_heads;
-    long blocks_want = tc ? 16L * sm_count() : 8L * sm_count();
-    long want = (blocks_want + rows - 1) / rows;
-    long max_splits = (a->max_len + TILE_MIN - 1) / TILE_MIN;
-    int ns = (int)(want < 1 ? 1 : want > max_splits ? max_splits : want);
-    int chunk = (a->max_len + ns - 1) / ns;
-    chunk = (chunk + TILE_MIN - 1) / TILE_MIN * TILE_MIN;
-    int cmin = env_int("QRL_ATTN_CHUNK_MIN", 256);
-    if (tc && rows >= sm_count() && chunk < cmin) chunk = (cmin + TILE_MIN - 1) / TILE_MIN * TILE_MIN;
-    ns = (a->max_len + chunk - 1) / chunk;
+    int chunk, ns = tc ? tc_splits(a->max_len, rows, &chunk) : 0;
+    if (!tc) { /* enough blocks for ~8 per multiprocessor, chunks of whole tiles */
+        long want = (8L * sm_count() + rows - 1) / rows;
+        long max_splits = (a->max_len + TILE_MIN - 1) / TILE_MIN;
+        ns = (int)(want < 1 ? 1 : want > max_splits ? max_splits : want);
+        chunk = round_tile((a->max_len + ns - 1) / ns);
+        ns = (a->max_len + chunk - 1) / chunk;
+    }
     size_t need = (size_t)a->n * a->n_heads * ns * (hd + 2);
     if (need > a->work_floats)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
