@@ -4,6 +4,8 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include <atomic>
+
 #include "cuda/launch.cuh"
 
 #define WARPS 4
@@ -346,11 +348,15 @@ static void launch_tc_st(const qrl_cuda_attention_args *a, dim3 grid, float sl2,
     size_t kv = (size_t)WARPS * STG * 2 * TC_T * HD * 2;
     size_t mg = (size_t)WARPS * 8 * (HD + 2) * 4;
     size_t bytes = kv > mg ? kv : mg;
-    static bool attr = false;
-    if (!attr) {
-        cudaFuncSetAttribute(attn_tc_kernel<HD, STG, V>,
-                             cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes);
-        attr = true;
+    /* > 48 KB of dynamic shared memory needs the attribute, once per device */
+    static std::atomic<unsigned> done{0};
+    int dev = 0;
+    cudaGetDevice(&dev);
+    unsigned bit = 1u << (dev & 31);
+    if (!(done.load() & bit)) {
+        if (cudaFuncSetAttribute(attn_tc_kernel<HD, STG, V>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) == cudaSuccess)
+            done.fetch_or(bit);
     }
     attn_tc_kernel<HD, STG, V><<<grid, WARPS * 32, bytes, st>>>(*a, sl2, chunk, ns, sh);
 }
