@@ -2,6 +2,9 @@
 
 #include <cuda_bf16.h>
 #include <math.h>
+#include <stdlib.h>
+
+#include <atomic>
 
 #include "cuda/launch.cuh"
 
@@ -128,6 +131,258 @@ attn_split_kernel(qrl_cuda_attention_args a, float scale_log2, int chunk, int n_
     }
 }
 
+/* ---- tensor-core path (head_dim 64 or 128): K/V tiles through shared memory ------------
+ * Each warp owns tiles of TC_T = 16 positions (interleaved over the block's chunk) and
+ * runs its own cp.async pipeline TC_STAGES deep, so K/V bytes stay in flight while it
+ * computes.  Scores S[g][p] = Q·K^T and O += P·V use mma.sync m16n8k16 (BF16 in, F32
+ * accumulate) with the GQA group's heads on the M rows (G <= 8 of 16; rows 8..15 are
+ * zero): one max/rescale per tile and one exp2 per score.  Q is split into BF16 hi + lo
+ * parts (two MMAs) so the scores keep ~F32 accuracy; P is rounded to BF16 as in
+ * FlashAttention.  Shared rows are 16-byte-chunk swizzled (chunk ^ row%8) so the
+ * ldmatrix reads are conflict-free. */
+#define TC_T 16
+
+static __device__ __forceinline__ uint32_t smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(ok ? 16 : 0));
+}
+
+static __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t r[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+static __device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t r[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+/* c += A(16x16, rows 8..15 zero: a1 = a3 = 0) * B(16x8) */
+static __device__ __forceinline__ void mma_top(float c[4], uint32_t a0, uint32_t a2, uint32_t b0,
+                                               uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+}
+
+/* c += A(16x16) * B(16x8), all four A registers */
+static __device__ __forceinline__ void mma_full(float c[4], const uint32_t a[4], uint32_t b0,
+                                                uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
+    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+
+/* V (variant, A/B timing): 0 = Q lo in separate MMAs; 1 = Q lo in rows 8..15 of the same
+ * MMA (scores = rows g + rows g+8: half the score MMAs); 2 = 1 with 4 blocks/SM forced. */
+template <int HD, int TC_STAGES, int V>
+static __global__ void __launch_bounds__(WARPS * 32, V == 2 ? 4 : 1)
+attn_tc_kernel(qrl_cuda_attention_args a, float scale_log2, int chunk, int n_splits,
+               int bs_shift) {
+    constexpr int CPR = HD / 8, KS = HD / 16, TILE_ELEMS = TC_T * HD;
+    extern __shared__ __align__(16) uint16_t tc_sm[];
+    int s = blockIdx.x, kvh = blockIdx.y, r = blockIdx.z;
+    int H = a.n_heads, KVH = a.n_kv_heads, G = H / KVH;
+    int len = a.row_pos[r] + 1;
+    int start = s * chunk;
+    if (start >= len) return;
+    int end = min(start + chunk, len);
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+    uint16_t *kbuf = tc_sm + (size_t)warp * TC_STAGES * 2 * TILE_ELEMS;
+    uint16_t *vbuf = kbuf + TC_STAGES * TILE_ELEMS;
+    const int32_t *table = a.block_tables + (size_t)a.row_seq[r] * a.max_blocks_per_seq;
+    size_t row_stride = (size_t)KVH * HD;
+    int n_tiles = (end - start + TC_T - 1) / TC_T;
+    int my_tiles = n_tiles > warp ? (n_tiles - warp + WARPS - 1) / WARPS : 0;
+
+    /* Q fragments (A operand, row g = head of the group, zero beyond G): hi + lo parts */
+    uint32_t qh[KS][2], ql[KS][2];
+    {
+        const float *qp = a.q + (size_t)r * H * HD + (size_t)(kvh * G + (g < G ? g : 0)) * HD;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++)
+#pragma unroll
+            for (int h = 0; h < 2; h++) {
+                int d = ks * 16 + h * 8 + 2 * t;
+                float x0 = g < G ? qp[d] * scale_log2 : 0.0f, x1 = g < G ? qp[d + 1] * scale_log2 : 0.0f;
+                __nv_bfloat162 hi = __floats2bfloat162_rn(x0, x1);
+                qh[ks][h] = *(uint32_t *)&hi;
+                ql[ks][h] = pack_bf16(x0 - __low2float(hi), x1 - __high2float(hi));
+            }
+    }
+
+    auto issue = [&](int j) { /* j-th tile of this warp into stage j % TC_STAGES */
+        if (j < my_tiles) {
+            int p0 = start + (warp + j * WARPS) * TC_T;
+            uint32_t kd = smem_u32(kbuf + (j % TC_STAGES) * TILE_ELEMS);
+            uint32_t vd = smem_u32(vbuf + (j % TC_STAGES) * TILE_ELEMS);
+#pragma unroll
+            for (int i = 0; i < TC_T * CPR / 32; i++) {
+                int c = lane + 32 * i, row = c / CPR, ch = c % CPR, p = p0 + row;
+                bool ok = p < end;
+                int pp = ok ? p : start;
+                int bi = bs_shift >= 0 ? pp >> bs_shift : pp / a.block_size;
+                int bo = bs_shift >= 0 ? pp & (a.block_size - 1) : pp % a.block_size;
+                size_t off = ((size_t)table[bi] * a.block_size + bo) * row_stride +
+                             (size_t)kvh * HD + ch * 8;
+                uint32_t so = (uint32_t)(row * HD + ((ch ^ (row & 7)) * 8)) * 2;
+                cp_async16(kd + so, a.k_cache + off, ok);
+                cp_async16(vd + so, a.v_cache + off, ok);
+            }
+        }
+        asm volatile("cp.async.commit_group;\n" ::);
+    };
+
+    float o[HD / 8][4], m = -INFINITY, l = 0.0f;
+#pragma unroll
+    for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+#pragma unroll
+    for (int j = 0; j < TC_STAGES - 1; j++) issue(j);
+    for (int j = 0; j < my_tiles; j++) {
+        issue(j + TC_STAGES - 1);
+        asm volatile("cp.async.wait_group %0;\n" ::"n"(TC_STAGES - 1));
+        __syncwarp();
+        const uint16_t *ks_ = kbuf + (j % TC_STAGES) * TILE_ELEMS;
+        const uint16_t *vs_ = vbuf + (j % TC_STAGES) * TILE_ELEMS;
+        float s0[4] = {0, 0, 0, 0}, s1[4] = {0, 0, 0, 0};
+        {
+            int jj = lane >> 3, pos = (jj >> 1) * 8 + (lane & 7);
+#pragma unroll
+            for (int ks = 0; ks < KS; ks++) {
+                int ch = 2 * ks + (jj & 1);
+                uint32_t b[4];
+                ldsm_x4(smem_u32(ks_ + pos * HD + ((ch ^ (pos & 7)) * 8)), b);
+                if (V == 0) {
+                    mma_top(s0, qh[ks][0], qh[ks][1], b[0], b[1]);
+                    mma_top(s1, qh[ks][0], qh[ks][1], b[2], b[3]);
+                    mma_top(s0, ql[ks][0], ql[ks][1], b[0], b[1]);
+                    mma_top(s1, ql[ks][0], ql[ks][1], b[2], b[3]);
+                } else {
+                    const uint32_t qa[4] = {qh[ks][0], ql[ks][0], qh[ks][1], ql[ks][1]};
+                    mma_full(s0, qa, b[0], b[1]);
+                    mma_full(s1, qa, b[2], b[3]);
+                }
+            }
+        }
+        int p0 = start + (warp + j * WARPS) * TC_T;
+        float sc[4] = {s0[0], s0[1], s1[0], s1[1]};
+        if (V != 0) sc[0] += s0[2], sc[1] += s0[3], sc[2] += s1[2], sc[3] += s1[3];
+        if (p0 + TC_T > end) {
+            if (p0 + 2 * t >= end) sc[0] = -INFINITY;
+            if (p0 + 2 * t + 1 >= end) sc[1] = -INFINITY;
+            if (p0 + 8 + 2 * t >= end) sc[2] = -INFINITY;
+            if (p0 + 9 + 2 * t >= end) sc[3] = -INFINITY;
+        }
+        float mx = fmaxf(fmaxf(sc[0], sc[1]), fmaxf(sc[2], sc[3]));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
+        mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
+        float mn = fmaxf(m, mx); /* finite: every tile holds a valid position */
+        float c = exp2f(m - mn);
+        m = mn;
+        float p[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) p[i] = exp2f(sc[i] - mn);
+        l = l * c + (p[0] + p[1]) + (p[2] + p[3]);
+        uint32_t pa0 = pack_bf16(p[0], p[1]), pa2 = pack_bf16(p[2], p[3]);
+        int jj = lane >> 3, pos = (jj & 1) * 8 + (lane & 7);
+#pragma unroll
+        for (int n = 0; n < HD / 8; n += 2) {
+            int ch = n + (jj >> 1);
+            uint32_t b[4];
+            ldsm_x4_t(smem_u32(vs_ + pos * HD + ((ch ^ (pos & 7)) * 8)), b);
+#pragma unroll
+            for (int i = 0; i < 4; i++) o[n][i] *= c, o[n + 1][i] *= c;
+            mma_top(o[n], pa0, pa2, b[0], b[1]);
+            mma_top(o[n + 1], pa0, pa2, b[2], b[3]);
+        }
+        __syncwarp();
+    }
+    asm volatile("cp.async.wait_group 0;\n" ::);
+    l += __shfl_xor_sync(0xffffffffu, l, 1);
+    l += __shfl_xor_sync(0xffffffffu, l, 2);
+    __syncthreads(); /* the stage buffers become the merge area */
+    float *sm_o = (float *)tc_sm;                 /* [WARPS][8][HD] */
+    float *sm_ml = sm_o + WARPS * 8 * HD;         /* [WARPS][8][2] */
+    if (g < G) {
+        float *row = sm_o + (warp * 8 + g) * HD;
+#pragma unroll
+        for (int n = 0; n < HD / 8; n++) row[n * 8 + 2 * t] = o[n][0], row[n * 8 + 2 * t + 1] = o[n][1];
+        if (t == 0) sm_ml[(warp * 8 + g) * 2] = m, sm_ml[(warp * 8 + g) * 2 + 1] = l;
+    }
+    __syncthreads();
+    for (int idx = threadIdx.x; idx < G * HD; idx += blockDim.x) {
+        int gg = idx / HD, d = idx % HD;
+        float M = -INFINITY;
+        for (int w = 0; w < WARPS; w++) M = fmaxf(M, sm_ml[(w * 8 + gg) * 2]);
+        float A = 0.0f, L = 0.0f;
+        for (int w = 0; w < WARPS; w++) {
+            float lw = sm_ml[(w * 8 + gg) * 2 + 1];
+            float wt = lw > 0.0f ? exp2f(sm_ml[(w * 8 + gg) * 2] - M) : 0.0f;
+            A += sm_o[(w * 8 + gg) * HD + d] * wt;
+            L += lw * wt;
+        }
+        size_t base = ((size_t)r * H + kvh * G + gg) * n_splits + s;
+        a.work[base * HD + d] = A;
+        if (d == 0) {
+            float *ml = a.work + (size_t)a.n * H * n_splits * HD;
+            ml[2 * base] = M;
+            ml[2 * base + 1] = L;
+        }
+    }
+}
+
+template <int HD, int STG, int V>
+static void launch_tc_st(const qrl_cuda_attention_args *a, dim3 grid, float sl2, int chunk,
+                         int ns, int sh, cudaStream_t st) {
+    size_t kv = (size_t)WARPS * STG * 2 * TC_T * HD * 2;
+    size_t mg = (size_t)WARPS * 8 * (HD + 2) * 4;
+    size_t bytes = kv > mg ? kv : mg;
+    /* > 48 KB of dynamic shared memory needs the attribute, once per device */
+    static std::atomic<unsigned> done{0};
+    int dev = 0;
+    cudaGetDevice(&dev);
+    unsigned bit = 1u << (dev & 31);
+    if (!(done.load() & bit)) {
+        if (cudaFuncSetAttribute(attn_tc_kernel<HD, STG, V>,
+                                 cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) == cudaSuccess)
+            done.fetch_or(bit);
+    }
+    attn_tc_kernel<HD, STG, V><<<grid, WARPS * 32, bytes, st>>>(*a, sl2, chunk, ns, sh);
+}
+
+static int env_int(const char *name, int dflt) {
+    const char *e = getenv(name);
+    return e && *e ? atoi(e) : dflt;
+}
+
+/* Defaults from bench/attn.c on the H200; QRL_ATTN_STAGES (2|3) and QRL_ATTN_VARIANT (0|1|2)
+ * select the others for A/B timing. */
+template <int HD>
+static void launch_tc(const qrl_cuda_attention_args *a, dim3 grid, float sl2, int chunk, int ns,
+                      int sh, cudaStream_t st) {
+    int stages = env_int("QRL_ATTN_STAGES", 2), v = env_int("QRL_ATTN_VARIANT", 1);
+    if (stages == 3) {
+        if (v == 0) launch_tc_st<HD, 3, 0>(a, grid, sl2, chunk, ns, sh, st);
+        else if (v == 2) launch_tc_st<HD, 3, 2>(a, grid, sl2, chunk, ns, sh, st);
+        else launch_tc_st<HD, 3, 1>(a, grid, sl2, chunk, ns, sh, st);
+    } else {
+        if (v == 0) launch_tc_st<HD, 2, 0>(a, grid, sl2, chunk, ns, sh, st);
+        else if (v == 2) launch_tc_st<HD, 2, 2>(a, grid, sl2, chunk, ns, sh, st);
+        else launch_tc_st<HD, 2, 1>(a, grid, sl2, chunk, ns, sh, st);
+    }
+}
+
 static __global__ void attn_merge_kernel(qrl_cuda_attention_args a, int chunk, int n_splits) {
     int h = blockIdx.x, r = blockIdx.y, d = threadIdx.x, HD = a.head_dim, H = a.n_heads;
     int ns = (a.row_pos[r] + chunk) / chunk; /* chunks holding positions [0, row_pos] */
@@ -162,6 +417,13 @@ static void launch_hd(const qrl_cuda_attention_args *a, int gt, dim3 grid, float
     }
 }
 
+/* QRL_ATTN_LEGACY=1 selects the CUDA-core kernel for every head_dim (A/B timing; read on
+ * each call so one benchmark process can time both). */
+static bool legacy_path(void) {
+    const char *e = getenv("QRL_ATTN_LEGACY");
+    return e && *e && *e != '0';
+}
+
 static int sm_count(void) {
     static int n = 0;
     if (n == 0) {
@@ -170,6 +432,40 @@ static int sm_count(void) {
         if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) n = 132;
     }
     return n;
+}
+
+static int round_tile(long c) { return (int)((c + TILE_MIN - 1) / TILE_MIN * TILE_MIN); }
+
+/* Splits of the tensor-core path: ~16 blocks per multiprocessor (several waves of the 3
+ * resident 128-thread blocks that 155 registers allow), chunks of whole tiles; once the
+ * rows alone fill the chip, chunks of >= QRL_ATTN_CHUNK_MIN (512) positions so each warp
+ * pipelines >= 8 tiles, without a tiny last chunk; then (QRL_ATTN_WAVEFIT) up to twice
+ * the splits when that makes the last wave of blocks markedly fuller. */
+static int tc_splits(int max_len, long rows, int *chunk_out) {
+    long res = 3L * sm_count();
+    long want = (16L * sm_count() + rows - 1) / rows;
+    long max_splits = (max_len + TILE_MIN - 1) / TILE_MIN;
+    int ns = (int)(want < 1 ? 1 : want > max_splits ? max_splits : want);
+    int chunk = round_tile((max_len + ns - 1) / ns);
+    int cmin = env_int("QRL_ATTN_CHUNK_MIN", 512);
+    if (rows >= sm_count() && chunk < cmin) {
+        ns = max_len / cmin > 1 ? max_len / cmin : 1;
+        chunk = round_tile((max_len + ns - 1) / ns);
+    }
+    ns = (max_len + chunk - 1) / chunk;
+    if (env_int("QRL_ATTN_WAVEFIT", 0) && rows * ns >= res) {
+        double best = 0.0;
+        for (int k = ns; k <= 2 * ns && k <= max_splits; k++) {
+            int c = round_tile((max_len + k - 1) / k);
+            if (c < 256) break;
+            long blocks = rows * ((max_len + c - 1) / c);
+            double eff = (double)blocks / ((double)((blocks + res - 1) / res) * res);
+            if (k == ns || eff > best + 0.02) best = eff, chunk = c;
+        }
+        ns = (max_len + chunk - 1) / chunk;
+    }
+    *chunk_out = chunk;
+    return ns;
 }
 
 qrl_status qrl_cuda_attention(const qrl_cuda_attention_args *a, void *stream, qrl_error *err) {
@@ -186,13 +482,18 @@ qrl_status qrl_cuda_attention(const qrl_cuda_attention_args *a, void *stream, qr
     if (G > 8)
         return qrl_error_set(err, QRL_STATUS_UNSUPPORTED, "attention: %d q heads per kv head (max 8)", G);
     int gt = G <= 1 ? 1 : G <= 2 ? 2 : G <= 4 ? 4 : 8;
-    /* Enough blocks for ~8 per multiprocessor, chunks of whole tiles. */
-    long want = (8L * sm_count() + (long)a->n * a->n_kv_heads - 1) / ((long)a->n * a->n_kv_heads);
-    long max_splits = (a->max_len + TILE_MIN - 1) / TILE_MIN;
-    int ns = (int)(want < 1 ? 1 : want > max_splits ? max_splits : want);
-    int chunk = (a->max_len + ns - 1) / ns;
-    chunk = (chunk + TILE_MIN - 1) / TILE_MIN * TILE_MIN;
-    ns = (a->max_len + chunk - 1) / chunk;
+    bool tc = (hd == 64 || hd == 128) && !legacy_path();
+    int sh = -1;
+    for (int k = 0; k < 31; k++) if (a->block_size == 1 << k) sh = k;
+    long rows = (long)a->n * a->n_kv_heads;
+    int chunk, ns = tc ? tc_splits(a->max_len, rows, &chunk) : 0;
+    if (!tc) { /* enough blocks for ~8 per multiprocessor, chunks of whole tiles */
+        long want = (8L * sm_count() + rows - 1) / rows;
+        long max_splits = (a->max_len + TILE_MIN - 1) / TILE_MIN;
+        ns = (int)(want < 1 ? 1 : want > max_splits ? max_splits : want);
+        chunk = round_tile((a->max_len + ns - 1) / ns);
+        ns = (a->max_len + chunk - 1) / chunk;
+    }
     size_t need = (size_t)a->n * a->n_heads * ns * (hd + 2);
     if (need > a->work_floats)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
@@ -200,7 +501,9 @@ qrl_status qrl_cuda_attention(const qrl_cuda_attention_args *a, void *stream, qr
     float sl2 = a->scale * 1.4426950408889634f;
     dim3 grid(ns, a->n_kv_heads, a->n);
     cudaStream_t st = (cudaStream_t)stream;
-    switch (hd) {
+    if (tc && hd == 64) launch_tc<64>(a, grid, sl2, chunk, ns, sh, st);
+    else if (tc) launch_tc<128>(a, grid, sl2, chunk, ns, sh, st);
+    else switch (hd) {
     case 8: launch_hd<8>(a, gt, grid, sl2, chunk, ns, st); break;
     case 16: launch_hd<16>(a, gt, grid, sl2, chunk, ns, st); break;
     case 32: launch_hd<32>(a, gt, grid, sl2, chunk, ns, st); break;

@@ -4,7 +4,9 @@
  * Flash-decoding: the context of each row is split into chunks of whole tiles; one thread
  * block per (chunk, kv head, row) reads that chunk's K and V once for all the q heads of
  * its GQA group, keeping a running max and sum of exponentials per head; a second kernel
- * merges the chunks by their maxima and sums.  The same launcher serves a prefill chunk:
+ * merges the chunks by their maxima and sums.  head_dim 64 and 128 take a tensor-core
+ * path (K/V tiles staged through shared memory by cp.async, scores and P·V by mma.sync);
+ * other head dims a CUDA-core one.  The same launcher serves a prefill chunk:
  * each row attends causally to positions [0, row_pos[r]], reading K/V rows written by
  * qrl_cuda_rope_kv before (a simple, correct prefill: K/V are re-read per query row). */
 #ifndef QRL_CUDA_ATTENTION_CUH

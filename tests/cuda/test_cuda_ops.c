@@ -347,12 +347,32 @@ Test(cuda_ops, attention_decode) {
     attention_case(8, 2, 16, 16, 3, lens_c, 0, 26);
 }
 
+/* The tensor-core path (head_dim 64 and 128): long contexts, odd lengths, partial tiles,
+ * a ragged batch, odd block sizes (no shift/mask), every group size up to 8. */
+Test(cuda_ops, attention_decode_tensor_core) {
+    require_gpu();
+    const int lens_a[] = {8192, 1, 8191, 333, 16, 15, 17, 4097};
+    attention_case(32, 8, 128, 16, 8, lens_a, 0, 41);   /* Qwen3-4B heads, G = 4 */
+    const int lens_b[] = {1000, 7, 2049};
+    attention_case(64, 8, 128, 16, 3, lens_b, 0, 42);   /* G = 8 */
+    attention_case(16, 16, 128, 5, 3, lens_b, 0, 43);   /* G = 1, block size 5 */
+    attention_case(12, 4, 64, 16, 3, lens_b, 0, 44);    /* G = 3 (padded rows) */
+    attention_case(4, 2, 64, 32, 3, lens_b, 0, 45);     /* G = 2, block size 32 */
+    const int lens_c[] = {3, 12000};
+    attention_case(8, 1, 128, 16, 2, lens_c, 0, 46);    /* G = 8, one kv head, 12K */
+    int ragged[40];
+    for (int i = 0; i < 40; i++) ragged[i] = 1 + (i * 977) % 1501;
+    attention_case(32, 8, 128, 16, 40, ragged, 0, 47);  /* ragged batch filling the chip */
+}
+
 Test(cuda_ops, attention_prefill_causal) {
     require_gpu();
     int lens[70];
     for (int i = 0; i < 70; i++) lens[i] = 30 + i; /* a chunk at positions 29..98 of one sequence */
     attention_case(8, 2, 32, 16, 70, lens, 1, 31);
     attention_case(4, 2, 16, 7, 70, lens, 1, 32);
+    attention_case(32, 8, 128, 16, 70, lens, 1, 33); /* tensor-core path */
+    attention_case(8, 4, 64, 7, 70, lens, 1, 34);
 }
 
 Test(cuda_ops, attention_rejects_unsupported) {
