@@ -123,6 +123,17 @@ qrl_status qrl_linear_init(qrl_linear *l, qrl_precision fmt, const float *w, con
     return QRL_OK;
 }
 
+/* Decoded values of every E4M3 code and every E2M1 code (the reference decoders'
+ * outputs, so table lookups give the same floats). */
+typedef struct luts {
+    float e4m3[256], e2m1[16];
+} luts;
+
+static void luts_init(luts *t) {
+    for (int i = 0; i < 256; i++) t->e4m3[i] = qrl_e4m3_decode((uint8_t)i);
+    for (int i = 0; i < 16; i++) t->e2m1[i] = qrl_e2m1_decode((uint8_t)i);
+}
+
 /* ---- scratch ------------------------------------------------------------------------ */
 
 struct qrl_linear_scratch {
@@ -131,6 +142,7 @@ struct qrl_linear_scratch {
     float *sx;    /* [max_rows] per-token scales */
     float *xf;    /* [max_rows * max_in] rounded / decoded / fake-quantized activations */
     float *wrow;  /* [n_threads * max_in] one dequantized weight row per thread */
+    luts *lut;
 };
 
 qrl_status qrl_linear_scratch_new(int max_rows, int max_in, qrl_linear_scratch **out,
@@ -150,11 +162,13 @@ qrl_status qrl_linear_scratch_new(int max_rows, int max_in, qrl_linear_scratch *
     s->sx = malloc((size_t)max_rows * sizeof(float));
     s->xf = malloc(rk * sizeof(float));
     s->wrow = malloc((size_t)s->n_threads * max_in * sizeof(float));
-    if (!s->xq || !s->sx || !s->xf || !s->wrow) {
+    s->lut = malloc(sizeof *s->lut);
+    if (!s->xq || !s->sx || !s->xf || !s->wrow || !s->lut) {
         qrl_linear_scratch_free(s);
         return qrl_error_set(err, QRL_STATUS_NOMEM, "linear scratch: cannot allocate %zu MiB",
                              rk * 5 >> 20);
     }
+    luts_init(s->lut);
     *out = s;
     return QRL_OK;
 }
@@ -165,10 +179,15 @@ void qrl_linear_scratch_free(qrl_linear_scratch *s) {
     free(s->sx);
     free(s->xf);
     free(s->wrow);
+    free(s->lut);
     free(s);
 }
 
 /* ---- GEMM cores --------------------------------------------------------------------- */
+
+/* Multiply-adds below which a GEMM runs on one thread: a fork/join costs more than the
+ * work (and much more on a loaded machine, where a descheduled thread stalls the team). */
+#define PAR_MIN_WORK (1L << 17)
 
 /* acc[t] = sum_k (double)x[t, k] * w[k] for four rows at once: four independent chains,
  * each in the left-to-right order of qrl_gemm_f32 (so each sum is bit-identical to it). */
@@ -190,25 +209,36 @@ static double dot_f64(const float *x, int K, const float *w) {
     return a;
 }
 
-/* Dequantize weight row n of l into out[K] exactly as the reference dequantizers do
- * (FP8: the bare E4M3 values, the per-channel scale goes to the epilogue). */
-static void weight_row(const qrl_linear *l, int n, const float *lut, float *out) {
+/* Dequantize weight row n of l into out[K] with the reference dequantizers' operations
+ * (FP8: the bare E4M3 values, the per-channel scale goes to the epilogue; NVFP4:
+ * decode(code) * qrl_nvfp4_block_dequant_scale, as qrl_nvfp4_dequantize_row; MXFP4:
+ * decode(code) * qrl_e8m0_decode(scale), as qrl_mxfp4_dequantize), block factors hoisted. */
+static void weight_row(const qrl_linear *l, int n, const luts *t, float *out) {
     int64_t K = l->n_in, cb = qrl_nibble_row_bytes(K);
-    const uint8_t *codes = l->codes;
+    const uint8_t *codes = l->codes, *row = codes + (size_t)n * cb;
     switch (l->fmt) {
     case QRL_PRECISION_W8A8_FP8:
-        for (int64_t k = 0; k < K; k++) out[k] = lut[codes[(size_t)n * K + k]];
+        for (int64_t k = 0; k < K; k++) out[k] = t->e4m3[codes[(size_t)n * K + k]];
         break;
     case QRL_PRECISION_W4A16_NVFP4:
-    case QRL_PRECISION_W4A4_NVFP4:
-        qrl_nvfp4_dequantize_row(codes + (size_t)n * cb,
-                                 l->block_scales + (size_t)n * qrl_nvfp4_blocks(K),
-                                 l->global_enc[0], K, out);
+    case QRL_PRECISION_W4A4_NVFP4: {
+        const uint8_t *bs = l->block_scales + (size_t)n * qrl_nvfp4_blocks(K);
+        for (int64_t k0 = 0; k0 < K; k0 += QRL_NVFP4_BLOCK) {
+            float ds = qrl_nvfp4_block_dequant_scale(bs[k0 / QRL_NVFP4_BLOCK], l->global_enc[0]);
+            int64_t k1 = k0 + QRL_NVFP4_BLOCK < K ? k0 + QRL_NVFP4_BLOCK : K;
+            for (int64_t k = k0; k < k1; k++) out[k] = t->e2m1[qrl_nibble_get(row, k)] * ds;
+        }
         break;
-    case QRL_PRECISION_W4A16_MXFP4:
-        qrl_mxfp4_dequantize(codes + (size_t)n * cb,
-                             l->block_scales + (size_t)n * qrl_mxfp4_blocks(K), 1, K, out);
+    }
+    case QRL_PRECISION_W4A16_MXFP4: {
+        const uint8_t *bs = l->block_scales + (size_t)n * qrl_mxfp4_blocks(K);
+        for (int64_t k0 = 0; k0 < K; k0 += QRL_MXFP4_BLOCK) {
+            float s = qrl_e8m0_decode(bs[k0 / QRL_MXFP4_BLOCK]);
+            int64_t k1 = k0 + QRL_MXFP4_BLOCK < K ? k0 + QRL_MXFP4_BLOCK : K;
+            for (int64_t k = k0; k < k1; k++) out[k] = t->e2m1[qrl_nibble_get(row, k)] * s;
+        }
         break;
+    }
     default:
         QRL_CHECK(!"weight_row: not a dequantized format");
     }
@@ -218,10 +248,10 @@ static void weight_row(const qrl_linear *l, int n, const float *lut, float *out)
  * (FP8 decoded codes, FP4 dequantized weights).  scaled: FP8 epilogue
  * (float)acc * sx[t] * sw[n], else (float)acc. */
 static void gemm_f64(const qrl_linear *l, const float *x, int T, float *y, qrl_linear_scratch *s,
-                     const float *lut, bool scaled) {
+                     const luts *lut, bool scaled) {
     int N = l->n_out, K = l->n_in;
     const float *sx = s->sx, *sw = l->scales, *b = l->bias;
-#pragma omp parallel for schedule(static) num_threads(s->n_threads) if ((long)N * K * T > 32768)
+#pragma omp parallel for schedule(static) num_threads(s->n_threads) if ((long)N * K * T > PAR_MIN_WORK)
     for (int n = 0; n < N; n++) {
         float *w = s->wrow + (size_t)omp_get_thread_num() * s->max_in;
         weight_row(l, n, lut, w);
@@ -247,7 +277,7 @@ static void gemm_int8(const qrl_linear *l, int T, float *y, qrl_linear_scratch *
     int N = l->n_out, K = l->n_in;
     const int8_t *xq = (const int8_t *)s->xq, *wq = l->codes;
     const float *sx = s->sx, *sw = l->scales, *b = l->bias;
-#pragma omp parallel for schedule(static) num_threads(s->n_threads) if ((long)N * K * T > 32768)
+#pragma omp parallel for schedule(static) num_threads(s->n_threads) if ((long)N * K * T > PAR_MIN_WORK)
     for (int n = 0; n < N; n++) {
         const int8_t *w = wq + (size_t)n * K;
         for (int t = 0; t < T; t++) {
@@ -278,23 +308,20 @@ void qrl_linear_forward(const qrl_linear *l, const float *x, int T, float *y,
         qrl_int8_quantize_rows(x, T, K, (int8_t *)s->xq, s->sx);
         gemm_int8(l, T, y, s);
         return;
-    case QRL_PRECISION_W8A8_FP8: {
-        float lut[256];
-        for (int i = 0; i < 256; i++) lut[i] = qrl_e4m3_decode((uint8_t)i);
+    case QRL_PRECISION_W8A8_FP8:
         qrl_fp8_quantize_rows(x, T, K, s->xq, s->sx);
-        for (size_t i = 0; i < TK; i++) s->xf[i] = lut[s->xq[i]];
-        gemm_f64(l, s->xf, T, y, s, lut, true);
+        for (size_t i = 0; i < TK; i++) s->xf[i] = s->lut->e4m3[s->xq[i]];
+        gemm_f64(l, s->xf, T, y, s, s->lut, true);
         return;
-    }
     case QRL_PRECISION_W4A16_NVFP4:
     case QRL_PRECISION_W4A16_MXFP4:
-        gemm_f64(l, x, T, y, s, NULL, false);
+        gemm_f64(l, x, T, y, s, s->lut, false);
         return;
     case QRL_PRECISION_W4A4_NVFP4:
         /* each token row on its own (per-row global scale): batch-invariant codes */
         for (int t = 0; t < T; t++)
             qrl_nvfp4_fake_quantize_row(x + (size_t)t * K, K, s->xf + (size_t)t * K);
-        gemm_f64(l, s->xf, T, y, s, NULL, false);
+        gemm_f64(l, s->xf, T, y, s, s->lut, false);
         return;
     default:
         QRL_CHECK(!"qrl_linear_forward: bad precision");
