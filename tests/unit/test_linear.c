@@ -109,7 +109,9 @@ static void check_shape(qrl_precision p, int N, int K, int T, int threads) {
 }
 
 Test(linear, bit_identical_to_reference_gemms) {
-    static const int shapes[][3] = {{37, 83, 1}, {37, 83, 7}, {64, 128, 9}, {5, 16, 4}, {300, 40, 3}};
+    /* the last two are large enough to run on two threads */
+    static const int shapes[][3] = {{37, 83, 1}, {37, 83, 7}, {64, 128, 9}, {5, 16, 4},
+                                    {300, 40, 3}, {130, 200, 9}, {520, 260, 1}};
     for (int p = 0; p < QRL_PRECISION_COUNT_; p++)
         for (size_t i = 0; i < sizeof shapes / sizeof shapes[0]; i++)
             for (int th = 1; th <= 2; th++)
