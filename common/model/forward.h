@@ -4,7 +4,17 @@
  *   q,k]; rope(q,k); write k,v at the position; a = attention over positions [0, pos];
  *   x += a·Wo (+bias); h = rmsnorm(x); x += (silu(h·Wg) * (h·Wu))·Wd
  *   logits = rmsnorm(x)·lm_head
- * All arithmetic in F32 (sums of squares and softmax denominators in double).
+ * All arithmetic in F32 (sums of squares and softmax denominators in double), except
+ * what the formats define (SPEC §3):
+ *  - the projections (·W above) run through the model's precision-tagged linear layers
+ *    (qrl_model_quantize, model/linear.h); the LM head stays high precision;
+ *  - attention reads K/V back from the cache in its format, in prefill too (a chunk's
+ *    own positions are read quantized, never the fresh F32 values), so decode and
+ *    prefill re-scoring agree bit for bit for every KV format (fp8: while both calibrate
+ *    on rows with the same power-of-two scales).  f32/bf16 caches use the two-pass
+ *    reference kernel; quantized caches gather dequantized rows and merge two partial
+ *    softmax-attentions (int4-protected: INT4 region and INT8 side cache; SPEC §3
+ *    KV4-RL), each row attending right after its own write.
  *
  * Rows are independent except through the KV cache, so one sequence's logits from a
  * batched decode equal the same position's logits from a prefill bit for bit. */

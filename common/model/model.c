@@ -93,6 +93,14 @@ qrl_status qrl_model_new(const qrl_model_config *cfg, qrl_model **out, qrl_error
     m->arena_floats = floats;
     plan(m, &m->n_tensors, &floats);
     qrl_cpu_rope_inv_freq(m->rope_inv_freq, cfg->head_dim, &cfg->rope);
+    m->uaq_scale = 1.0f;
+    m->linears = calloc((size_t)cfg->n_layers * QRL_LINEAR_SLOTS, sizeof *m->linears);
+    if (!m->linears) {
+        qrl_model_free(m);
+        return qrl_error_set(err, QRL_STATUS_NOMEM, "model: out of memory");
+    }
+    qrl_status st = qrl_model_quantize(m, QRL_PRECISION_F32, NULL); /* points the linears */
+    QRL_CHECK(st == QRL_OK);
     *out = m;
     return QRL_OK;
 }
@@ -100,6 +108,8 @@ qrl_status qrl_model_new(const qrl_model_config *cfg, qrl_model **out, qrl_error
 void qrl_model_free(qrl_model *m) {
     if (!m) return;
     qrl_free_aligned(m->arena);
+    qrl_free_aligned(m->quant_storage);
+    free(m->linears);
     free(m->layers);
     free(m->tensors);
     free(m);

@@ -13,6 +13,7 @@
 
 #include "core/status.h"
 #include "model/config.h"
+#include "model/linear.h"
 
 /* One decoder layer; shapes use D = dim, Q = n_heads * head_dim, KV = n_kv_heads *
  * head_dim, F = hidden_dim.  Weights are [out, in] (nn.Linear). */
@@ -47,6 +48,18 @@ typedef struct qrl_model_tensor {
     float *data;        /* points into the arena */
 } qrl_model_tensor;
 
+/* The projections of one decoder layer, in qrl_model.linears order. */
+typedef enum qrl_linear_slot {
+    QRL_LINEAR_Q = 0, /* q_proj    [Q, D]  reads input_layernorm's output */
+    QRL_LINEAR_K,     /* k_proj    [KV, D] reads input_layernorm's output */
+    QRL_LINEAR_V,     /* v_proj    [KV, D] reads input_layernorm's output */
+    QRL_LINEAR_O,     /* o_proj    [D, Q]  reads the attention output */
+    QRL_LINEAR_GATE,  /* gate_proj [F, D]  reads post_attention_layernorm's output */
+    QRL_LINEAR_UP,    /* up_proj   [F, D]  reads post_attention_layernorm's output */
+    QRL_LINEAR_DOWN,  /* down_proj [D, F]  reads silu(gate) * up */
+    QRL_LINEAR_SLOTS
+} qrl_linear_slot;
+
 typedef struct qrl_model {
     qrl_model_config cfg;      /* cfg.rope.layout records the rotation the source needs */
     qrl_model_source source;
@@ -59,7 +72,20 @@ typedef struct qrl_model {
     float *rope_inv_freq;      /* [head_dim / 2], scaling applied (qrl_cpu_rope_inv_freq) */
     qrl_model_tensor *tensors; /* [n_tensors] in HF order */
     int n_tensors;
+    /* Rollout precision (SPEC §3).  The F32 master weights above stay the source of
+     * truth (learner, export, UAQ); `linears` are what the forward pass runs. */
+    qrl_precision precision;   /* QRL_PRECISION_F32 until qrl_model_quantize */
+    qrl_linear *linears;       /* [n_layers * QRL_LINEAR_SLOTS] (qrl_model_linear) */
+    qrl_linear lm_head_linear; /* [vocab, D]; never quantized: F32 (BF16 under bf16) */
+    void *quant_storage;       /* one block holding every quantized linear's codes */
+    float uaq_scale;           /* 1 = no UAQ; s after qrl_model_apply_uaq */
 } qrl_model;
+
+/* Linear `slot` of layer `layer` (borrowed, valid until the next quantize/UAQ/free). */
+static inline const qrl_linear *qrl_model_linear(const qrl_model *m, int layer,
+                                                 qrl_linear_slot slot) {
+    return &m->linears[(size_t)layer * QRL_LINEAR_SLOTS + slot];
+}
 
 /* Allocate a zero-filled model for `cfg` (validated first): one arena for all weights,
  * the tensor table, and rope_inv_freq computed from cfg.rope.  *out owned by the caller
@@ -97,5 +123,40 @@ void qrl_model_init_random(qrl_model *m, uint64_t seed);
 /* Round every weight to the nearest BF16 value (round-to-nearest-even), in place: the
  * weight side of --precision bf16. */
 void qrl_model_round_bf16(qrl_model *m);
+
+/* Set the rollout precision (SPEC §3 table; common/model/linear.h for each format).
+ *  - f32: the linears run the F32 master weights (the state after load).
+ *  - bf16: every weight, embedding and norms included, is rounded to BF16 IN PLACE
+ *    (qrl_model_round_bf16; irreversible: reload to get the F32 weights back) and the
+ *    linears, LM head included, round their inputs to BF16 with F32 accumulation.
+ *  - w8a8-int8, w8a8-fp8, w4a16-nvfp4, w4a16-mxfp4, w4a4-nvfp4: the seven projections of
+ *    every layer (q, k, v, o, gate, up, down) are quantized from the F32 master weights
+ *    into one storage block owned by the model; the token embedding, the norms, the
+ *    biases and the LM head (tied or not) stay F32, as vLLM and QuRL keep lm_head and
+ *    embeddings in the model's high precision by default.
+ * Calling it again re-quantizes from the master weights (after UAQ, for one).
+ * Errors: INVALID_ARGUMENT (bad precision; hidden_dim above the INT8 GEMM limit),
+ * NOMEM.  On error the model keeps its previous precision. */
+qrl_status qrl_model_quantize(qrl_model *m, qrl_precision p, qrl_error *err);
+
+/* UAQ, update-aware quantization (SPEC §3; docs/uaq.md): rescale the F32 master weights
+ * through W·x = (W/s)·(s·x), then re-quantize them at the model's precision:
+ *   input_layernorm, post_attention_layernorm gains  × s
+ *   q_proj, k_proj, gate_proj                        ÷ s  (they read a scaled norm)
+ *   v_proj, up_proj                                  ÷ s · s = unchanged (they read a
+ *       scaled norm, and absorb the input scale of o_proj / down_proj); v bias × s
+ *   o_proj, down_proj                                ÷ s  (their input is scaled by s)
+ *   final norm × s and lm_head ÷ s only when the LM head is untied.
+ * The q_norm/k_norm gains (Qwen3) are untouched: they normalize q and k per head, which
+ * q_proj/k_proj ÷ s leave as they were.  Logits are unchanged up to float rounding.
+ * s must be finite and > 0; s = 1 is a no-op.  Errors: INVALID_ARGUMENT (bad s, UAQ
+ * already applied: undo it first), re-quantization errors. */
+qrl_status qrl_model_apply_uaq(qrl_model *m, float s, qrl_error *err);
+/* The inverse (for export): multiply/divide back by m->uaq_scale and reset it to 1.
+ * Each weight comes back within 2^-23 relative of its value before apply (x/s·s or
+ * x·s/s: two correctly rounded operations; measured max 8.9e-8 for s = 1.5), exactly
+ * when s is a power of two or the weights are BF16 values (x·1.5 is then exact).  No-op
+ * when no UAQ is applied.  Errors: re-quantization errors. */
+qrl_status qrl_model_undo_uaq(qrl_model *m, qrl_error *err);
 
 #endif

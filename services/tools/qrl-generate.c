@@ -38,7 +38,8 @@ typedef struct opts {
     const char *model, *tokenizer, *prompt, *prompts_file, *prompt_ids, *chat_template, *system;
     const char *precision, *kv_cache, *dump_logits;
     const char *stops[MAX_STOPS];
-    int n_stops, max_new, top_k, n, threads, kv_sink, kv_recent;
+    int n_stops, max_new, top_k, n, threads;
+    int kv_sink, kv_recent; /* int4-protected side-cache widths (SPEC §3 KV4-RL) */
     float temperature, top_p;
     uint64_t seed;
 } opts;
@@ -179,15 +180,12 @@ static qrl_config_t *parse_args(int argc, char **argv, opts *o) {
     return cfg;
 }
 
-/* Precisions of SPEC §3: only the unquantized ones run before the formats module. */
-static void check_precision(const char *p) {
-    static const char *later[] = {"w8a8-int8", "w8a8-fp8", "w4a16-nvfp4", "w4a16-mxfp4",
-                                  "w4a4-nvfp4"};
-    if (strcmp(p, "f32") == 0 || strcmp(p, "bf16") == 0) return;
-    for (size_t i = 0; i < sizeof later / sizeof later[0]; i++)
-        if (strcmp(p, later[i]) == 0) die("precision '%s' arrives with the formats module", p);
-    die("unknown precision '%s' (f32, bf16, w8a8-int8, w8a8-fp8, w4a16-nvfp4, w4a16-mxfp4, "
-        "w4a4-nvfp4)", p);
+/* Precision of SPEC §3 (every row of the table runs on the CPU engine). */
+static qrl_precision check_precision(const char *p) {
+    qrl_precision prec;
+    qrl_error err;
+    if (qrl_precision_parse(p, &prec, &err) != QRL_OK) die_err(&err);
+    return prec;
 }
 
 /* ---- prompts ------------------------------------------------------------------------ */
@@ -461,16 +459,18 @@ int main(int argc, char **argv) {
     if (!getenv("QRL_LOG_LEVEL")) qrl_log_set_level(QRL_LOG_LEVEL_WARN);
     opts o;
     qrl_config_t *cfg = parse_args(argc, argv, &o);
-    check_precision(o.precision);
+    qrl_precision prec = check_precision(o.precision);
     qrl_error err;
     qrl_kv_format kvf;
     if (qrl_kv_format_parse(o.kv_cache, &kvf, &err) != QRL_OK) die_err(&err);
-    if (!qrl_kv_format_implemented(kvf)) die("kv cache '%s' arrives with the formats module", o.kv_cache);
+    if (o.kv_sink < 0 || o.kv_recent < 0)
+        die("--kv-sink %d and --kv-recent %d must be >= 0", o.kv_sink, o.kv_recent);
     if (o.threads > 0) omp_set_num_threads(o.threads);
 
     qrl_model *m;
     if (qrl_model_load(o.model, &m, &err) != QRL_OK) die_err(&err);
-    if (strcmp(o.precision, "bf16") == 0) qrl_model_round_bf16(m);
+    /* linear layers quantized at load; LM head and embedding stay F32 (bf16: BF16) */
+    if (qrl_model_quantize(m, prec, &err) != QRL_OK) die_err(&err);
     int V = m->cfg.vocab_size;
 
     char tbuf[4096];
@@ -508,7 +508,10 @@ int main(int argc, char **argv) {
     qrl_kv_cache_desc d = {.n_layers = m->cfg.n_layers, .n_kv_heads = m->cfg.n_kv_heads,
                            .head_dim = m->cfg.head_dim, .block_size = BLOCK_SIZE,
                            .n_blocks = blocks_per_seq * o.n, .max_seqs = o.n,
-                           .max_seq_len = e.ctx, .format = kvf};
+                           .max_seq_len = e.ctx, .format = kvf,
+                           /* a window wider than the context protects all of it */
+                           .protected_sink = o.kv_sink < e.ctx ? o.kv_sink : e.ctx,
+                           .protected_recent = o.kv_recent < e.ctx ? o.kv_recent : e.ctx};
     if (qrl_kv_cache_new(&d, &e.kv, &err) != QRL_OK) die_err(&err);
     int rows = o.n > PREFILL_ROWS ? o.n : PREFILL_ROWS;
     if (qrl_forward_new(m, rows, e.ctx, &e.fwd, &err) != QRL_OK) die_err(&err);

@@ -4,8 +4,9 @@
 # tokenizer, seeded sampling reproducibility, groups and stop strings, bf16 precision and
 # KV cache, the plain chat template, and bad input (exit 1 with exactly one
 # "qrl-generate: error: ..." line): prompt longer than the context, unknown model_type,
-# missing tensor, tensor shape disagreeing with config.json, precisions and KV formats
-# that arrive with the formats module, malformed options and prompt files.
+# missing tensor, tensor shape disagreeing with config.json, unknown precisions and KV
+# formats, malformed options and prompt files.  (Every precision x KV format:
+# generate_formats.sh.)
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 bin=${BUILD:-build}/bin/qrl-generate
@@ -150,12 +151,10 @@ print('ok --chat-template plain')" || fail "template prompt tokens"
 
 long=$(python3 -c "print(','.join(['1']*513))")
 expect_error "the model's context is 512 positions" --model "$s260/stories260K.bin" --prompt-ids "$long"
-expect_error "precision 'w8a8-int8' arrives with the formats module" \
-  --model "$s260/stories260K.bin" --prompt x --precision w8a8-int8
 expect_error "--precision f64: precision: 'f64' is not one of the allowed values" \
   --model "$s260/stories260K.bin" --prompt x --precision f64
-expect_error "kv cache 'int4-protected' arrives with the formats module" \
-  --model "$s260/stories260K.bin" --prompt x --kv-cache int4-protected
+expect_error "--kv-cache int2: kv_cache: 'int2' is not one of the allowed values" \
+  --model "$s260/stories260K.bin" --prompt x --kv-cache int2
 mkdir "$tmp/gpt2" && echo '{"model_type": "gpt2", "n_embd": 8}' >"$tmp/gpt2/config.json"
 expect_error "model_type 'gpt2' is not supported" --model "$tmp/gpt2" --prompt-ids 1
 expect_error "config.json" --model "$tmp/gpt2" --prompt-ids 1

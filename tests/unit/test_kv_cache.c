@@ -112,8 +112,32 @@ Test(kv_cache, formats) {
                            .n_blocks = 1, .max_seqs = 1, .max_seq_len = 1,
                            .format = QRL_KV_FORMAT_INT4};
     qrl_kv_cache *kv;
-    cr_assert_eq(qrl_kv_cache_new(&d, &kv, &err), QRL_STATUS_UNSUPPORTED);
-    cr_assert_str_eq(err.msg, "kv cache 'int4' arrives with the formats module");
+    for (int i = 0; i < QRL_KV_FORMAT_COUNT_; i++) {
+        d.format = (qrl_kv_format)i;
+        cr_assert(qrl_kv_format_implemented(d.format));
+        cr_assert_eq(qrl_kv_cache_new(&d, &kv, &err), QRL_OK, "%s: %s",
+                     qrl_kv_format_name(d.format), err.msg);
+        qrl_kv_cache_free(kv);
+    }
+    cr_assert_not(qrl_kv_format_implemented(QRL_KV_FORMAT_COUNT_));
+    d.format = QRL_KV_FORMAT_COUNT_;
+    cr_assert_eq(qrl_kv_cache_new(&d, &kv, &err), QRL_STATUS_INVALID_ARGUMENT);
+    d.format = QRL_KV_FORMAT_INT4;
+    d.head_dim = QRL_KV_MAX_HEAD_DIM + 1;
+    cr_assert_eq(qrl_kv_cache_new(&d, &kv, &err), QRL_STATUS_OUT_OF_RANGE);
+    cr_assert_str_eq(err.msg, "kv cache 'int4': head_dim 1025 exceeds 1024");
+    d.format = QRL_KV_FORMAT_BF16; /* f32/bf16 have no head_dim limit */
+    cr_assert_eq(qrl_kv_cache_new(&d, &kv, &err), QRL_OK, "%s", err.msg);
+    qrl_kv_cache_free(kv);
+    d.head_dim = 2;
+    d.format = QRL_KV_FORMAT_INT4_PROTECTED;
+    d.protected_sink = -1;
+    cr_assert_eq(qrl_kv_cache_new(&d, &kv, &err), QRL_STATUS_OUT_OF_RANGE);
+    cr_assert(strstr(err.msg, "sink=-1"), "%s", err.msg);
+    d.protected_sink = 0;
+    d.protected_recent = 2; /* wider than max_seq_len 1 */
+    cr_assert_eq(qrl_kv_cache_new(&d, &kv, &err), QRL_STATUS_OUT_OF_RANGE);
+    d.protected_recent = 0;
     d.format = QRL_KV_FORMAT_F32;
     d.block_size = 0;
     cr_assert_eq(qrl_kv_cache_new(&d, &kv, &err), QRL_STATUS_OUT_OF_RANGE);
