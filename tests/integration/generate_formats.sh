@@ -56,7 +56,7 @@ for p in precs:
                                     for k in kvs))
 PY
 
-if "$bin" --help | grep -q -- '--kv-sink'; then
+if "$bin" --help | grep -q -- 'kv_sink'; then
   gen f32 int4 "$tmp/i4" --max-new-tokens 60
   gen f32 int8 "$tmp/i8" --max-new-tokens 60
   gen f32 int4-protected "$tmp/p00" --max-new-tokens 60 --kv-sink 0 --kv-recent 0
