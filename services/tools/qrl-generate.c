@@ -20,6 +20,7 @@
 #include <string.h>
 #include <sys/stat.h>
 #include <time.h>
+#include <utf8proc.h>
 
 #include "core/config.h"
 #include "core/log.h"
@@ -335,12 +336,36 @@ static char *response_text(const qrl_tokenizer *tok, const prompt *p, const resp
     return text;
 }
 
+/* JSON strings must be valid UTF-8, but a response can stop inside a multi-byte character
+ * (byte-level tokens).  Replace each invalid or cut sequence with U+FFFD, as HuggingFace's
+ * decode does; token_ids keep the exact output.  Returns a malloc'd copy. */
+static char *utf8_lossy(const char *s) {
+    size_t n = strlen(s), o = 0;
+    char *out = malloc(3 * n + 1); /* each bad byte becomes 3 bytes at most */
+    if (!out) die("out of memory");
+    for (size_t i = 0; i < n;) {
+        utf8proc_int32_t cp;
+        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
+        if (k > 0) {
+            memcpy(out + o, s + i, (size_t)k);
+            o += (size_t)k, i += (size_t)k;
+        } else {
+            memcpy(out + o, "\xEF\xBF\xBD", 3);
+            o += 3, i += 1;
+        }
+    }
+    out[o] = '\0';
+    return out;
+}
+
 static void emit(const prompt *p, int pi, int ri, const response *r, char *text, double secs) {
     json_t *o = json_object();
     json_object_set_new(o, "prompt", p->text ? json_string(p->text) : json_null());
     json_object_set_new(o, "prompt_index", json_integer(pi));
     json_object_set_new(o, "response_index", json_integer(ri));
-    json_object_set_new(o, "text", text ? json_string(text) : json_null());
+    char *valid = text ? utf8_lossy(text) : NULL;
+    json_object_set_new(o, "text", valid ? json_string(valid) : json_null());
+    free(valid);
     json_t *ids = json_array(), *lps = json_array();
     for (int i = 0; i < r->n; i++) {
         json_array_append_new(ids, json_integer(r->tokens[i]));
@@ -353,7 +378,8 @@ static void emit(const prompt *p, int pi, int ri, const response *r, char *text,
     json_object_set_new(o, "tokens_per_s", json_real(secs > 0 ? r->n / secs : 0));
     char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
     puts(s);
-    fflush(stdout);
+    /* a full disk or a closed pipe must not look like success */
+    if (fflush(stdout) != 0 || ferror(stdout)) die("writing to stdout failed: %s", strerror(errno));
     free(s);
     json_decref(o);
 }
@@ -480,6 +506,10 @@ int main(int argc, char **argv) {
         die("no tokenizer found for %s (tokenizer.json, vocab.json, tokenizer.bin or tok%d.bin); "
             "give --tokenizer", o.model, V);
     if (tpath && qrl_tokenizer_load(tpath, V, &tok, &err) != QRL_OK) die_err(&err);
+    /* a tokenizer may be smaller than the embedding (padded vocabularies), never larger */
+    if (tok && qrl_tokenizer_vocab_size(tok) > V)
+        die("%s: tokenizer vocabulary %d is larger than the model's %d: wrong tokenizer for %s?",
+            tpath, qrl_tokenizer_vocab_size(tok), V, o.model);
     if (o.n_stops && !tok) die("--stop needs a tokenizer");
 
     int n_prompts = 1;
