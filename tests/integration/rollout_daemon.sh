@@ -50,7 +50,7 @@ cleanup() {
   for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
   "$kafka" stop --dir "$tmp/kafka" --timeout 20 >/dev/null 2>&1 || true
   if [ $rc -ne 0 ]; then
-    for l in "$tmp"/r*.log; do
+    for l in "$tmp"/r*.log "$tmp"/stub.log; do
       [ -f "$l" ] && { echo "--- last lines of $l:"; tail -n 25 "$l"; }
     done
   fi
@@ -62,7 +62,7 @@ trap 'exit 130' INT TERM
 
 secs() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
 fail() { echo "FAIL: $*"; exit 1; }
-count() { grep -c -- "$2" "$1" 2>/dev/null || true; }
+count() { local n; n=$(grep -c -- "$2" "$1" 2>/dev/null); echo "${n:-0}"; }
 # wait_log FILE PATTERN N TIMEOUT_S: until PATTERN occurs N times in FILE
 wait_log() {
   local end=$((SECONDS + $4))

@@ -14,6 +14,8 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <pthread.h>
+#include <signal.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -53,9 +55,15 @@ static void write_stats(void) {
     fclose(f);
 }
 
-static void put_frame(int fd, const uint8_t *buf, size_t len) {
+/* Returns false when the replica hung up (it closes the stream as soon as it sees a bad
+ * checksum); the caller then drops this connection and waits for the retry. */
+static bool put_frame(int fd, const uint8_t *buf, size_t len) {
     uint8_t l[4] = {(uint8_t)len, (uint8_t)(len >> 8), (uint8_t)(len >> 16), (uint8_t)(len >> 24)};
-    if (write(fd, l, 4) != 4 || write(fd, buf, len) != (ssize_t)len) perror("stub: write");
+    if (write(fd, l, 4) != 4 || write(fd, buf, len) != (ssize_t)len) {
+        perror("stub: write");
+        return false;
+    }
+    return true;
 }
 
 static void *weight_server(void *arg) {
@@ -64,7 +72,10 @@ static void *weight_server(void *arg) {
         int fd = accept(lfd, NULL, NULL);
         if (fd < 0) continue;
         int n = ++weight_sends;
-        put_frame(fd, manifest_buf, manifest_len);
+        if (!put_frame(fd, manifest_buf, manifest_len)) {
+            close(fd);
+            continue;
+        }
         uint32_t count = (uint32_t)((total + BUCKET_BYTES - 1) / BUCKET_BYTES);
         for (uint32_t i = 0; i < count; i++) {
             size_t off = (size_t)i * BUCKET_BYTES, size = total - off < BUCKET_BYTES ? total - off : BUCKET_BYTES;
@@ -79,10 +90,14 @@ static void *weight_server(void *arg) {
             size_t hl;
             qrl_error err;
             if (qrl_wire_encode(&h.base, hb, sizeof hb, &hl, &err) != QRL_OK) abort();
-            put_frame(fd, hb, hl);
+            if (!put_frame(fd, hb, hl)) break;
             if (corrupt_first && n == 1 && i == 0) stream[off] ^= 0x40;
-            if (write(fd, stream + off, size) != (ssize_t)size) perror("stub: write bucket");
+            bool ok = write(fd, stream + off, size) == (ssize_t)size;
             if (corrupt_first && n == 1 && i == 0) stream[off] ^= 0x40;
+            if (!ok) {
+                perror("stub: write bucket");
+                break;
+            }
         }
         close(fd);
     }
@@ -214,6 +229,8 @@ static void on_lifetime(uv_timer_t *t) { stop(); }
 static void on_signal(uv_signal_t *h, int sig) { stop(); }
 
 int main(int argc, char **argv) {
+    /* a replica that hangs up mid-stream must cost a write error, not the process */
+    signal(SIGPIPE, SIG_IGN);
     const char *port_file = NULL, *token_file = NULL, *model_path = NULL;
     double life_s = 120;
     for (int i = 1; i < argc; i++) {
