@@ -54,7 +54,7 @@ Test(verify, registry_names_and_alias) {
     cr_assert_null(qrl_verifier_find("MATH"));
     cr_assert_null(qrl_verifier_find("nope"));
     cr_assert_null(qrl_verifier_find(NULL));
-    cr_assert_null(qrl_verifier_at(5));
+    cr_assert_null(qrl_verifier_at(6));
 }
 
 /* ---- the required real cases -------------------------------------------------------- */
