@@ -203,6 +203,14 @@ void qrl_learner_destroy(qrl_learner_t *l) {
 }
 
 qrl_adamw_t *qrl_learner_optimizer(qrl_learner_t *l) { return l->opt; }
+qrl_status qrl_learner_set_lr(qrl_learner_t *l, double lr, qrl_error *err) {
+    if (!(lr > 0) || !isfinite(lr))
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "learner: lr = %g must be finite and > 0", lr);
+    l->cfg.lr.lr = lr;
+    if (l->cfg.lr.min_lr > lr) l->cfg.lr.min_lr = lr;
+    return QRL_OK;
+}
+
 uint64_t qrl_learner_updates(const qrl_learner_t *l) { return l->updates; }
 
 /* ---- packing -------------------------------------------------------------------------- */

@@ -110,6 +110,10 @@ qrl_adamw_t *qrl_learner_optimizer(qrl_learner_t *l);
 /* Updates run so far (each call of qrl_learner_update that returned OK, even one whose
  * optimizer steps were all skipped); keys the shuffle RNG together with the seed. */
 uint64_t qrl_learner_updates(const qrl_learner_t *l);
+/* Change the peak learning rate from the next optimizer step on (the daemon's runtime-
+ * mutable learner.lr).  lr must be finite and > 0; the cosine floor is clamped to it.
+ * Errors: INVALID_ARGUMENT (nothing changed). */
+qrl_status qrl_learner_set_lr(qrl_learner_t *l, double lr, qrl_error *err);
 
 /* Per-update statistics (SPEC §5 "Logged every update"; docs/learner-update.md).
  * Token means are over the response tokens of the kept groups unless said otherwise. */

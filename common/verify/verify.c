@@ -1,4 +1,5 @@
 /* The verifier registry (SPEC §7): names -> score functions. */
+#include <stdio.h>
 #include <string.h>
 
 #include "verify/verify_internal.h"
@@ -14,7 +15,23 @@ static const qrl_verifier VERIFIERS[] = {
     {"countdown", "synthetic countdown: expression using each number once equals the target; "
                   "reference {\"numbers\":[..],\"target\":N}",
      qrl_verify_countdown},
+    {"contains", "smoke tests: correct when the response contains the reference text (exact bytes)",
+     qrl_verify_contains},
 };
+
+/* Tiny task for cluster smoke tests with story models (tests/integration/learner_cluster.sh):
+ * rewards vary from response to response without any reasoning ability. */
+qrl_status qrl_verify_contains(const char *response, const char *reference, qrl_verify_result *res,
+                               qrl_error *err) {
+    memset(res, 0, sizeof *res);
+    if (!reference || !*reference)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "contains verifier: empty reference");
+    const char *hit = strstr(response ? response : "", reference);
+    res->found = res->correct = hit != NULL;
+    res->reward = hit ? 1.0 : 0.0;
+    if (hit) snprintf(res->extracted, sizeof res->extracted, "%s", reference);
+    return QRL_OK;
+}
 
 #define N_VERIFIERS (sizeof VERIFIERS / sizeof VERIFIERS[0])
 

@@ -61,6 +61,7 @@ bool qrl_verify_eval(const char *s, int point, double *value, bool *has_vars);
 qrl_status qrl_verify_gsm8k(const char *response, const char *reference, qrl_verify_result *res, qrl_error *err);
 qrl_status qrl_verify_math(const char *response, const char *reference, qrl_verify_result *res, qrl_error *err);
 qrl_status qrl_verify_arith(const char *response, const char *reference, qrl_verify_result *res, qrl_error *err);
+qrl_status qrl_verify_contains(const char *response, const char *reference, qrl_verify_result *res, qrl_error *err);
 qrl_status qrl_verify_countdown(const char *response, const char *reference, qrl_verify_result *res, qrl_error *err);
 
 /* ---- countdown expressions (synthetic.c), exposed for tests ---- */

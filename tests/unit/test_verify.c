@@ -42,9 +42,9 @@ static const char *normalized(const char *a) {
 /* ---- registry ----------------------------------------------------------------------- */
 
 Test(verify, registry_names_and_alias) {
-    const char *names[] = {"gsm8k", "math", "boxed", "arith", "countdown"};
-    cr_assert_eq(qrl_verifier_count(), 5);
-    for (size_t i = 0; i < 5; i++) {
+    const char *names[] = {"gsm8k", "math", "boxed", "arith", "countdown", "contains"};
+    cr_assert_eq(qrl_verifier_count(), 6);
+    for (size_t i = 0; i < 6; i++) {
         const qrl_verifier *v = qrl_verifier_find(names[i]);
         cr_assert_not_null(v, "%s", names[i]);
         cr_assert_str_eq(v->name, names[i]);
@@ -54,7 +54,7 @@ Test(verify, registry_names_and_alias) {
     cr_assert_null(qrl_verifier_find("MATH"));
     cr_assert_null(qrl_verifier_find("nope"));
     cr_assert_null(qrl_verifier_find(NULL));
-    cr_assert_null(qrl_verifier_at(5));
+    cr_assert_null(qrl_verifier_at(6));
 }
 
 /* ---- the required real cases -------------------------------------------------------- */
@@ -547,6 +547,19 @@ Test(verify, datasets_off_by_one_scores_zero) {
 }
 
 /* ---- robustness -------------------------------------------------------------------- */
+
+Test(verify, contains_task) {
+    const qrl_verifier *v = qrl_verifier_find("contains");
+    cr_assert_not_null(v);
+    qrl_verify_result r;
+    qrl_error err;
+    cr_assert_eq(v->score("Once upon a time Lily ran.", "Lily", &r, &err), QRL_OK);
+    cr_assert(r.correct && r.reward == 1.0 && strcmp(r.extracted, "Lily") == 0);
+    cr_assert_eq(v->score("Once upon a time Tom ran.", "Lily", &r, &err), QRL_OK);
+    cr_assert(!r.correct && r.reward == 0.0 && !r.found);
+    cr_assert_eq(v->score("anything", "", &r, &err), QRL_STATUS_INVALID_ARGUMENT);
+    cr_assert(strstr(err.msg, "empty reference") != NULL);
+}
 
 Test(verify, hostile_inputs_do_not_crash) {
     static char big[200000];

@@ -1,0 +1,144 @@
+/* qrl-learner internals (SPEC §1, §5, §8, §9; STYLE 14; docs/learner-daemon.md).
+ *
+ * Threads:
+ *   - loop (main): one libuv loop: the Kafka producer (prompts, dead letters) and the
+ *     results consumer, polled from a uv_timer with zero timeouts; the gRPC Learner
+ *     service (Register, Heartbeat, WatchVersions, Status, Set, Pause, Resume, Shutdown);
+ *     signals; offset commits; the config;
+ *   - trainer: owns the model's parameters and the qrl_learner; runs one update per job
+ *     and builds the BF16 weight snapshot of the new version;
+ *   - weight server: accepts TCP connections and streams the newest snapshot (one short-
+ *     lived thread per connection, so a slow replica never holds another).
+ * Loop and trainer meet in ld_trainer: one job slot (loop -> trainer, mutex + condvar)
+ * and one done slot (trainer -> loop, uv_async_t).  Only one update runs at a time. */
+#ifndef QRL_LEARNER_DAEMON_H
+#define QRL_LEARNER_DAEMON_H
+
+#include <pthread.h>
+#include <stdbool.h>
+#include <stdint.h>
+#include <uv.h>
+
+#include "core/config.h"
+#include "core/status.h"
+#include "learner/update.h"
+#include "model/model.h"
+#include "qrl.pb-c.h"
+#include "tokenizer/tokenizer.h"
+
+/* ---- dataset (dataset.c) ------------------------------------------------------------- */
+
+typedef struct ld_prompt {
+    char *text;        /* templated prompt text */
+    char *answer;      /* reference answer (numbers are kept as their JSON text) */
+    uint32_t *ids;     /* tokenized text */
+    size_t n_ids;
+} ld_prompt;
+
+typedef struct ld_dataset {
+    ld_prompt *items;
+    size_t n;
+} ld_dataset;
+
+/* Read a JSONL file: one JSON object per line with a string `prompt_field` and a string
+ * or number `answer_field`; blank lines are skipped.  Any other line refuses the whole
+ * file (PARSE/INVALID_ARGUMENT naming path:line and the field).  Each prompt is rendered
+ * with `chat_template` ("none": raw text with BOS; "auto": the tokenizer's family;
+ * "plain" | "chatml" | "llama3") and tokenized.  Prompts longer than max_prompt_tokens
+ * (the learner passes the context minus one)
+ * are refused the same way (naming the line).  Errors also: IO/NOT_FOUND, NOMEM, and an
+ * empty dataset (INVALID_ARGUMENT). */
+qrl_status ld_dataset_load(const char *path, const char *prompt_field, const char *answer_field,
+                           const char *chat_template, const qrl_tokenizer *tok,
+                           size_t max_prompt_tokens, ld_dataset *out, qrl_error *err);
+void ld_dataset_free(ld_dataset *d);
+/* The seeded order of epoch `epoch`: perm[n] is a permutation of 0..n-1 (Fisher-Yates
+ * over splitmix64(seed, epoch)); the same (seed, epoch) always gives the same order. */
+void ld_dataset_order(size_t n, uint64_t seed, uint32_t epoch, uint32_t *perm);
+
+/* ---- weight snapshots and their TCP server (weights.c) --------------------------------- */
+
+/* One version's BF16 stream (framing in weights.c), immutable once built; shared by
+ * reference count between the server's threads. */
+typedef struct ld_snapshot {
+    uint64_t version;
+    uint8_t *manifest;      /* encoded WeightManifest */
+    size_t manifest_len;
+    uint8_t *stream;        /* every tensor, BF16, in table order */
+    size_t total;
+    size_t bucket_bytes;
+    int refs;               /* under the server's mutex */
+} ld_snapshot;
+
+/* Build the snapshot of `m` at `version`: BF16 of every tensor, CRC-32C per tensor and of
+ * the whole stream, a validated manifest.  Errors: NOMEM, INTERNAL (manifest invalid). */
+qrl_status ld_snapshot_build(const qrl_model *m, uint64_t version, size_t bucket_bytes,
+                             ld_snapshot **out, qrl_error *err);
+
+typedef struct ld_wserver {
+    int lfd;
+    pthread_t thread;
+    bool started;
+    _Atomic int stop;
+    pthread_mutex_t mu;
+    ld_snapshot *cur;       /* newest version; NULL before the first update */
+    char addr[300];         /* host:port advertised in VersionEvents */
+    _Atomic uint64_t sends; /* streams completed */
+} ld_wserver;
+
+/* Bind `listen` (host:port; port 0 = any free), start the accept thread.  Errors:
+ * INVALID_ARGUMENT (address), NETWORK (bind/listen), INTERNAL (thread). */
+qrl_status ld_wserver_start(ld_wserver *w, const char *listen, qrl_error *err);
+/* Serve `s` (ownership passes) to connections accepted from now on. */
+void ld_wserver_publish(ld_wserver *w, ld_snapshot *s);
+/* Stop accepting, wait for the accept thread; streams in progress finish on their own. */
+void ld_wserver_stop(ld_wserver *w);
+
+/* ---- trainer thread (trainer.c) ------------------------------------------------------ */
+
+/* One update: T decoded results in (owned by the job until it comes back). */
+typedef struct ld_job {
+    Qrl__GroupResult **results;
+    size_t n;
+    double lr;
+    uint64_t version;       /* the version the update produces */
+    /* set by the trainer */
+    qrl_status st;
+    char error[512];
+    qrl_learner_stats stats;
+    double update_s;        /* the update */
+    double snapshot_s;      /* building the BF16 snapshot */
+} ld_job;
+
+typedef struct ld_trainer {
+    pthread_t thread;
+    bool started;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+    ld_job *job, *done;
+    bool stop;
+    uv_async_t *done_async;
+    qrl_learner_t *l;       /* trainer thread only, after start */
+    qrl_model *m;
+    ld_wserver *ws;
+    size_t bucket_bytes;
+} ld_trainer;
+
+qrl_status ld_trainer_start(ld_trainer *t, qrl_model *m, const qrl_learner_config *lc,
+                            ld_wserver *ws, size_t bucket_bytes, uv_async_t *done_async,
+                            qrl_error *err);
+/* Hand a job over (the trainer must be idle: one at a time). */
+void ld_trainer_submit(ld_trainer *t, ld_job *j);
+/* The finished job, or NULL. */
+ld_job *ld_trainer_take_done(ld_trainer *t);
+void ld_trainer_join(ld_trainer *t);
+void ld_job_free(ld_job *j);
+
+/* ---- the daemon (loop.c) -------------------------------------------------------------- */
+
+/* Run until max_updates are done (then replicas are told SHUTDOWN) or SIGTERM/SIGINT;
+ * returns the exit status.  `lc` is the update config from the table. */
+int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok,
+                  const ld_dataset *ds, const qrl_learner_config *lc);
+
+#endif

@@ -1,0 +1,777 @@
+/* qrl-learner loop thread (STYLE 14; docs/learner-daemon.md): dispatches PromptGroups,
+ * takes GroupResults in, hands quotas to the trainer, announces versions, serves the
+ * Learner gRPC service.  Nothing here waits: Kafka is polled with zero timeouts from a
+ * uv_timer, commits are asynchronous, the trainer is reached through its job slot.
+ *
+ * Group ids are 1, 2, 3, ... in dispatch order; state[id] says where each one is, which
+ * is also the dedupe table (a result for a group that is not DISPATCHED is dropped). */
+#include <inttypes.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/time.h>
+#include <unistd.h>
+
+#include "core/log.h"
+#include "kafka/kafka.h"
+#include "learner.h"
+#include "rpc/rpc.h"
+#include "verify/verify.h"
+#include "wire/wire.h"
+
+enum { GS_NONE = 0, GS_DISPATCHED, GS_BUFFERED, GS_TRAINING, GS_TRAINED, GS_DROPPED };
+#define MAX_REPLICAS 256
+
+typedef struct ld_offset { /* one consumed result record, in partition order */
+    struct ld_offset *next;
+    int64_t offset;
+    bool done;
+} ld_offset;
+
+typedef struct ld_part {
+    ld_offset *head, *tail;
+    int64_t committed;
+} ld_part;
+
+typedef struct ld_out { /* one produced record, kept until acknowledged */
+    struct ld_out *next;
+    const char *topic;
+    uint64_t key_id;    /* 0: unkeyed */
+    uint8_t *buf;
+    size_t len;
+} ld_out;
+
+typedef struct ld_buffered { /* a result waiting for its quota */
+    Qrl__GroupResult *r;
+    int32_t partition;
+    ld_offset *off;
+} ld_buffered;
+
+typedef struct ld_replica {
+    char id[128];
+    uint64_t version, last_seen_ms;
+    qrl_rpc_call_t *watch;
+} ld_replica;
+
+typedef struct ld_daemon {
+    uv_loop_t loop;
+    uv_timer_t tick, exit_timer;
+    uv_signal_t sigterm, sigint;
+    uv_async_t train_async;
+    qrl_config_t *cfg;
+    qrl_model *model;
+    const ld_dataset *ds;
+    const char *prompts_topic, *results_topic, *dlq_topic, *task, *dataset_path;
+    qrl_kafka_producer_t *producer;
+    qrl_kafka_consumer_t *consumer;
+    qrl_rpc_server_t *rpc;
+    ld_trainer trainer;
+    ld_wserver ws;
+    uint64_t run_id, seed, version, step, max_updates;
+    uint32_t G, T;
+    /* dispatch */
+    uint32_t *perm, epoch;
+    size_t cursor;
+    uint64_t next_id, in_flight; /* dispatched, not yet taken into an update */
+    uint8_t *state;
+    size_t state_cap;
+    ld_out *resend;
+    /* intake */
+    ld_part *parts;
+    int n_parts;
+    ld_buffered *buf;
+    size_t n_buf, cap_buf;
+    ld_buffered *training; /* the quota the trainer holds */
+    size_t n_training;
+    uint64_t results, duplicates, dead_letters, other_run;
+    /* membership */
+    ld_replica replicas[MAX_REPLICAS];
+    int n_replicas;
+    bool paused, stopping, closing, finished;
+    double last_reward, last_accuracy, last_train_tps;
+    uint64_t warned_ms;
+    FILE *metrics;
+} ld_daemon;
+
+static uint64_t unix_ms(void) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
+}
+
+/* ---- producing ------------------------------------------------------------------------ */
+
+static void out_send(ld_daemon *d, ld_out *o) {
+    char key[QRL_WIRE_KEY_MAX];
+    size_t klen = o->key_id ? qrl_wire_group_key(o->key_id, key) : 0;
+    qrl_error err;
+    qrl_status st = qrl_kafka_producer_send(d->producer, o->topic, klen ? key : NULL, klen, o->buf,
+                                            o->len, o, &err);
+    if (st != QRL_OK) {
+        if (st != QRL_STATUS_BUSY) QRL_LOG_WARN("learner", "send to %s: %s (retrying)", o->topic, err.msg);
+        o->next = d->resend;
+        d->resend = o;
+    }
+}
+
+static void on_delivery(void *user, void *opaque, const qrl_kafka_delivery *dv) {
+    ld_daemon *d = user;
+    ld_out *o = opaque;
+    if (!o) return;
+    if (dv->status != QRL_OK) {
+        QRL_LOG_WARN("learner", "delivery to %s failed: %s (sending again)", dv->topic, dv->error ? dv->error : "?");
+        o->next = d->resend;
+        d->resend = o;
+        return;
+    }
+    free(o->buf);
+    free(o);
+}
+
+static void queue_record(ld_daemon *d, const char *topic, uint64_t key_id, uint8_t *buf, size_t len) {
+    ld_out *o = calloc(1, sizeof *o);
+    QRL_CHECK(o != NULL);
+    *o = (ld_out){.topic = topic, .key_id = key_id, .buf = buf, .len = len};
+    out_send(d, o);
+}
+
+/* ---- dispatch ------------------------------------------------------------------------- */
+
+static void state_set(ld_daemon *d, uint64_t id, uint8_t s) {
+    if (id >= d->state_cap) {
+        size_t n = d->state_cap ? d->state_cap : 1024;
+        while (n <= id) n *= 2;
+        uint8_t *ns = realloc(d->state, n);
+        QRL_CHECK(ns != NULL);
+        memset(ns + d->state_cap, 0, n - d->state_cap);
+        d->state = ns;
+        d->state_cap = n;
+    }
+    d->state[id] = s;
+}
+static uint8_t state_of_group(const ld_daemon *d, uint64_t id) { return id < d->state_cap ? d->state[id] : GS_NONE; }
+
+/* Groups that may be dispatched and not yet trained: one quota for the update being
+ * filled plus one per version of staleness allowed (docs/learner-daemon.md). */
+static uint64_t in_flight_limit(const ld_daemon *d) {
+    int64_t s = qrl_config_get_int(d->cfg, "learner.max_staleness");
+    return (uint64_t)d->T * (uint64_t)(1 + (s < 0 ? 1 : s));
+}
+
+static void dispatch_one(ld_daemon *d) {
+    if (d->cursor == d->ds->n) {
+        d->cursor = 0;
+        d->epoch++;
+        ld_dataset_order(d->ds->n, d->seed, d->epoch, d->perm);
+        QRL_LOG_INFO("learner", "dataset epoch=%u begins", d->epoch);
+    }
+    uint64_t index = d->cursor++;
+    const ld_prompt *p = &d->ds->items[d->perm[index]];
+    uint64_t id = d->next_id++;
+    Qrl__SamplingParams sp = QRL__SAMPLING_PARAMS__INIT;
+    sp.temperature = (float)qrl_config_get_double(d->cfg, "sampling.temperature");
+    sp.top_p = (float)qrl_config_get_double(d->cfg, "sampling.top_p");
+    sp.top_k = (uint32_t)qrl_config_get_int(d->cfg, "sampling.top_k");
+    sp.max_new_tokens = (uint32_t)qrl_config_get_int(d->cfg, "sampling.max_new_tokens");
+    sp.seed = d->seed;
+    Qrl__DatasetPosition pos = QRL__DATASET_POSITION__INIT;
+    pos.epoch = d->epoch;
+    pos.index = index;
+    pos.source = (char *)d->dataset_path;
+    Qrl__PromptGroup pg = QRL__PROMPT_GROUP__INIT;
+    pg.group_id = id;
+    pg.run_id = d->run_id;
+    pg.group_size = d->G;
+    pg.prompt_token_ids = p->ids;
+    pg.n_prompt_token_ids = p->n_ids;
+    pg.prompt_text = p->text;
+    pg.reference_answer = p->answer;
+    pg.task = (char *)d->task;
+    pg.sampling = &sp;
+    pg.position = &pos;
+    pg.dispatch_version = d->version;
+    pg.dispatched_unix_ms = unix_ms();
+    uint8_t *buf;
+    size_t len;
+    qrl_error err;
+    QRL_CHECK(qrl_wire_encode_alloc(&pg.base, &buf, &len, &err) == QRL_OK); /* only NOMEM */
+    queue_record(d, d->prompts_topic, id, buf, len);
+    state_set(d, id, GS_DISPATCHED);
+    d->in_flight++;
+    QRL_LOG_DEBUG("learner", "dispatched group=%" PRIu64 " epoch=%u index=%" PRIu64, id, d->epoch, index);
+}
+
+static void dispatch(ld_daemon *d) {
+    if (d->paused || d->stopping || d->finished) return;
+    uint64_t total_cap = d->max_updates ? d->max_updates * d->T : UINT64_MAX;
+    while (d->in_flight < in_flight_limit(d) && d->next_id - 1 < total_cap) dispatch_one(d);
+}
+
+/* ---- intake --------------------------------------------------------------------------- */
+
+static ld_part *part_get(ld_daemon *d, int32_t p) {
+    if (p >= d->n_parts) {
+        ld_part *np = realloc(d->parts, (size_t)(p + 1) * sizeof *np);
+        QRL_CHECK(np != NULL);
+        for (int i = d->n_parts; i <= p; i++) np[i] = (ld_part){.committed = -1};
+        d->parts = np;
+        d->n_parts = p + 1;
+    }
+    return &d->parts[p];
+}
+
+static ld_offset *part_push(ld_daemon *d, int32_t p, int64_t offset) {
+    ld_part *pt = part_get(d, p);
+    ld_offset *o = calloc(1, sizeof *o);
+    QRL_CHECK(o != NULL);
+    o->offset = offset;
+    if (pt->tail) pt->tail->next = o;
+    else pt->head = o;
+    pt->tail = o;
+    return o;
+}
+
+/* The record is used up (trained, or nothing to train): commit up to the first record of
+ * the partition still waiting. */
+static void part_done(ld_daemon *d, int32_t p, ld_offset *o) {
+    ld_part *pt = part_get(d, p);
+    o->done = true;
+    int64_t upto = -1;
+    while (pt->head && pt->head->done) {
+        ld_offset *h = pt->head;
+        if (h->offset + 1 > upto) upto = h->offset + 1;
+        pt->head = h->next;
+        free(h);
+    }
+    if (!pt->head) pt->tail = NULL;
+    if (upto <= pt->committed) return;
+    qrl_error err;
+    if (qrl_kafka_consumer_commit_offset_async(d->consumer, d->results_topic, p, upto, &err) != QRL_OK) {
+        QRL_LOG_WARN("learner", "commit failed (records will be delivered again): %s", err.msg);
+        return;
+    }
+    pt->committed = upto;
+}
+
+static void dead_letter(ld_daemon *d, const qrl_kafka_message *m, const char *why) {
+    char *rec;
+    size_t len;
+    qrl_error err;
+    QRL_CHECK(qrl_kafka_dlq_encode(m->topic, m->partition, m->offset, m->key, m->key_len, m->payload,
+                                   m->len, why, &rec, &len, &err) == QRL_OK);
+    QRL_LOG_WARN("learner", "dead letter partition=%d offset=%" PRId64 ": %s", (int)m->partition, m->offset, why);
+    queue_record(d, d->dlq_topic, 0, (uint8_t *)rec, len);
+    d->dead_letters++;
+}
+
+static void on_result(ld_daemon *d, const qrl_kafka_message *m) {
+    ld_offset *off = part_push(d, m->partition, m->offset);
+    d->results++;
+    ProtobufCMessage *pm = NULL;
+    qrl_error err;
+    qrl_status st = m->payload && m->len
+                        ? qrl_wire_decode(&qrl__group_result__descriptor, m->payload, m->len,
+                                          QRL_KAFKA_MAX_MESSAGE_BYTES, &pm, &err)
+                        : qrl_error_set(&err, QRL_STATUS_PARSE, "empty record");
+    Qrl__GroupResult *r = (Qrl__GroupResult *)pm;
+    if (st == QRL_OK && r->chunk_count > 1)
+        st = qrl_error_set(&err, QRL_STATUS_UNSUPPORTED, "GroupResult %" PRIu64 ": chunked results "
+                           "(chunk_count %u) are not joined by the learner yet", r->group_id, r->chunk_count);
+    if (st == QRL_OK)
+        st = qrl_wire_group_result_validate(r, d->G, (uint32_t)d->model->cfg.vocab_size, &err);
+    if (st != QRL_OK) {
+        char why[700];
+        snprintf(why, sizeof why, "%s: %s", qrl_status_name(st), err.msg);
+        dead_letter(d, m, why);
+        qrl_wire_free(pm);
+        part_done(d, m->partition, off);
+        return;
+    }
+    uint8_t gs = state_of_group(d, r->group_id);
+    if (r->run_id != d->run_id || gs != GS_DISPATCHED) {
+        if (r->run_id != d->run_id) d->other_run++;
+        else d->duplicates++;
+        QRL_LOG_INFO("learner", "result group=%" PRIu64 " run_id=%" PRIu64 " from %s ignored: %s",
+                     r->group_id, r->run_id, r->replica_id,
+                     r->run_id != d->run_id ? "another run" : gs == GS_NONE ? "never dispatched" : "duplicate");
+        qrl_wire_free(pm);
+        part_done(d, m->partition, off);
+        return;
+    }
+    if (d->n_buf == d->cap_buf) {
+        d->cap_buf = d->cap_buf ? 2 * d->cap_buf : 64;
+        d->buf = realloc(d->buf, d->cap_buf * sizeof *d->buf);
+        QRL_CHECK(d->buf != NULL);
+    }
+    d->buf[d->n_buf++] = (ld_buffered){r, m->partition, off};
+    state_set(d, r->group_id, GS_BUFFERED);
+    QRL_LOG_DEBUG("learner", "result group=%" PRIu64 " from %s buffered=%zu", r->group_id, r->replica_id, d->n_buf);
+}
+
+/* ---- updates -------------------------------------------------------------------------- */
+
+static void maybe_train(ld_daemon *d) {
+    if (d->training || d->n_buf < d->T || d->stopping || d->finished) return;
+    ld_job *j = calloc(1, sizeof *j);
+    QRL_CHECK(j != NULL);
+    j->results = calloc(d->T, sizeof *j->results);
+    d->training = malloc(d->T * sizeof *d->training);
+    QRL_CHECK(j->results && d->training);
+    for (uint32_t i = 0; i < d->T; i++) {
+        d->training[i] = d->buf[i];
+        j->results[i] = d->buf[i].r;
+        state_set(d, d->buf[i].r->group_id, GS_TRAINING);
+    }
+    memmove(d->buf, d->buf + d->T, (d->n_buf - d->T) * sizeof *d->buf);
+    d->n_buf -= d->T;
+    d->n_training = d->T;
+    d->in_flight -= d->T;
+    j->n = d->T;
+    j->lr = qrl_config_get_double(d->cfg, "learner.lr");
+    j->version = d->version + 1;
+    ld_trainer_submit(&d->trainer, j);
+    dispatch(d); /* the quota left the window: refill it */
+}
+
+static void push_event(ld_daemon *d, ld_replica *r, Qrl__VersionEventKind kind) {
+    if (!r->watch) return;
+    Qrl__VersionEvent ev = QRL__VERSION_EVENT__INIT;
+    ev.kind = kind;
+    ev.version = d->version;
+    ev.step = d->step;
+    ev.transport = QRL__WEIGHT_TRANSPORT__WEIGHT_TRANSPORT_TCP;
+    ev.weight_addr = d->ws.addr;
+    ev.sent_unix_ms = unix_ms();
+    qrl_error err;
+    if (qrl_rpc_call_push(r->watch, &ev.base, &err) != QRL_OK) {
+        QRL_LOG_WARN("learner", "VersionEvent to %s: %s", r->id, err.msg);
+        qrl_rpc_call_finish(r->watch, QRL_STATUS_CANCELLED, "stream over");
+        r->watch = NULL;
+    }
+}
+
+static void begin_close(ld_daemon *d);
+static void on_exit_timer(uv_timer_t *t) { begin_close(t->data); }
+
+static void write_metrics(ld_daemon *d, const ld_job *j, const ld_buffered *b) {
+    if (!d->metrics) return;
+    const qrl_learner_stats *s = &j->stats;
+    fprintf(d->metrics, "{\"unix_ms\":%" PRIu64 ",\"step\":%" PRIu64 ",\"version\":%" PRIu64
+            ",\"groups\":[", unix_ms(), d->step, d->version);
+    for (size_t i = 0; i < j->n; i++) fprintf(d->metrics, "%s%" PRIu64, i ? "," : "", b[i].r->group_id);
+    fprintf(d->metrics, "],\"dropped\":[");
+    bool first = true;
+    for (size_t i = 0; i < j->n; i++) { /* the update's dynamic-sampling rule: all rewards equal */
+        const Qrl__GroupResult *r = b[i].r;
+        bool same = true;
+        for (size_t k = 1; k < r->n_responses; k++) same &= r->responses[k]->reward == r->responses[0]->reward;
+        if (same && s->groups_dropped > 0) {
+            fprintf(d->metrics, "%s%" PRIu64, first ? "" : ",", r->group_id);
+            first = false;
+        }
+    }
+    fprintf(d->metrics, "],\"groups_used\":%zu,\"groups_dropped\":%zu,\"reward_mean\":%.6g,\"reward_std\":%.6g,"
+            "\"accuracy\":%.6g,\"response_len_mean\":%.6g,\"version_min\":%" PRIu64 ",\"version_max\":%" PRIu64
+            ",\"kl_behav_prox\":%.6g,\"max_w\":%.6g,\"entropy\":%.6g,\"loss\":%.6g,\"tis_frac\":%.6g,"
+            "\"acr_frac\":%.6g,\"clip_low\":%.6g,\"clip_high\":%.6g,\"grad_norm\":%.6g,\"lr\":%.6g,"
+            "\"steps_taken\":%d,\"steps_skipped\":%d,\"tokens_trained\":%zu,\"train_tokens_per_s\":%.6g,"
+            "\"update_s\":%.6g,\"snapshot_s\":%.6g}\n",
+            s->groups_used, s->groups_dropped, s->reward_mean, s->reward_std, s->accuracy, s->response_len_mean,
+            s->version_min, s->version_max, s->kl_behav_prox, s->max_w, s->entropy_mean, s->loss_mean,
+            s->tis_frac, s->acr_frac, s->clip_frac_low, s->clip_frac_high, s->grad_norm_mean, s->lr,
+            s->steps_taken, s->steps_skipped, s->tokens_trained, s->train_tokens_per_s, j->update_s,
+            j->snapshot_s);
+    fflush(d->metrics);
+}
+
+static void on_trained(uv_async_t *h) {
+    ld_daemon *d = h->data;
+    ld_job *j = ld_trainer_take_done(&d->trainer);
+    if (!j) return;
+    if (j->st != QRL_OK) {
+        /* A bad group refuses the whole update (update.h): nothing changed.  The results
+         * passed the wire validators, so this is a model/config problem: stop. */
+        QRL_LOG_ERROR("learner", "update %" PRIu64 " failed: %s", d->step + 1, j->error);
+        for (size_t i = 0; i < d->n_training; i++) d->training[i].r = NULL; /* freed with j */
+        ld_job_free(j);
+        free(d->training);
+        d->training = NULL;
+        d->finished = true;
+        begin_close(d);
+        return;
+    }
+    d->step++;
+    d->version = j->version;
+    const qrl_learner_stats *s = &j->stats;
+    d->last_reward = s->reward_mean;
+    d->last_accuracy = s->accuracy;
+    d->last_train_tps = s->train_tokens_per_s;
+    QRL_LOG_INFO("learner", "update step=%" PRIu64 " version=%" PRIu64 " groups=%zu used=%zu dropped=%zu "
+                 "reward=%.4f acc=%.3f kl_behav_prox=%.3g tis=%.4f acr=%.4f steps=%d tokens=%zu "
+                 "update_s=%.2f snapshot_s=%.3f", d->step, d->version, s->groups_in, s->groups_used,
+                 s->groups_dropped, s->reward_mean, s->accuracy, s->kl_behav_prox, s->tis_frac, s->acr_frac,
+                 s->steps_taken, s->tokens_trained, j->update_s, j->snapshot_s);
+    write_metrics(d, j, d->training);
+    for (size_t i = 0; i < d->n_training; i++) {
+        state_set(d, d->training[i].r->group_id, GS_TRAINED);
+        part_done(d, d->training[i].partition, d->training[i].off);
+    }
+    ld_job_free(j);
+    free(d->training);
+    d->training = NULL;
+    d->n_training = 0;
+    for (int i = 0; i < d->n_replicas; i++)
+        push_event(d, &d->replicas[i], QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_NEW_VERSION);
+    if (d->max_updates && d->step >= d->max_updates) {
+        QRL_LOG_INFO("learner", "max_updates=%" PRIu64 " reached: telling replicas to shut down", d->max_updates);
+        d->finished = true;
+        for (int i = 0; i < d->n_replicas; i++)
+            push_event(d, &d->replicas[i], QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_SHUTDOWN);
+        /* give the events (and the last weight streams) a moment to leave */
+        uv_timer_start(&d->exit_timer, on_exit_timer, 1500, 0);
+        return;
+    }
+    maybe_train(d);
+    if (d->stopping) begin_close(d);
+}
+
+/* ---- closing -------------------------------------------------------------------------- */
+
+static void close_handle(uv_handle_t *h) {
+    if (!uv_is_closing(h)) uv_close(h, NULL);
+}
+
+static void on_rpc_closed(qrl_rpc_server_t *s, void *user) {
+    ld_daemon *d = user;
+    close_handle((uv_handle_t *)&d->tick);
+    close_handle((uv_handle_t *)&d->exit_timer);
+    close_handle((uv_handle_t *)&d->sigterm);
+    close_handle((uv_handle_t *)&d->sigint);
+    close_handle((uv_handle_t *)&d->train_async);
+}
+
+static void begin_close(ld_daemon *d) {
+    if (d->closing) return;
+    d->closing = true;
+    QRL_LOG_INFO("learner", "stopping: step=%" PRIu64 " version=%" PRIu64 " dispatched=%" PRIu64
+                 " results=%" PRIu64 " duplicates=%" PRIu64 " dead_letters=%" PRIu64, d->step, d->version,
+                 d->next_id - 1, d->results, d->duplicates, d->dead_letters);
+    uv_timer_stop(&d->tick);
+    for (int i = 0; i < d->n_replicas; i++) d->replicas[i].watch = NULL; /* the server cancels them */
+    qrl_rpc_server_close(d->rpc, on_rpc_closed, d);
+}
+
+static void on_signal(uv_signal_t *h, int sig) {
+    ld_daemon *d = h->data;
+    if (d->stopping) {
+        QRL_LOG_ERROR("learner", "second signal %d: exiting now", sig);
+        _exit(1);
+    }
+    d->stopping = true;
+    QRL_LOG_INFO("learner", "%s: no more dispatch; stopping after the running update", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    if (!d->training) begin_close(d);
+}
+
+/* ---- tick ----------------------------------------------------------------------------- */
+
+static void expire_replicas(ld_daemon *d) {
+    uint64_t now = unix_ms(), timeout = (uint64_t)qrl_config_get_int(d->cfg, "learner.heartbeat_timeout_ms");
+    for (int i = 0; i < d->n_replicas;) {
+        ld_replica *r = &d->replicas[i];
+        if (now - r->last_seen_ms <= timeout) { i++; continue; }
+        QRL_LOG_WARN("learner", "replica %s silent for %" PRIu64 " ms: removed", r->id, now - r->last_seen_ms);
+        if (r->watch) qrl_rpc_call_finish(r->watch, QRL_STATUS_CANCELLED, "heartbeat timeout");
+        d->replicas[i] = d->replicas[--d->n_replicas];
+    }
+}
+
+static void on_tick(uv_timer_t *t) {
+    ld_daemon *d = t->data;
+    qrl_kafka_producer_poll(d->producer, 0);
+    ld_out *o = d->resend;
+    d->resend = NULL;
+    while (o) {
+        ld_out *next = o->next;
+        o->next = NULL;
+        out_send(d, o);
+        o = next;
+    }
+    dispatch(d);
+    for (int n = 0; n < 64 && !d->finished; n++) {
+        qrl_kafka_message msg = {0};
+        bool got = false;
+        qrl_error err;
+        if (qrl_kafka_consumer_poll(d->consumer, 0, &msg, &got, &err) != QRL_OK) {
+            if (uv_now(&d->loop) - d->warned_ms >= 1000) {
+                d->warned_ms = uv_now(&d->loop);
+                QRL_LOG_WARN("learner", "consumer: %s", err.msg);
+            }
+            break;
+        }
+        if (!got) break;
+        on_result(d, &msg);
+        qrl_kafka_message_release(&msg);
+    }
+    maybe_train(d);
+    expire_replicas(d);
+}
+
+/* ---- rpc ------------------------------------------------------------------------------ */
+
+static ld_replica *replica_find(ld_daemon *d, const char *id) {
+    for (int i = 0; i < d->n_replicas; i++)
+        if (strcmp(d->replicas[i].id, id) == 0) return &d->replicas[i];
+    return NULL;
+}
+
+static Qrl__ServiceState service_state(const ld_daemon *d) {
+    if (d->closing || d->finished) return QRL__SERVICE_STATE__SERVICE_STATE_STOPPED;
+    if (d->stopping) return QRL__SERVICE_STATE__SERVICE_STATE_DRAINING;
+    if (d->paused) return QRL__SERVICE_STATE__SERVICE_STATE_PAUSED;
+    return QRL__SERVICE_STATE__SERVICE_STATE_RUNNING;
+}
+
+static void h_register(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
+    ld_daemon *d = user;
+    const Qrl__RegisterRequest *rq = (const Qrl__RegisterRequest *)req;
+    const char *id = rq->replica && rq->replica->id ? rq->replica->id : "";
+    if (!*id || strlen(id) >= sizeof d->replicas[0].id)
+        return qrl_rpc_call_finish(call, QRL_STATUS_INVALID_ARGUMENT, "RegisterRequest.replica.id: empty or "
+                                   "longer than %zu bytes", sizeof d->replicas[0].id - 1);
+    ld_replica *r = replica_find(d, id);
+    if (!r) {
+        if (d->n_replicas == MAX_REPLICAS)
+            return qrl_rpc_call_finish(call, QRL_STATUS_BUSY, "%d replicas registered already", MAX_REPLICAS);
+        r = &d->replicas[d->n_replicas++];
+        memset(r, 0, sizeof *r);
+        snprintf(r->id, sizeof r->id, "%s", id);
+    }
+    r->version = rq->have_version;
+    r->last_seen_ms = unix_ms();
+    QRL_LOG_INFO("learner", "replica registered id=%s have_version=%" PRIu64 " replicas=%d", id,
+                 rq->have_version, d->n_replicas);
+    Qrl__RegisterResponse resp = QRL__REGISTER_RESPONSE__INIT;
+    resp.replica_id = r->id;
+    resp.run_id = d->run_id;
+    resp.current_version = d->version;
+    resp.heartbeat_interval_ms = (uint32_t)qrl_config_get_int(d->cfg, "learner.heartbeat_interval_ms");
+    resp.heartbeat_timeout_ms = (uint32_t)qrl_config_get_int(d->cfg, "learner.heartbeat_timeout_ms");
+    resp.kafka_brokers = (char *)qrl_config_get_string(d->cfg, "kafka.bootstrap");
+    resp.prompts_topic = (char *)d->prompts_topic;
+    resp.results_topic = (char *)d->results_topic;
+    resp.dlq_topic = (char *)d->dlq_topic;
+    resp.max_staleness = (uint32_t)qrl_config_get_int(d->cfg, "learner.max_staleness");
+    resp.mode = "overlap";
+    qrl_rpc_call_reply(call, &resp.base);
+}
+
+static void h_heartbeat(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
+    ld_daemon *d = user;
+    const Qrl__HeartbeatRequest *rq = (const Qrl__HeartbeatRequest *)req;
+    ld_replica *r = replica_find(d, rq->replica_id ? rq->replica_id : "");
+    if (r) {
+        r->last_seen_ms = unix_ms();
+        if (rq->status) r->version = rq->status->version;
+    }
+    Qrl__HeartbeatResponse resp = QRL__HEARTBEAT_RESPONSE__INIT;
+    resp.known = r != NULL;
+    resp.current_version = d->version;
+    qrl_rpc_call_reply(call, &resp.base);
+}
+
+static void on_watch_close(qrl_rpc_call_t *call, void *user) {
+    ld_daemon *d = user;
+    for (int i = 0; i < d->n_replicas; i++)
+        if (d->replicas[i].watch == call) d->replicas[i].watch = NULL;
+    qrl_rpc_call_finish(call, QRL_STATUS_CANCELLED, "client went away");
+}
+
+static void h_watch(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
+    ld_daemon *d = user;
+    const Qrl__WatchVersionsRequest *rq = (const Qrl__WatchVersionsRequest *)req;
+    ld_replica *r = replica_find(d, rq->replica_id ? rq->replica_id : "");
+    if (!r) return qrl_rpc_call_finish(call, QRL_STATUS_NOT_FOUND, "replica '%s' is not registered",
+                                       rq->replica_id ? rq->replica_id : "");
+    if (r->watch) qrl_rpc_call_finish(r->watch, QRL_STATUS_CANCELLED, "replaced by a newer stream");
+    r->watch = call;
+    qrl_rpc_call_on_close(call, on_watch_close, d);
+    /* a replica behind the current version (a late joiner) gets it at once */
+    if (rq->have_version < d->version)
+        push_event(d, r, QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_NEW_VERSION);
+    if (d->finished && r->watch) push_event(d, r, QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_SHUTDOWN);
+}
+
+static void h_status(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
+    ld_daemon *d = user;
+    Qrl__LearnerStatus s = QRL__LEARNER_STATUS__INIT;
+    Qrl__DatasetPosition pos = QRL__DATASET_POSITION__INIT;
+    pos.epoch = d->epoch;
+    pos.index = d->cursor;
+    pos.source = (char *)d->dataset_path;
+    s.state = service_state(d);
+    s.version = d->version;
+    s.step = d->step;
+    s.run_id = d->run_id;
+    s.mode = "overlap";
+    s.replicas = (uint32_t)d->n_replicas;
+    for (int i = 0; i < d->n_replicas; i++) s.replicas_synced += d->replicas[i].version == d->version;
+    s.groups_in_flight = d->in_flight - d->n_buf;
+    s.groups_buffered = d->n_buf;
+    s.quota = d->T;
+    s.position = &pos;
+    s.train_tokens_per_s = d->last_train_tps;
+    s.reward_mean = (float)d->last_reward;
+    s.accuracy = (float)d->last_accuracy;
+    qrl_rpc_call_reply(call, &s.base);
+}
+
+static void reply_control(ld_daemon *d, qrl_rpc_call_t *call, const char *msg) {
+    Qrl__ControlResponse r = QRL__CONTROL_RESPONSE__INIT;
+    r.state = service_state(d);
+    r.message = (char *)msg;
+    qrl_rpc_call_reply(call, &r.base);
+}
+
+static void h_pause(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
+    ld_daemon *d = user;
+    d->paused = true;
+    QRL_LOG_INFO("learner", "paused: no more dispatch (in-flight groups are still trained)");
+    reply_control(d, call, "dispatch paused");
+}
+
+static void h_resume(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
+    ld_daemon *d = user;
+    d->paused = false;
+    QRL_LOG_INFO("learner", "resumed");
+    reply_control(d, call, "dispatch resumed");
+}
+
+static void h_set(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
+    ld_daemon *d = user;
+    qrl_rpc_call_config_set(call, d->cfg, (const Qrl__SetRequest *)req);
+}
+
+static void h_shutdown(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
+    ld_daemon *d = user;
+    reply_control(d, call, "shutting down");
+    for (int i = 0; i < d->n_replicas; i++)
+        push_event(d, &d->replicas[i], QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_SHUTDOWN);
+    d->stopping = true;
+    if (!d->training) uv_timer_start(&d->exit_timer, on_exit_timer, 500, 0);
+}
+
+/* ---- run ------------------------------------------------------------------------------ */
+
+static qrl_status setup(ld_daemon *d, const qrl_learner_config *lc, qrl_error *err) {
+    qrl_config_t *cfg = d->cfg;
+    QRL_TRY(ld_wserver_start(&d->ws, qrl_config_get_string(cfg, "weights.listen"), err));
+    QRL_TRY(ld_trainer_start(&d->trainer, d->model, lc, &d->ws,
+                             (size_t)qrl_config_get_int(cfg, "weights.bucket_bytes"), &d->train_async, err));
+    const char *bootstrap = qrl_config_get_string(cfg, "kafka.bootstrap");
+    qrl_kafka_producer_opts po = {.bootstrap = bootstrap, .client_id = "qrl-learner", .linger_ms = 2,
+                                  .on_delivery = on_delivery, .user = d};
+    QRL_TRY(qrl_kafka_producer_new(&po, &d->producer, err));
+    qrl_kafka_consumer_opts co = {.bootstrap = bootstrap, .group_id = qrl_config_get_string(cfg, "kafka.group"),
+                                  .client_id = "qrl-learner",
+                                  .session_timeout_ms = (int)qrl_config_get_int(cfg, "kafka.session_timeout_ms")};
+    QRL_TRY(qrl_kafka_consumer_new(&co, &d->results_topic, 1, &d->consumer, err));
+    char token[QRL_RPC_TOKEN_MAX + 1];
+    bool have = false;
+    const char *tf = qrl_config_get_string(cfg, "rpc.token_file");
+    QRL_TRY(qrl_rpc_token_resolve(*tf ? tf : NULL, token, &have, err));
+    if (!have) QRL_LOG_WARN("learner", "no rpc token (rpc.token_file): mutating calls are refused");
+    qrl_rpc_server_opts ro = {.addr = qrl_config_get_string(cfg, "rpc.listen"), .token = have ? token : NULL,
+                              .allow_no_token = !have};
+    QRL_TRY(qrl_rpc_server_new(&d->loop, &ro, &d->rpc, err));
+    qrl_rpc_server_handle(d->rpc, QRL_RPC_LEARNER_REGISTER, h_register, d);
+    qrl_rpc_server_handle(d->rpc, QRL_RPC_LEARNER_HEARTBEAT, h_heartbeat, d);
+    qrl_rpc_server_handle(d->rpc, QRL_RPC_LEARNER_WATCH_VERSIONS, h_watch, d);
+    qrl_rpc_server_handle(d->rpc, QRL_RPC_LEARNER_STATUS, h_status, d);
+    qrl_rpc_server_handle(d->rpc, QRL_RPC_LEARNER_PAUSE, h_pause, d);
+    qrl_rpc_server_handle(d->rpc, QRL_RPC_LEARNER_RESUME, h_resume, d);
+    qrl_rpc_server_handle(d->rpc, QRL_RPC_LEARNER_SET, h_set, d);
+    qrl_rpc_server_handle(d->rpc, QRL_RPC_LEARNER_SHUTDOWN, h_shutdown, d);
+    QRL_TRY(qrl_rpc_server_start(d->rpc, err));
+    QRL_LOG_INFO("learner", "rpc listening port=%d", qrl_rpc_server_port(d->rpc));
+    const char *mp = qrl_config_get_string(cfg, "metrics.jsonl");
+    if (*mp && !(d->metrics = fopen(mp, "a")))
+        return qrl_error_set(err, QRL_STATUS_IO, "metrics.jsonl: cannot open %s", mp);
+    return QRL_OK;
+}
+
+int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok, const ld_dataset *ds,
+                  const qrl_learner_config *lc) {
+    static ld_daemon dd; /* one per process; handles outlive every callback */
+    ld_daemon *d = &dd;
+    d->cfg = cfg;
+    d->model = model;
+    d->ds = ds;
+    d->prompts_topic = qrl_config_get_string(cfg, "kafka.prompts_topic");
+    d->results_topic = qrl_config_get_string(cfg, "kafka.results_topic");
+    d->dlq_topic = qrl_config_get_string(cfg, "kafka.dlq_topic");
+    d->task = qrl_config_get_string(cfg, "dataset.task");
+    d->dataset_path = qrl_config_get_string(cfg, "dataset.path");
+    d->G = (uint32_t)qrl_config_get_int(cfg, "learner.group_size");
+    d->T = (uint32_t)qrl_config_get_int(cfg, "learner.quota");
+    d->max_updates = (uint64_t)qrl_config_get_int(cfg, "learner.max_updates");
+    d->seed = (uint64_t)qrl_config_get_int(cfg, "learner.seed");
+    d->run_id = (uint64_t)qrl_config_get_int(cfg, "learner.run_id");
+    if (!d->run_id) d->run_id = (unix_ms() << 16) ^ (uint64_t)getpid();
+    d->next_id = 1;
+    d->perm = malloc(ds->n * sizeof *d->perm);
+    QRL_CHECK(d->perm != NULL);
+    ld_dataset_order(ds->n, d->seed, 0, d->perm);
+    uv_loop_init(&d->loop);
+    uv_async_init(&d->loop, &d->train_async, on_trained);
+    d->train_async.data = d;
+    qrl_error err;
+    if (setup(d, lc, &err) != QRL_OK) {
+        fprintf(stderr, "qrl-learner: error: %s\n", err.msg);
+        _exit(1); /* handles half made; nothing in flight yet */
+    }
+    uv_timer_init(&d->loop, &d->tick);
+    uv_timer_init(&d->loop, &d->exit_timer);
+    d->tick.data = d->exit_timer.data = d;
+    int period = (int)qrl_config_get_int(cfg, "kafka.poll_ms");
+    uv_timer_start(&d->tick, on_tick, (uint64_t)period, (uint64_t)period);
+    uv_signal_init(&d->loop, &d->sigterm);
+    uv_signal_init(&d->loop, &d->sigint);
+    d->sigterm.data = d->sigint.data = d;
+    uv_signal_start(&d->sigterm, on_signal, SIGTERM);
+    uv_signal_start(&d->sigint, on_signal, SIGINT);
+    QRL_LOG_INFO("learner", "serving run_id=%" PRIu64 " prompts=%s results=%s G=%u T=%u window=%" PRIu64
+                 " dataset=%zu prompts", d->run_id, d->prompts_topic, d->results_topic, d->G, d->T,
+                 in_flight_limit(d), ds->n);
+
+    uv_run(&d->loop, UV_RUN_DEFAULT);
+
+    ld_trainer_join(&d->trainer);
+    ld_wserver_stop(&d->ws);
+    qrl_kafka_consumer_close(d->consumer);
+    int rc = qrl_kafka_producer_flush(d->producer, 10000, &err) == QRL_OK ? 0 : 1;
+    if (rc) fprintf(stderr, "qrl-learner: error: %s\n", err.msg);
+    qrl_kafka_producer_destroy(d->producer);
+    uv_loop_close(&d->loop);
+    for (size_t i = 0; i < d->n_buf; i++) qrl_wire_free(&d->buf[i].r->base);
+    for (int i = 0; i < d->n_parts; i++)
+        while (d->parts[i].head) {
+            ld_offset *n = d->parts[i].head->next;
+            free(d->parts[i].head);
+            d->parts[i].head = n;
+        }
+    while (d->resend) {
+        ld_out *n = d->resend->next;
+        free(d->resend->buf);
+        free(d->resend);
+        d->resend = n;
+    }
+    free(d->training);
+    free(d->parts);
+    free(d->buf);
+    free(d->state);
+    free(d->perm);
+    if (d->metrics) fclose(d->metrics);
+    QRL_LOG_INFO("learner", "stopped rc=%d step=%" PRIu64 " version=%" PRIu64, rc, d->step, d->version);
+    return rc;
+}

@@ -1,0 +1,223 @@
+/* qrl-learner: the learner daemon (SPEC §1, §5, §8, §9; docs/learner-daemon.md).
+ * Dispatches PromptGroups from a JSONL dataset, trains on the GroupResults that come
+ * back (decoupled PPO, common/learner/update.h), bumps the policy version and streams
+ * the new weights to the registered rollout replicas.
+ *
+ *   qrl-learner --learner.model PATH --dataset.path FILE.jsonl [--config FILE.yaml] [--key=value ...]
+ *
+ * Errors at start are one line "qrl-learner: error: ..." on stderr and exit status 1. */
+#include <math.h>
+#include <omp.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "core/config.h"
+#include "core/log.h"
+#include "kafka/kafka.h"
+#include "learner.h"
+#include "verify/verify.h"
+
+/* The program's config table (STYLE 10; docs/config-qrl-learner.md via `make docs`). */
+static const qrl_config_entry CONFIG[] = {
+    {"learner.model", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
+     "HuggingFace folder or llama2.c .bin: the initial policy (required)"},
+    {"learner.tokenizer", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
+     "tokenizer path; default: the model folder, or tokenizer.bin / tok<vocab>.bin beside the .bin"},
+    {"learner.group_size", QRL_CONFIG_TYPE_INT, "8", 1, 4096, NULL, false, "G: responses per prompt group"},
+    {"learner.quota", QRL_CONFIG_TYPE_INT, "128", 1, 1 << 20, NULL, false, "T: finished groups per update"},
+    {"learner.max_updates", QRL_CONFIG_TYPE_INT, "0", 0, 1e15, NULL, false,
+     "stop after this many updates and tell the replicas to shut down (0 = run until stopped)"},
+    {"learner.seed", QRL_CONFIG_TYPE_INT, "0", 0, 1e15, NULL, false,
+     "dataset shuffle, sampling seed in PromptGroups, minibatch shuffle"},
+    {"learner.run_id", QRL_CONFIG_TYPE_INT, "0", 0, 1e15, NULL, false,
+     "run nonce stamped on prompts (results of other runs are ignored); 0 = from the clock and pid"},
+    {"learner.max_staleness", QRL_CONFIG_TYPE_INT, "1", 0, 1 << 20, NULL, false,
+     "dispatch window: at most T x (1 + max_staleness) groups dispatched and not yet trained "
+     "(SPEC §4.5; the replicas enforce the per-token bound)"},
+    {"learner.lr", QRL_CONFIG_TYPE_DOUBLE, "1e-6", 1e-12, 1, NULL, true, "peak learning rate"},
+    {"learner.lr_decay", QRL_CONFIG_TYPE_ENUM, "constant", 0, 0, "constant|cosine", false, "LR schedule"},
+    {"learner.min_lr", QRL_CONFIG_TYPE_DOUBLE, "0", 0, 1, NULL, false, "cosine floor"},
+    {"learner.warmup_steps", QRL_CONFIG_TYPE_INT, "0", 0, 1e12, NULL, false, "linear warmup (optimizer steps)"},
+    {"learner.total_steps", QRL_CONFIG_TYPE_INT, "1000", 1, 1e12, NULL, false, "cosine: steps to the floor"},
+    {"learner.ppo_epochs", QRL_CONFIG_TYPE_INT, "1", 1, 1000, NULL, false, "passes over each quota"},
+    {"learner.minibatch_seqs", QRL_CONFIG_TYPE_INT, "0", 0, 1 << 24, NULL, false,
+     "sequences per optimizer step (0 = the whole quota)"},
+    {"learner.max_tokens", QRL_CONFIG_TYPE_INT, "4096", 2, 1 << 24, NULL, false,
+     "packed tokens per forward pass (micro-batch budget)"},
+    {"learner.adv", QRL_CONFIG_TYPE_ENUM, "grpo", 0, 0, "grpo|drgrpo|rloo", false, "advantage estimator"},
+    {"learner.dynamic_sampling", QRL_CONFIG_TYPE_BOOL, "true", 0, 0, NULL, false,
+     "drop groups whose rewards are all equal (DAPO)"},
+    {"learner.accuracy_threshold", QRL_CONFIG_TYPE_DOUBLE, "1.0", -1e9, 1e9, NULL, false,
+     "a response counts as correct when its reward >= this"},
+    {"learner.heartbeat_interval_ms", QRL_CONFIG_TYPE_INT, "1000", 50, 600000, NULL, false,
+     "told to replicas at Register"},
+    {"learner.heartbeat_timeout_ms", QRL_CONFIG_TYPE_INT, "10000", 100, 3600000, NULL, false,
+     "a replica silent this long is removed"},
+    {"loss.mode", QRL_CONFIG_TYPE_ENUM, "decoupled", 0, 0, "decoupled|prox|naive", false, "SPEC §5 loss"},
+    {"loss.eps_low", QRL_CONFIG_TYPE_DOUBLE, "0.2", 0, 0.999999, NULL, false, "L = 1 - eps_low"},
+    {"loss.eps_high", QRL_CONFIG_TYPE_DOUBLE, "0.28", 0, 100, NULL, false, "U = 1 + eps_high (before ACR)"},
+    {"loss.tis_cap", QRL_CONFIG_TYPE_DOUBLE, "2", 1e-6, 1e30, NULL, false, "C: TIS truncation of w"},
+    {"loss.acr", QRL_CONFIG_TYPE_BOOL, "true", 0, 0, NULL, false, "adaptive clip range (decoupled mode)"},
+    {"loss.dual_clip", QRL_CONFIG_TYPE_BOOL, "false", 0, 0, NULL, false, "dual-clip for negative advantages"},
+    {"loss.clip_c", QRL_CONFIG_TYPE_DOUBLE, "3", 1.000001, 1e6, NULL, false, "dual-clip constant"},
+    {"loss.beta", QRL_CONFIG_TYPE_DOUBLE, "1e-3", 0, 1e6, NULL, false, "k3 KL to the initial policy (0 = off)"},
+    {"loss.agg", QRL_CONFIG_TYPE_ENUM, "token_mean", 0, 0, "token_mean|seq_mean", false, "loss aggregation"},
+    {"adamw.beta1", QRL_CONFIG_TYPE_DOUBLE, "0.9", 0, 0.999999, NULL, false, "AdamW beta1"},
+    {"adamw.beta2", QRL_CONFIG_TYPE_DOUBLE, "0.999", 0, 0.999999999, NULL, false, "AdamW beta2"},
+    {"adamw.eps", QRL_CONFIG_TYPE_DOUBLE, "1e-8", 1e-30, 1, NULL, false, "AdamW epsilon"},
+    {"adamw.weight_decay", QRL_CONFIG_TYPE_DOUBLE, "0.01", 0, 10, NULL, false, "decoupled weight decay"},
+    {"adamw.max_grad_norm", QRL_CONFIG_TYPE_DOUBLE, "1.0", 0, 1e9, NULL, false, "gradient clip (0 = off)"},
+    {"dataset.path", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
+     "JSONL prompts, one object per line (required; a bad line refuses the file)"},
+    {"dataset.prompt_field", QRL_CONFIG_TYPE_STRING, "prompt", 0, 0, NULL, false, "prompt text field"},
+    {"dataset.answer_field", QRL_CONFIG_TYPE_STRING, "answer", 0, 0, NULL, false,
+     "reference answer field (string or number)"},
+    {"dataset.task", QRL_CONFIG_TYPE_STRING, "gsm8k", 0, 0, NULL, false,
+     "verifier name put on every PromptGroup (qrl-verify --help lists them)"},
+    {"dataset.chat_template", QRL_CONFIG_TYPE_ENUM, "auto", 0, 0, "auto|none|plain|chatml|llama3", false,
+     "prompt rendering: auto = the tokenizer's family; none = raw text with BOS"},
+    {"sampling.temperature", QRL_CONFIG_TYPE_DOUBLE, "1.0", 0, 1e4, NULL, true, "put on dispatched groups"},
+    {"sampling.top_p", QRL_CONFIG_TYPE_DOUBLE, "1.0", 1e-6, 1, NULL, true, "nucleus mass"},
+    {"sampling.top_k", QRL_CONFIG_TYPE_INT, "0", 0, 1 << 30, NULL, true, "top-k (0 = off)"},
+    {"sampling.max_new_tokens", QRL_CONFIG_TYPE_INT, "512", 1, 1 << 20, NULL, true, "response length limit"},
+    {"kafka.bootstrap", QRL_CONFIG_TYPE_STRING, "127.0.0.1:19092", 0, 0, NULL, false, "Kafka brokers"},
+    {"kafka.prompts_topic", QRL_CONFIG_TYPE_STRING, QRL_KAFKA_TOPIC_PROMPTS, 0, 0, NULL, false, "PromptGroups out"},
+    {"kafka.results_topic", QRL_CONFIG_TYPE_STRING, QRL_KAFKA_TOPIC_RESULTS, 0, 0, NULL, false, "GroupResults in"},
+    {"kafka.dlq_topic", QRL_CONFIG_TYPE_STRING, QRL_KAFKA_TOPIC_DLQ, 0, 0, NULL, false, "dead letters"},
+    {"kafka.group", QRL_CONFIG_TYPE_STRING, "qrl-learner", 0, 0, NULL, false, "consumer group of the results"},
+    {"kafka.session_timeout_ms", QRL_CONFIG_TYPE_INT, "10000", 1000, 3600000, NULL, false, "group session timeout"},
+    {"kafka.poll_ms", QRL_CONFIG_TYPE_INT, "5", 1, 1000, NULL, false, "loop timer period for Kafka polling"},
+    {"rpc.listen", QRL_CONFIG_TYPE_STRING, "127.0.0.1:0", 0, 0, NULL, false,
+     "Learner control service (port 0 = any free; logged as rpc listening port=N)"},
+    {"rpc.token_file", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
+     "bearer token file; default $QRL_RPC_TOKEN_FILE / $QRL_RPC_TOKEN"},
+    {"weights.listen", QRL_CONFIG_TYPE_STRING, "127.0.0.1:0", 0, 0, NULL, false,
+     "TCP weight stream address (port 0 = any free; advertised in VersionEvents)"},
+    {"weights.bucket_bytes", QRL_CONFIG_TYPE_INT, "1048576", 4096, 1 << 30, NULL, false,
+     "bytes per CRC-32C-checked bucket of the stream"},
+    {"checkpoint.dir", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false, "checkpoint folder (not implemented yet)"},
+    {"checkpoint.every", QRL_CONFIG_TYPE_INT, "0", 0, 1e12, NULL, false,
+     "checkpoint every N updates (not implemented yet; must stay 0)"},
+    {"metrics.jsonl", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false, "append one JSON line per update"},
+    {"learner.threads", QRL_CONFIG_TYPE_INT, "0", 0, 1024, NULL, false, "OpenMP threads (0 = all cores)"},
+};
+#define N_CONFIG (sizeof CONFIG / sizeof CONFIG[0])
+
+static _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static _Noreturn void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fputs("qrl-learner: error: ", stderr);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+static const char *find_tokenizer(const char *model, int vocab, char *buf, size_t n) {
+    size_t len = strlen(model);
+    if (len < 4 || strcmp(model + len - 4, ".bin") != 0) return model;
+    const char *slash = strrchr(model, '/');
+    int dl = slash ? (int)(slash - model) : 1;
+    const char *dir = slash ? model : ".";
+    snprintf(buf, n, "%.*s/tokenizer.bin", dl, dir);
+    if (access(buf, R_OK) == 0) return buf;
+    snprintf(buf, n, "%.*s/tok%d.bin", dl, dir, vocab);
+    if (access(buf, R_OK) == 0) return buf;
+    return NULL;
+}
+
+static void learner_config(const qrl_config_t *cfg, qrl_learner_config *lc) {
+    qrl_learner_config_default(lc);
+    static const qrl_rl_loss_mode modes[] = {QRL_RL_LOSS_DECOUPLED, QRL_RL_LOSS_PROX, QRL_RL_LOSS_NAIVE};
+    static const qrl_rl_adv_estimator advs[] = {QRL_RL_ADV_GRPO, QRL_RL_ADV_DRGRPO, QRL_RL_ADV_RLOO};
+    lc->loss.mode = modes[qrl_config_get_enum(cfg, "loss.mode")];
+    lc->loss.eps_low = qrl_config_get_double(cfg, "loss.eps_low");
+    lc->loss.eps_high = qrl_config_get_double(cfg, "loss.eps_high");
+    lc->loss.tis_cap = qrl_config_get_double(cfg, "loss.tis_cap");
+    lc->loss.acr = qrl_config_get_bool(cfg, "loss.acr");
+    lc->loss.dual_clip = qrl_config_get_bool(cfg, "loss.dual_clip");
+    lc->loss.clip_c = qrl_config_get_double(cfg, "loss.clip_c");
+    lc->loss.beta = qrl_config_get_double(cfg, "loss.beta");
+    lc->loss.agg = qrl_config_get_enum(cfg, "loss.agg") == 0 ? QRL_RL_AGG_TOKEN_MEAN : QRL_RL_AGG_SEQ_MEAN;
+    lc->adv = advs[qrl_config_get_enum(cfg, "learner.adv")];
+    lc->dynamic_sampling = qrl_config_get_bool(cfg, "learner.dynamic_sampling");
+    lc->ppo_epochs = (int)qrl_config_get_int(cfg, "learner.ppo_epochs");
+    lc->minibatch_seqs = (int)qrl_config_get_int(cfg, "learner.minibatch_seqs");
+    lc->max_tokens = (int)qrl_config_get_int(cfg, "learner.max_tokens");
+    lc->adamw.beta1 = (float)qrl_config_get_double(cfg, "adamw.beta1");
+    lc->adamw.beta2 = (float)qrl_config_get_double(cfg, "adamw.beta2");
+    lc->adamw.eps = (float)qrl_config_get_double(cfg, "adamw.eps");
+    lc->adamw.weight_decay = (float)qrl_config_get_double(cfg, "adamw.weight_decay");
+    lc->adamw.max_grad_norm = (float)qrl_config_get_double(cfg, "adamw.max_grad_norm");
+    lc->lr.decay = qrl_lr_decay_parse(qrl_config_get_string(cfg, "learner.lr_decay"));
+    lc->lr.lr = qrl_config_get_double(cfg, "learner.lr");
+    lc->lr.min_lr = qrl_config_get_double(cfg, "learner.min_lr");
+    lc->lr.warmup_steps = qrl_config_get_int(cfg, "learner.warmup_steps");
+    lc->lr.total_steps = qrl_config_get_int(cfg, "learner.total_steps");
+    lc->accuracy_threshold = (float)qrl_config_get_double(cfg, "learner.accuracy_threshold");
+    lc->seed = (uint64_t)qrl_config_get_int(cfg, "learner.seed");
+}
+
+int main(int argc, char **argv) {
+    qrl_config_t *cfg;
+    qrl_config_action action;
+    int npos;
+    qrl_error err;
+    if (qrl_config_parse_args(CONFIG, N_CONFIG, argc, argv, &cfg, &action, &npos, &err) != QRL_OK)
+        die("%s", err.msg);
+    if (action == QRL_CONFIG_ACTION_HELP) {
+        fputs("qrl-learner --learner.model PATH --dataset.path FILE.jsonl [--config FILE.yaml] [--key=value ...]\n"
+              "The learner daemon: dataset -> Kafka prompts; Kafka results -> PPO update -> new\n"
+              "version streamed to the replicas; gRPC Learner service.  SIGTERM/SIGINT stop it.\n\n",
+              stdout);
+        qrl_config_help(CONFIG, N_CONFIG, "qrl-learner", stdout);
+        return 0;
+    }
+    if (action == QRL_CONFIG_ACTION_HELP_MARKDOWN) {
+        qrl_config_help_markdown(CONFIG, N_CONFIG, "qrl-learner", stdout);
+        return 0;
+    }
+    if (npos > 0) die("unexpected argument '%s' (see --help)", argv[1]);
+    const char *model_path = qrl_config_get_string(cfg, "learner.model");
+    const char *ds_path = qrl_config_get_string(cfg, "dataset.path");
+    if (!*model_path) die("--learner.model is required (see --help)");
+    if (!*ds_path) die("--dataset.path is required (see --help)");
+    if (!qrl_verifier_find(qrl_config_get_string(cfg, "dataset.task")))
+        die("dataset.task: unknown verifier '%s' (qrl-verify --help lists them)",
+            qrl_config_get_string(cfg, "dataset.task"));
+    if (qrl_config_get_int(cfg, "checkpoint.every") != 0)
+        die("checkpoint.every: checkpoints are not implemented yet (docs/learner-daemon.md)");
+    qrl_config_log(cfg, "learner");
+    int threads = (int)qrl_config_get_int(cfg, "learner.threads");
+    if (threads > 0) omp_set_num_threads(threads);
+
+    qrl_model *m;
+    if (qrl_model_load(model_path, &m, &err) != QRL_OK) die("%s", err.msg);
+    char tbuf[4096];
+    const char *tpath = qrl_config_get_string(cfg, "learner.tokenizer");
+    if (!*tpath) tpath = find_tokenizer(model_path, m->cfg.vocab_size, tbuf, sizeof tbuf);
+    if (!tpath) die("no tokenizer found beside %s; give --learner.tokenizer", model_path);
+    qrl_tokenizer *tok;
+    if (qrl_tokenizer_load(tpath, m->cfg.vocab_size, &tok, &err) != QRL_OK) die("%s", err.msg);
+    qrl_learner_config lc;
+    learner_config(cfg, &lc);
+    size_t ctx = (size_t)m->cfg.max_seq_len;
+    ld_dataset ds;
+    if (ld_dataset_load(ds_path, qrl_config_get_string(cfg, "dataset.prompt_field"),
+                        qrl_config_get_string(cfg, "dataset.answer_field"),
+                        qrl_config_get_string(cfg, "dataset.chat_template"), tok,
+                        ctx - 1, &ds, &err) != QRL_OK)
+        die("%s", err.msg);
+    QRL_LOG_INFO("learner", "model loaded path=%s vocab=%d ctx=%d layers=%d tokenizer=%s dataset=%s prompts=%zu",
+                 model_path, m->cfg.vocab_size, m->cfg.max_seq_len, m->cfg.n_layers, tpath, ds_path, ds.n);
+    int rc = ld_daemon_run(cfg, m, tok, &ds, &lc);
+    ld_dataset_free(&ds);
+    qrl_tokenizer_free(tok);
+    qrl_model_free(m);
+    qrl_config_destroy(cfg);
+    return rc;
+}

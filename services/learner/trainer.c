@@ -1,0 +1,155 @@
+/* qrl-learner trainer thread: owns the parameters; one qrl_learner_update per job, then
+ * the BF16 snapshot of the new version for the weight server (STYLE 14: compute never
+ * runs on the loop). */
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "core/log.h"
+#include "learner.h"
+#include "wire/wire.h"
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+}
+
+void ld_job_free(ld_job *j) {
+    if (!j) return;
+    for (size_t i = 0; i < j->n; i++) qrl_wire_free(j->results[i] ? &j->results[i]->base : NULL);
+    free(j->results);
+    free(j);
+}
+
+/* The update input viewing the decoded results; token ids converted to int32 (the
+ * wire's uint32 ids are validated below the vocabulary size). */
+typedef struct batch {
+    qrl_learner_group *groups;
+    qrl_learner_response *resp;
+    int32_t *ids;
+} batch;
+
+static qrl_status batch_build(const ld_job *j, batch *b, qrl_error *err) {
+    size_t n_resp = 0, n_ids = 0;
+    for (size_t g = 0; g < j->n; g++) {
+        const Qrl__GroupResult *r = j->results[g];
+        n_resp += r->n_responses;
+        n_ids += r->n_prompt_token_ids;
+        for (size_t k = 0; k < r->n_responses; k++) n_ids += r->responses[k]->n_token_ids;
+    }
+    b->groups = calloc(j->n, sizeof *b->groups);
+    b->resp = calloc(n_resp ? n_resp : 1, sizeof *b->resp);
+    b->ids = malloc((n_ids ? n_ids : 1) * sizeof *b->ids);
+    if (!b->groups || !b->resp || !b->ids) return qrl_error_set(err, QRL_STATUS_NOMEM, "trainer: batch");
+    size_t ri = 0, ii = 0;
+    for (size_t g = 0; g < j->n; g++) {
+        const Qrl__GroupResult *r = j->results[g];
+        qrl_learner_group *lg = &b->groups[g];
+        lg->group_id = r->group_id;
+        lg->prompt = b->ids + ii;
+        lg->n_prompt = (int)r->n_prompt_token_ids;
+        for (size_t t = 0; t < r->n_prompt_token_ids; t++) b->ids[ii++] = (int32_t)r->prompt_token_ids[t];
+        lg->responses = b->resp + ri;
+        lg->n_responses = (uint32_t)r->n_responses;
+        for (size_t k = 0; k < r->n_responses; k++) {
+            const Qrl__Response *src = r->responses[k];
+            qrl_learner_response *dst = &b->resp[ri++];
+            dst->tokens = b->ids + ii;
+            for (size_t t = 0; t < src->n_token_ids; t++) b->ids[ii++] = (int32_t)src->token_ids[t];
+            dst->logprobs = src->behavior_logprobs;
+            dst->versions = src->token_versions;
+            dst->n_tokens = (int)src->n_token_ids;
+            dst->reward = src->reward;
+        }
+    }
+    return QRL_OK;
+}
+
+static void run_job(ld_trainer *t, ld_job *j) {
+    batch b = {0};
+    qrl_error err;
+    double t0 = now_s();
+    j->st = batch_build(j, &b, &err);
+    if (j->st == QRL_OK) j->st = qrl_learner_set_lr(t->l, j->lr, &err);
+    if (j->st == QRL_OK) j->st = qrl_learner_update(t->l, b.groups, j->n, &j->stats, &err);
+    j->update_s = now_s() - t0;
+    free(b.groups);
+    free(b.resp);
+    free(b.ids);
+    if (j->st != QRL_OK) {
+        snprintf(j->error, sizeof j->error, "%s", err.msg);
+        return;
+    }
+    t0 = now_s();
+    ld_snapshot *s;
+    j->st = ld_snapshot_build(t->m, j->version, t->bucket_bytes, &s, &err);
+    j->snapshot_s = now_s() - t0;
+    if (j->st != QRL_OK) snprintf(j->error, sizeof j->error, "%s", err.msg);
+    else ld_wserver_publish(t->ws, s); /* before the loop announces the version */
+}
+
+static void *trainer_main(void *arg) {
+    ld_trainer *t = arg;
+    pthread_mutex_lock(&t->mu);
+    for (;;) {
+        while (!t->job && !t->stop) pthread_cond_wait(&t->cv, &t->mu);
+        if (t->stop) break;
+        ld_job *j = t->job;
+        t->job = NULL;
+        pthread_mutex_unlock(&t->mu);
+        run_job(t, j);
+        pthread_mutex_lock(&t->mu);
+        t->done = j;
+        uv_async_send(t->done_async);
+    }
+    pthread_mutex_unlock(&t->mu);
+    return NULL;
+}
+
+qrl_status ld_trainer_start(ld_trainer *t, qrl_model *m, const qrl_learner_config *lc,
+                            ld_wserver *ws, size_t bucket_bytes, uv_async_t *done_async,
+                            qrl_error *err) {
+    QRL_TRY(qrl_learner_new(m, lc, &t->l, err));
+    t->m = m;
+    t->ws = ws;
+    t->bucket_bytes = bucket_bytes;
+    t->done_async = done_async;
+    pthread_mutex_init(&t->mu, NULL);
+    pthread_cond_init(&t->cv, NULL);
+    if (pthread_create(&t->thread, NULL, trainer_main, t) != 0)
+        return qrl_error_set(err, QRL_STATUS_INTERNAL, "trainer: cannot create the thread");
+    t->started = true;
+    return QRL_OK;
+}
+
+void ld_trainer_submit(ld_trainer *t, ld_job *j) {
+    pthread_mutex_lock(&t->mu);
+    QRL_CHECK(t->job == NULL);
+    t->job = j;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+}
+
+ld_job *ld_trainer_take_done(ld_trainer *t) {
+    pthread_mutex_lock(&t->mu);
+    ld_job *j = t->done;
+    t->done = NULL;
+    pthread_mutex_unlock(&t->mu);
+    return j;
+}
+
+/* Waits for a running update to finish (its job is then freed unreported). */
+void ld_trainer_join(ld_trainer *t) {
+    if (!t->started) return;
+    pthread_mutex_lock(&t->mu);
+    t->stop = true;
+    pthread_cond_signal(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+    pthread_join(t->thread, NULL);
+    ld_job_free(t->job);
+    ld_job_free(t->done);
+    t->job = t->done = NULL;
+    qrl_learner_destroy(t->l);
+    t->started = false;
+}

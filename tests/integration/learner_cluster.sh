@@ -1,0 +1,151 @@
+#!/usr/bin/env bash
+# qrl-learner end to end: a real single-node Kafka broker, qrl-learner and two qrl-rollout
+# replicas on stories260K, with a synthetic JSONL dataset made here ("Once upon a time"
+# variants, task `contains`: a response is correct when it contains the reference word).
+#   0. bad datasets are refused with file:line (no broker needed);
+#   1. T = 4 groups of G = 4, 24 new tokens, 3 updates: versions 1, 2, 3 in the metrics
+#      JSONL; every dispatched group (ids 1..12) trained exactly once (dropped ones are
+#      the all-equal-reward groups the update reports); a garbage record on the results
+#      topic goes to the DLQ; both replicas receive version 1 over the TCP stream and the
+#      results of the last update carry tokens of version >= 1; the learner exits 0 after
+#      max_updates and its SHUTDOWN event drains both replicas (exit 0).
+# Whatever it started is stopped on every exit path.  Skips (77) without java or the
+# Kafka jars unless QRL_REQUIRE_KAFKA=1.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+build=${BUILD:-build}
+kafka=deploy/kafka/kafka.sh
+home=${QRL_KAFKA_HOME:-$root/.deps/kafka}
+export QRL_KAFKA_ADMIN=$build/bin/qrl-kafka-admin
+learner=$build/bin/qrl-learner
+rollout=$build/bin/qrl-rollout
+harness=$build/tests/integration/rollout_harness
+data_dir=${QRL_DATA_DIR:-../shared/data}/llama2c_stories260K
+model=$data_dir/stories260K.bin
+tokenizer=$data_dir/tok512.bin
+
+fail() { echo "FAIL: $*"; exit 1; }
+for f in "$learner" "$rollout" "$harness" "$QRL_KAFKA_ADMIN"; do
+  [ -x "$f" ] || fail "$f is not built (make test builds it)"
+done
+[ -f "$model" ] && [ -f "$tokenizer" ] || fail "$model or $tokenizer missing"
+
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/qrl-learner-test.XXXXXX")
+pids=()
+broker=0
+cleanup() {
+  local rc=$?
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  [ $broker = 1 ] && { "$kafka" stop --dir "$tmp/kafka" --timeout 20 >/dev/null 2>&1 || true; }
+  if [ $rc -ne 0 ]; then
+    for l in "$tmp"/*.log; do
+      [ -f "$l" ] && { echo "--- last lines of $l:"; tail -n 30 "$l"; }
+    done
+  fi
+  rm -rf "$tmp"
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+secs() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
+count() { grep -c -- "$2" "$1" 2>/dev/null || true; }
+wait_log() {
+  local end=$((SECONDS + $4))
+  while [ "$(count "$1" "$2")" -lt "$3" ]; do
+    [ $SECONDS -lt $end ] || fail "timed out waiting for '$2' x$3 in $1"
+    sleep 0.1
+  done
+}
+t_all=$(date +%s.%N)
+
+# ---- 0. dataset errors name file:line ---------------------------------------------------
+common=(--learner.model "$model" --learner.tokenizer "$tokenizer" --dataset.chat_template none
+        --dataset.task contains --learner.threads 1)
+printf '{"prompt":"Once upon a time","answer":"the"}\n\n{"prompt":"x","answer":"y"\n' >"$tmp/bad1.jsonl"
+printf '{"prompt":"Once upon a time","answer":"the"}\n{"question":"x","answer":"y"}\n' >"$tmp/bad2.jsonl"
+out=$("$learner" "${common[@]}" --dataset.path "$tmp/bad1.jsonl" 2>&1) && fail "bad JSON accepted"
+echo "$out" | grep -q "qrl-learner: error: $tmp/bad1.jsonl:3: " || fail "bad JSON: $out"
+out=$("$learner" "${common[@]}" --dataset.path "$tmp/bad2.jsonl" 2>&1) && fail "missing field accepted"
+echo "$out" | grep -q "bad2.jsonl:2: field \"prompt\" (dataset.prompt_field) missing" || fail "missing field: $out"
+out=$("$learner" "${common[@]}" --dataset.path "$tmp/bad2.jsonl" --dataset.task nope 2>&1) &&
+  fail "unknown task accepted"
+echo "$out" | grep -q "unknown verifier 'nope'" || fail "unknown task: $out"
+echo "bad datasets refused with file:line"
+
+if ! command -v java >/dev/null || [ ! -f "$home/libs/.stamp" ]; then
+  [ "${QRL_REQUIRE_KAFKA:-0}" = 1 ] && fail "no java / Kafka jars, and QRL_REQUIRE_KAFKA=1"
+  echo "skipped: no java or Kafka jars (run deploy/setup.sh)"; exit 77
+fi
+
+# ---- 1. the cluster --------------------------------------------------------------------
+t=$(date +%s.%N)
+broker=1
+bootstrap=$("$kafka" start --dir "$tmp/kafka" --port 0 | sed -n 's/^BOOTSTRAP=//p')
+[ -n "$bootstrap" ] || fail "kafka.sh start printed no BOOTSTRAP"
+"$kafka" create-topics --bootstrap "$bootstrap" --partitions 4 >/dev/null 2>&1
+echo "broker at $bootstrap with topics in $(secs "$t") s"
+printf 'test-token-%s\n' "$$" >"$tmp/token"
+
+words=(the was and she he little girl boy day happy big play)
+names=(Lily Tom Sue Ben Max Mia)
+: >"$tmp/data.jsonl"
+for i in $(seq 0 19); do
+  printf '{"prompt":"Once upon a time, %s","answer":"%s"}\n' "${names[$((i % 6))]}" \
+    "${words[$((i % 12))]}" >>"$tmp/data.jsonl"
+done
+
+t=$(date +%s.%N)
+QRL_LOG_LEVEL=info "$learner" "${common[@]}" --dataset.path "$tmp/data.jsonl" \
+  --kafka.bootstrap "$bootstrap" --learner.group_size 4 --learner.quota 4 --learner.max_updates 3 \
+  --learner.max_staleness 0 --learner.lr 1e-3 --learner.seed 7 --sampling.max_new_tokens 24 \
+  --learner.heartbeat_interval_ms 300 --rpc.token_file "$tmp/token" \
+  --metrics.jsonl "$tmp/learner.jsonl" >"$tmp/learner.log" 2>&1 &
+pids+=($!)
+pid_learner=$!
+wait_log "$tmp/learner.log" "rpc listening port=" 1 30
+port=$(sed -n 's/.*rpc listening port=\([0-9]*\).*/\1/p' "$tmp/learner.log")
+for r in r0 r1; do
+  "$rollout" --rollout.model "$model" --rollout.tokenizer "$tokenizer" --kafka.bootstrap "$bootstrap" \
+    --rollout.replica_id $r --rollout.slots 4 --rollout.max_concurrency 2 --rollout.threads 1 \
+    --rollout.step_delay_ms 30 --kafka.session_timeout_ms 6000 --rpc.token_file "$tmp/token" \
+    --learner.addr "127.0.0.1:$port" >"$tmp/$r.log" 2>&1 &
+  pids+=($!)
+  eval "pid_$r=$!"
+done
+# a record no replica wrote: the learner must dead-letter it, not train on it
+"$harness" produce --bootstrap "$bootstrap" --topic qrl.results --first-id 1000 --garbage --groups 0 \
+  --tokenizer "$tokenizer" >/dev/null 2>&1 || true
+
+rc=0; timeout 100 tail --pid="$pid_learner" -f /dev/null || rc=$?
+[ $rc -eq 0 ] || fail "learner still running after 100 s"
+rc=0; wait "$pid_learner" || rc=$?
+[ $rc -eq 0 ] || fail "learner exited $rc"
+echo "learner: 3 updates and exit in $(secs "$t") s"
+for r in r0 r1; do
+  eval "p=\$pid_$r"
+  rc=0; timeout 30 tail --pid="$p" -f /dev/null || rc=$?
+  [ $rc -eq 0 ] || fail "$r did not drain after the learner's SHUTDOWN"
+  rc=0; wait "$p" || rc=$?
+  [ $rc -eq 0 ] || fail "$r exited $rc"
+  grep -q "learner announced shutdown" "$tmp/$r.log" || fail "$r never saw SHUTDOWN"
+  grep -q "weights received version=1 " "$tmp/$r.log" || fail "$r never received version 1"
+done
+echo "both replicas received version 1 and drained on SHUTDOWN"
+
+m=$tmp/learner.jsonl
+[ "$(wc -l <"$m")" -eq 3 ] || fail "expected 3 metrics lines, got $(wc -l <"$m")"
+jq -s -e 'map(.version) == [1,2,3] and map(.step) == [1,2,3]' "$m" >/dev/null || fail "versions: $(cat "$m")"
+jq -s -e '[.[].groups[]] | sort == [range(1;13)]' "$m" >/dev/null ||
+  fail "groups not trained exactly once: $(jq -c -s 'map(.groups)' "$m")"
+jq -s -e 'all(.[]; (.dropped | length) == .groups_dropped and .groups_used + .groups_dropped == 4
+  and ((.dropped - .groups) | length) == 0)' "$m" >/dev/null || fail "dropped accounting: $(cat "$m")"
+jq -s -e 'all(.[]; (.reward_mean | type) == "number" and (.kl_behav_prox | type) == "number")' "$m" \
+  >/dev/null || fail "stats missing"
+jq -s -e '.[2].version_max >= 1' "$m" >/dev/null || fail "update 3 trained only version-0 tokens: $(cat "$m")"
+jq -s -e 'map(.steps_taken) | add >= 1' "$m" >/dev/null || fail "no optimizer step in 3 updates: $(cat "$m")"
+grep -q "dead letter partition=.*PARSE" "$tmp/learner.log" || fail "garbage result not dead-lettered"
+[ "$(count "$tmp/learner.log" "update step=")" -eq 3 ] || fail "progress lines"
+echo "metrics: $(jq -s -c 'map({version, reward: .reward_mean, acc: .accuracy, used: .groups_used,
+  dropped: .groups_dropped, vmax: .version_max, kl: .kl_behav_prox, update_s})' "$m")"
+echo "learner cluster test passed in $(secs "$t_all") s"
