@@ -15,6 +15,7 @@
 
 #include "core/log.h"
 #include "kafka/kafka.h"
+#include "kafka/offsets.h"
 #include "learner.h"
 #include "rpc/rpc.h"
 #include "verify/verify.h"
@@ -22,17 +23,6 @@
 
 enum { GS_NONE = 0, GS_DISPATCHED, GS_BUFFERED, GS_TRAINING, GS_TRAINED, GS_DROPPED };
 #define MAX_REPLICAS 256
-
-typedef struct ld_offset { /* one consumed result record, in partition order */
-    struct ld_offset *next;
-    int64_t offset;
-    bool done;
-} ld_offset;
-
-typedef struct ld_part {
-    ld_offset *head, *tail;
-    int64_t committed;
-} ld_part;
 
 typedef struct ld_out { /* one produced record, kept until acknowledged */
     struct ld_out *next;
@@ -45,7 +35,7 @@ typedef struct ld_out { /* one produced record, kept until acknowledged */
 typedef struct ld_buffered { /* a result waiting for its quota */
     Qrl__GroupResult *r;
     int32_t partition;
-    ld_offset *off;
+    qrl_kafka_offset *off;
 } ld_buffered;
 
 typedef struct ld_replica {
@@ -78,8 +68,7 @@ typedef struct ld_daemon {
     size_t state_cap;
     ld_out *resend;
     /* intake */
-    ld_part *parts;
-    int n_parts;
+    qrl_kafka_offsets *offsets; /* commit-after-use tracking of consumed records */
     ld_buffered *buf;
     size_t n_buf, cap_buf;
     ld_buffered *training; /* the quota the trainer holds */
@@ -210,48 +199,22 @@ static void dispatch(ld_daemon *d) {
 
 /* ---- intake --------------------------------------------------------------------------- */
 
-static ld_part *part_get(ld_daemon *d, int32_t p) {
-    if (p >= d->n_parts) {
-        ld_part *np = realloc(d->parts, (size_t)(p + 1) * sizeof *np);
-        QRL_CHECK(np != NULL);
-        for (int i = d->n_parts; i <= p; i++) np[i] = (ld_part){.committed = -1};
-        d->parts = np;
-        d->n_parts = p + 1;
-    }
-    return &d->parts[p];
+/* Record a consumed message for commit-after-use (kafka/offsets.h). */
+static qrl_kafka_offset *part_push(ld_daemon *d, int32_t p, int64_t offset) {
+    return qrl_kafka_offsets_push(d->offsets, p, offset);
 }
 
-static ld_offset *part_push(ld_daemon *d, int32_t p, int64_t offset) {
-    ld_part *pt = part_get(d, p);
-    ld_offset *o = calloc(1, sizeof *o);
-    QRL_CHECK(o != NULL);
-    o->offset = offset;
-    if (pt->tail) pt->tail->next = o;
-    else pt->head = o;
-    pt->tail = o;
-    return o;
-}
-
-/* The record is used up (trained, or nothing to train): commit up to the first record of
- * the partition still waiting. */
-static void part_done(ld_daemon *d, int32_t p, ld_offset *o) {
-    ld_part *pt = part_get(d, p);
-    o->done = true;
-    int64_t upto = -1;
-    while (pt->head && pt->head->done) {
-        ld_offset *h = pt->head;
-        if (h->offset + 1 > upto) upto = h->offset + 1;
-        pt->head = h->next;
-        free(h);
-    }
-    if (!pt->head) pt->tail = NULL;
-    if (upto <= pt->committed) return;
+/* The record is used up: commit its partition up to the first record still in use. */
+static void part_done(ld_daemon *d, int32_t p, qrl_kafka_offset *o) {
+    int64_t upto = qrl_kafka_offsets_done(d->offsets, o, &p);
+    if (upto < 0) return;
     qrl_error err;
     if (qrl_kafka_consumer_commit_offset_async(d->consumer, d->results_topic, p, upto, &err) != QRL_OK) {
-        QRL_LOG_WARN("learner", "commit failed (records will be delivered again): %s", err.msg);
+        QRL_LOG_WARN("learner", "commit failed (the records will be delivered again): %s", err.msg);
         return;
     }
-    pt->committed = upto;
+    qrl_kafka_offsets_committed(d->offsets, p, upto);
+    QRL_LOG_DEBUG("learner", "commit partition=%d next_offset=%" PRId64, (int)p, upto);
 }
 
 static void dead_letter(ld_daemon *d, const qrl_kafka_message *m, const char *why) {
@@ -266,7 +229,7 @@ static void dead_letter(ld_daemon *d, const qrl_kafka_message *m, const char *wh
 }
 
 static void on_result(ld_daemon *d, const qrl_kafka_message *m) {
-    ld_offset *off = part_push(d, m->partition, m->offset);
+    qrl_kafka_offset *off = part_push(d, m->partition, m->offset);
     d->results++;
     ProtobufCMessage *pm = NULL;
     qrl_error err;
@@ -705,6 +668,8 @@ int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok,
     static ld_daemon dd; /* one per process; handles outlive every callback */
     ld_daemon *d = &dd;
     d->cfg = cfg;
+    d->offsets = qrl_kafka_offsets_new();
+    QRL_CHECK(d->offsets != NULL);
     d->model = model;
     d->ds = ds;
     d->prompts_topic = qrl_config_get_string(cfg, "kafka.prompts_topic");
@@ -754,12 +719,7 @@ int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok,
     qrl_kafka_producer_destroy(d->producer);
     uv_loop_close(&d->loop);
     for (size_t i = 0; i < d->n_buf; i++) qrl_wire_free(&d->buf[i].r->base);
-    for (int i = 0; i < d->n_parts; i++)
-        while (d->parts[i].head) {
-            ld_offset *n = d->parts[i].head->next;
-            free(d->parts[i].head);
-            d->parts[i].head = n;
-        }
+    qrl_kafka_offsets_free(d->offsets);
     while (d->resend) {
         ld_out *n = d->resend->next;
         free(d->resend->buf);
@@ -767,7 +727,6 @@ int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok,
         d->resend = n;
     }
     free(d->training);
-    free(d->parts);
     free(d->buf);
     free(d->state);
     free(d->perm);

@@ -18,11 +18,6 @@
 #include "rpc/rpc.h"
 #include "verify/verify.h"
 
-typedef struct rd_part {
-    rd_offset *head, *tail; /* consumed records in order */
-    int64_t committed;      /* next offset we last committed (-1: none) */
-} rd_part;
-
 struct rd_daemon {
     uv_loop_t loop;
     uv_timer_t tick;
@@ -38,8 +33,7 @@ struct rd_daemon {
     qrl_kafka_producer_t *producer;
     qrl_rpc_server_t *rpc;
     const char *prompts_topic, *results_topic, *dlq_topic, *replica_id;
-    rd_part *parts;
-    int n_parts;
+    qrl_kafka_offsets *offsets; /* commit-after-use tracking of consumed records */
     rd_group *resend;       /* groups whose records must be sent (again) */
     uint64_t *live;         /* group ids in flight, n_live of them */
     int n_live, cap_live;
@@ -63,50 +57,21 @@ static uint64_t unix_ms(void) {
 
 /* ---- partitions and commits ---------------------------------------------------------- */
 
-static rd_part *part_get(rd_daemon *d, int32_t p) {
-    if (p >= d->n_parts) {
-        int n = p + 1;
-        rd_part *np = realloc(d->parts, (size_t)n * sizeof *np);
-        QRL_CHECK(np != NULL);
-        for (int i = d->n_parts; i < n; i++) np[i] = (rd_part){.committed = -1};
-        d->parts = np;
-        d->n_parts = n;
-    }
-    return &d->parts[p];
+/* Record a consumed message for commit-after-use (kafka/offsets.h). */
+static qrl_kafka_offset *part_push(rd_daemon *d, int32_t p, int64_t offset) {
+    return qrl_kafka_offsets_push(d->offsets, p, offset);
 }
 
-static rd_offset *part_push(rd_daemon *d, int32_t p, int64_t offset) {
-    rd_part *pt = part_get(d, p);
-    rd_offset *o = calloc(1, sizeof *o);
-    QRL_CHECK(o != NULL);
-    o->offset = offset;
-    if (pt->tail) pt->tail->next = o;
-    else pt->head = o;
-    pt->tail = o;
-    return o;
-}
-
-/* Mark `o` acknowledged and commit the partition up to its first unacknowledged record.
- * Commits only move forward: a record seen again after a rebalance is at or below what
- * was committed already. */
-static void part_done(rd_daemon *d, int32_t p, rd_offset *o) {
-    rd_part *pt = part_get(d, p);
-    o->done = true;
-    int64_t upto = -1;
-    while (pt->head && pt->head->done) {
-        rd_offset *h = pt->head;
-        if (h->offset + 1 > upto) upto = h->offset + 1;
-        pt->head = h->next;
-        free(h);
-    }
-    if (!pt->head) pt->tail = NULL;
-    if (upto <= pt->committed) return;
+/* The record is used up: commit its partition up to the first record still in use. */
+static void part_done(rd_daemon *d, int32_t p, qrl_kafka_offset *o) {
+    int64_t upto = qrl_kafka_offsets_done(d->offsets, o, &p);
+    if (upto < 0) return;
     qrl_error err;
     if (qrl_kafka_consumer_commit_offset_async(d->consumer, d->prompts_topic, p, upto, &err) != QRL_OK) {
         QRL_LOG_WARN("rollout", "commit failed (the records will be delivered again): %s", err.msg);
         return;
     }
-    pt->committed = upto;
+    qrl_kafka_offsets_committed(d->offsets, p, upto);
     QRL_LOG_DEBUG("rollout", "commit partition=%d next_offset=%" PRId64, (int)p, upto);
 }
 
@@ -167,7 +132,7 @@ static void write_metrics(rd_daemon *d, const rd_group *g) {
             "{\"unix_ms\":%" PRIu64 ",\"replica\":\"%s\",\"group_id\":%" PRIu64
             ",\"partition\":%d,\"offset\":%" PRId64 ",\"responses\":%zu,\"tokens\":%" PRIu64
             ",\"total_us\":%" PRIu64 ",\"consumed_to_acked_us\":%" PRIu64 "}\n",
-            unix_ms(), d->replica_id, g->group_id, (int)g->partition, g->off->offset,
+            unix_ms(), d->replica_id, g->group_id, (int)g->partition, qrl_kafka_offset_value(g->off),
             g->result->n_responses, tokens, g->result->timings ? g->result->timings->total_us : 0,
             now_us() - g->consumed_us);
     fflush(d->metrics);
@@ -178,12 +143,12 @@ static void group_acked(rd_daemon *d, rd_group *g) {
     if (g->to_dlq) {
         d->dead_letters++;
         QRL_LOG_INFO("rollout", "dead letter acked partition=%d offset=%" PRId64, (int)g->partition,
-                     g->off->offset);
+                     qrl_kafka_offset_value(g->off));
     } else {
         d->groups_produced++;
         QRL_LOG_INFO("rollout", "produced group=%" PRIu64 " partition=%d offset=%" PRId64
                      " chunks=%zu latency_ms=%.1f", g->group_id, (int)g->partition,
-                     g->off->offset, g->chunks.count, (double)(now_us() - g->consumed_us) / 1e3);
+                     qrl_kafka_offset_value(g->off), g->chunks.count, (double)(now_us() - g->consumed_us) / 1e3);
         write_metrics(d, g);
         live_remove(d, g->group_id);
     }
@@ -221,13 +186,13 @@ static void dead_letter(rd_daemon *d, rd_group *g, const void *payload, size_t l
     size_t klen = g->group_id ? qrl_wire_group_key(g->group_id, key) : 0;
     char *rec = NULL;
     size_t rec_len = 0;
-    qrl_status st = qrl_kafka_dlq_encode(d->prompts_topic, g->partition, g->off->offset,
+    qrl_status st = qrl_kafka_dlq_encode(d->prompts_topic, g->partition, qrl_kafka_offset_value(g->off),
                                          klen ? key : NULL, klen, payload, len, error, &rec,
                                          &rec_len, &err);
     free(enc);
     QRL_CHECK(st == QRL_OK); /* only NOMEM can fail here */
     QRL_LOG_WARN("rollout", "dead letter partition=%d offset=%" PRId64 ": %s", (int)g->partition,
-                 g->off->offset, error);
+                 qrl_kafka_offset_value(g->off), error);
     qrl_wire_chunks_free(&g->chunks);
     g->chunks.count = 1;
     g->chunks.data = malloc(sizeof *g->chunks.data);
@@ -559,6 +524,8 @@ int rd_daemon_run(qrl_config_t *cfg, const qrl_model *model, const qrl_tokenizer
     static rd_daemon dd; /* one per process; static so handles outlive every callback */
     rd_daemon *d = &dd;
     d->cfg = cfg;
+    d->offsets = qrl_kafka_offsets_new();
+    QRL_CHECK(d->offsets != NULL);
     d->model = model;
     d->prompts_topic = qrl_config_get_string(cfg, "kafka.prompts_topic");
     d->results_topic = qrl_config_get_string(cfg, "kafka.results_topic");
@@ -614,13 +581,7 @@ int rd_daemon_run(qrl_config_t *cfg, const qrl_model *model, const qrl_tokenizer
     if (rc) fprintf(stderr, "qrl-rollout: error: %s\n", err.msg);
     qrl_kafka_producer_destroy(d->producer);
     uv_loop_close(&d->loop);
-    for (int i = 0; i < d->n_parts; i++)
-        while (d->parts[i].head) {
-            rd_offset *n = d->parts[i].head->next;
-            free(d->parts[i].head);
-            d->parts[i].head = n;
-        }
-    free(d->parts);
+    qrl_kafka_offsets_free(d->offsets);
     free(d->live);
     if (d->metrics) fclose(d->metrics);
     QRL_LOG_INFO("rollout", "stopped rc=%d consumed=%" PRIu64 " produced=%" PRIu64

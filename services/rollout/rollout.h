@@ -19,23 +19,17 @@
 #include "core/config.h"
 #include "core/status.h"
 #include "kafka/kafka.h"
+#include "kafka/offsets.h"
 #include "qrl.pb-c.h"
 #include "rollout/scheduler.h"
 #include "wire/wire.h"
 
-/* One consumed prompt record of a partition, in consumption order.  The partition's
- * offset is committed up to the first entry not yet done (commit-after-produce). */
-typedef struct rd_offset {
-    struct rd_offset *next;
-    int64_t offset;
-    bool done;
-} rd_offset;
 
 /* One consumed PromptGroup, from the poll to the delivery report of its result. */
 typedef struct rd_group {
     struct rd_group *next;        /* link in whichever queue/list holds it */
     int32_t partition;
-    rd_offset *off;               /* its entry in the partition's FIFO */
+    qrl_kafka_offset *off;        /* its entry in the commit tracker (commit-after-produce) */
     uint64_t group_id;
     Qrl__PromptGroup *pg;         /* decoded prompt, owned (qrl_wire_free) */
     uint64_t consumed_us;         /* loop clock when consumed */
