@@ -649,3 +649,21 @@ int32_t qrl_tokenizer_token_id(const qrl_tokenizer *tok, const char *piece) {
             return tok->added[i].id;
     return tok_vocab_find(tok, piece, n);
 }
+
+const char *qrl_tokenizer_find_default(const char *model_path, int vocab_size, char *buf, size_t n) {
+    struct stat sb;
+    if (stat(model_path, &sb) == 0 && S_ISDIR(sb.st_mode)) {
+        snprintf(buf, n, "%s/tokenizer.json", model_path);
+        if (stat(buf, &sb) == 0) return model_path;
+        snprintf(buf, n, "%s/vocab.json", model_path);
+        return stat(buf, &sb) == 0 ? model_path : NULL;
+    }
+    const char *slash = strrchr(model_path, '/');
+    int dl = slash ? (int)(slash - model_path) : 1;
+    const char *dir = slash ? model_path : ".";
+    snprintf(buf, n, "%.*s/tokenizer.bin", dl, dir);
+    if (stat(buf, &sb) == 0) return buf;
+    snprintf(buf, n, "%.*s/tok%d.bin", dl, dir, vocab_size);
+    if (stat(buf, &sb) == 0) return buf;
+    return NULL;
+}

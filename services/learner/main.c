@@ -117,19 +117,6 @@ static _Noreturn void die(const char *fmt, ...) {
     exit(1);
 }
 
-static const char *find_tokenizer(const char *model, int vocab, char *buf, size_t n) {
-    size_t len = strlen(model);
-    if (len < 4 || strcmp(model + len - 4, ".bin") != 0) return model;
-    const char *slash = strrchr(model, '/');
-    int dl = slash ? (int)(slash - model) : 1;
-    const char *dir = slash ? model : ".";
-    snprintf(buf, n, "%.*s/tokenizer.bin", dl, dir);
-    if (access(buf, R_OK) == 0) return buf;
-    snprintf(buf, n, "%.*s/tok%d.bin", dl, dir, vocab);
-    if (access(buf, R_OK) == 0) return buf;
-    return NULL;
-}
-
 static void learner_config(const qrl_config_t *cfg, qrl_learner_config *lc) {
     qrl_learner_config_default(lc);
     static const qrl_rl_loss_mode modes[] = {QRL_RL_LOSS_DECOUPLED, QRL_RL_LOSS_PROX, QRL_RL_LOSS_NAIVE};
@@ -199,7 +186,7 @@ int main(int argc, char **argv) {
     if (qrl_model_load(model_path, &m, &err) != QRL_OK) die("%s", err.msg);
     char tbuf[4096];
     const char *tpath = qrl_config_get_string(cfg, "learner.tokenizer");
-    if (!*tpath) tpath = find_tokenizer(model_path, m->cfg.vocab_size, tbuf, sizeof tbuf);
+    if (!*tpath) tpath = qrl_tokenizer_find_default(model_path, m->cfg.vocab_size, tbuf, sizeof tbuf);
     if (!tpath) die("no tokenizer found beside %s; give --learner.tokenizer", model_path);
     qrl_tokenizer *tok;
     if (qrl_tokenizer_load(tpath, m->cfg.vocab_size, &tok, &err) != QRL_OK) die("%s", err.msg);

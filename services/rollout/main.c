@@ -96,19 +96,6 @@ static _Noreturn void die(const char *fmt, ...) {
 
 /* Default tokenizer beside a llama2.c .bin (tokenizer.bin, then tok<V>.bin) or the HF
  * folder itself; NULL when none exists. */
-static const char *find_tokenizer(const char *model, int vocab, char *buf, size_t n) {
-    size_t len = strlen(model);
-    if (len < 4 || strcmp(model + len - 4, ".bin") != 0) return model;
-    const char *slash = strrchr(model, '/');
-    int dl = slash ? (int)(slash - model) : 1;
-    const char *dir = slash ? model : ".";
-    snprintf(buf, n, "%.*s/tokenizer.bin", dl, dir);
-    if (access(buf, R_OK) == 0) return buf;
-    snprintf(buf, n, "%.*s/tok%d.bin", dl, dir, vocab);
-    if (access(buf, R_OK) == 0) return buf;
-    return NULL;
-}
-
 int main(int argc, char **argv) {
     qrl_config_t *cfg;
     qrl_config_action action;
@@ -155,7 +142,7 @@ int main(int argc, char **argv) {
         qrl_model_round_bf16(m);
     char tbuf[4096];
     const char *tpath = qrl_config_get_string(cfg, "rollout.tokenizer");
-    if (!*tpath) tpath = find_tokenizer(model_path, m->cfg.vocab_size, tbuf, sizeof tbuf);
+    if (!*tpath) tpath = qrl_tokenizer_find_default(model_path, m->cfg.vocab_size, tbuf, sizeof tbuf);
     if (!tpath) die("no tokenizer found beside %s; give --rollout.tokenizer", model_path);
     qrl_tokenizer *tok;
     if (qrl_tokenizer_load(tpath, m->cfg.vocab_size, &tok, &err) != QRL_OK) die("%s", err.msg);

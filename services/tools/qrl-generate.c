@@ -279,22 +279,7 @@ static void encode_prompt(const opts *o, const qrl_tokenizer *tok, prompt *p) {
 
 /* Default tokenizer: the HF folder itself; next to a .bin: tokenizer.bin or tok<V>.bin. */
 static const char *find_tokenizer(const opts *o, const qrl_model *m, char *buf, size_t n) {
-    if (o->tokenizer) return o->tokenizer;
-    struct stat sb;
-    if (m->source == QRL_MODEL_SOURCE_HF) {
-        snprintf(buf, n, "%s/tokenizer.json", o->model);
-        if (stat(buf, &sb) == 0) return o->model;
-        snprintf(buf, n, "%s/vocab.json", o->model);
-        return stat(buf, &sb) == 0 ? o->model : NULL;
-    }
-    const char *slash = strrchr(o->model, '/');
-    int dl = slash ? (int)(slash - o->model) : 1;
-    const char *dir = slash ? o->model : ".";
-    snprintf(buf, n, "%.*s/tokenizer.bin", dl, dir);
-    if (stat(buf, &sb) == 0) return buf;
-    snprintf(buf, n, "%.*s/tok%d.bin", dl, dir, m->cfg.vocab_size);
-    if (stat(buf, &sb) == 0) return buf;
-    return NULL;
+    return o->tokenizer ? o->tokenizer : qrl_tokenizer_find_default(o->model, m->cfg.vocab_size, buf, n);
 }
 
 /* ---- generation ----------------------------------------------------------------------- */
