@@ -112,6 +112,15 @@ qrl_status qrl_model_load_hf(const char *dir, qrl_model **out, qrl_error *err);
  * expected and actual bytes; ak42-magic exports), OUT_OF_RANGE (header fields). */
 qrl_status qrl_model_load_llama2c(const char *path, qrl_model **out, qrl_error *err);
 
+/* Write `m` as a HuggingFace folder `dir` (created when missing): config.json
+ * (transformers 4.x keys) and model.safetensors in `dtype` (F32, or BF16 rounded to
+ * nearest even), HF tensor names.  llama2.c models (interleaved RoPE) get their q/k rows
+ * permuted to HF's rotate_half order, so qrl_model_load_hf(dir) computes the same
+ * logits.  Files are replaced atomically.  The tokenizer is not written.
+ * Errors: INVALID_ARGUMENT (other dtype; UAQ applied: export undoes it first), IO, NOMEM. */
+qrl_status qrl_model_save_hf(const qrl_model *m, const char *dir, qrl_dtype dtype,
+                             qrl_error *err);
+
 /* Find a tensor by HF name; NULL when the model has none of that name. */
 const qrl_model_tensor *qrl_model_find_tensor(const qrl_model *m, const char *name);
 

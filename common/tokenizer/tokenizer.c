@@ -656,7 +656,10 @@ const char *qrl_tokenizer_find_default(const char *model_path, int vocab_size, c
         snprintf(buf, n, "%s/tokenizer.json", model_path);
         if (stat(buf, &sb) == 0) return model_path;
         snprintf(buf, n, "%s/vocab.json", model_path);
-        return stat(buf, &sb) == 0 ? model_path : NULL;
+        if (stat(buf, &sb) == 0) return model_path;
+        /* a llama2.c model exported to an HF folder carries its tokenizer.bin along */
+        snprintf(buf, n, "%s/tokenizer.bin", model_path);
+        return stat(buf, &sb) == 0 ? buf : NULL;
     }
     const char *slash = strrchr(model_path, '/');
     int dl = slash ? (int)(slash - model_path) : 1;

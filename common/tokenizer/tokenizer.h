@@ -44,7 +44,8 @@ qrl_status qrl_tokenizer_load(const char *path, int vocab_size_hint, qrl_tokeniz
 void qrl_tokenizer_free(qrl_tokenizer *tok);
 
 /* The tokenizer that belongs to a model when none is named: for a HuggingFace checkpoint
- * folder the folder itself when it holds tokenizer.json or vocab.json; for a llama2.c .bin
+ * folder the folder itself when it holds tokenizer.json or vocab.json, else its
+ * tokenizer.bin (a llama2.c model exported by qrl_model_save_hf); for a llama2.c .bin
  * the tokenizer.bin, else tok<vocab_size>.bin, beside it.  Returns `model_path`, `buf`
  * (filled, n bytes) or NULL when there is none. */
 const char *qrl_tokenizer_find_default(const char *model_path, int vocab_size, char *buf, size_t n);

@@ -20,6 +20,9 @@ Test(tokenizer_find, default_beside_model) {
     snprintf(empty, sizeof empty, "%s/hf", dir);
     cr_assert_eq(mkdir(empty, 0755), 0);
     cr_assert_null(qrl_tokenizer_find_default(empty, 512, buf, sizeof buf));
+    /* an exported llama2.c model: the folder's tokenizer.bin, until a tokenizer.json */
+    qrl_test_write(empty, "tokenizer.bin", "x", 1, tok);
+    cr_assert_str_eq(qrl_tokenizer_find_default(empty, 512, buf, sizeof buf), tok);
     qrl_test_write(empty, "vocab.json", "{}", 2, tok);
     cr_assert_eq(qrl_tokenizer_find_default(empty, 512, buf, sizeof buf), empty);
     qrl_test_rmtree(dir);
