@@ -3,7 +3,7 @@
 # Idempotent; says what it installs. Run from anywhere:  deploy/setup.sh
 #
 #   1. Debian packages (apt-get): compilers, gRPC C core, protobuf-c, libuv, librdkafka,
-#      jansson, libyaml, PCRE2, utf8proc, Criterion, libmicrohttpd, gnuplot, clang (fuzzing),
+#      jansson, libyaml, PCRE2, utf8proc, Criterion, libmicrohttpd, gnuplot, jq, clang (fuzzing),
 #      openssl (the CLI: the rpc tests make self-signed TLS certificates).
 #   2. The CUDA 13 compiler, headers, cuBLAS and NCCL from NVIDIA's PyPI wheels into
 #      $QRL_DEPS/cuda, only where no CUDA toolkit is installed (so CUDA code compiles on a
@@ -21,7 +21,7 @@ say() { printf 'setup: %s\n' "$*"; }
 pkgs=(build-essential pkg-config git python3 python3-pip python3-venv
       libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev librdkafka-dev
       libjansson-dev libyaml-dev libpcre2-dev libutf8proc-dev libcriterion-dev
-      libmicrohttpd-dev gnuplot-nox clang libclang-rt-14-dev openssl
+      libmicrohttpd-dev gnuplot-nox jq clang libclang-rt-14-dev openssl
       openjdk-17-jre-headless maven curl ca-certificates)
 missing=()
 for p in "${pkgs[@]}"; do

@@ -40,6 +40,8 @@ void qrl_scheduler_config_default(qrl_scheduler_config *c) {
     c->max_slots = 16;
     c->kv_block_size = 16;
     c->kv_format = QRL_KV_FORMAT_F32;
+    c->kv_sink = QRL_KV_PROTECTED_DEFAULT_SINK;
+    c->kv_recent = QRL_KV_PROTECTED_DEFAULT_RECENT;
     c->prefill_chunk = 256;
     c->max_staleness = 1;
     c->eos_token_id = -1;
@@ -89,7 +91,8 @@ qrl_status qrl_scheduler_new(const qrl_model *model, const qrl_tokenizer *tok,
     qrl_kv_cache_desc kd = {
         .n_layers = mc->n_layers, .n_kv_heads = mc->n_kv_heads, .head_dim = mc->head_dim,
         .block_size = cfg->kv_block_size, .n_blocks = n_blocks, .max_seqs = cfg->max_slots,
-        .max_seq_len = ctx_len, .format = cfg->kv_format};
+        .max_seq_len = ctx_len, .format = cfg->kv_format,
+        .protected_sink = cfg->kv_sink, .protected_recent = cfg->kv_recent};
     QRL_TRY_GOTO(qrl_kv_cache_new(&kd, &s->kv, err), fail);
     s->max_rows = cfg->max_slots > 32 ? cfg->max_slots : 32;
     QRL_TRY_GOTO(qrl_forward_new(model, s->max_rows, ctx_len, &s->fwd, err), fail);

@@ -51,7 +51,8 @@ typedef struct qrl_scheduler_config {
     int max_slots;          /* D: concurrent sequences, >= 1 (default 16) */
     int kv_block_size;      /* positions per KV block (default 16) */
     int kv_blocks;          /* pool size; 0 = max_slots full contexts (default 0) */
-    qrl_kv_format kv_format;/* F32 (default) or BF16 */
+    qrl_kv_format kv_format;/* any implemented format (default F32; kv_cache.h) */
+    int kv_sink, kv_recent; /* int4-protected side-cache widths (default 16 and 128) */
     int max_ctx;            /* prompt + response limit; 0 = the model's max_seq_len */
     int prefill_chunk;      /* prompt tokens prefilled per step over all sequences; 0 = no
                                limit (default 256) */

@@ -99,6 +99,13 @@ static void on_event(rd_control *c, const Qrl__VersionEvent *ev, session *s) {
             s->announced = ev->version - 1; /* a repeated announcement may try again */
             return;
         }
+        /* the replica's format (SPEC §3): the learner sends full-precision weights */
+        if (qrl_model_quantize(m, c->model->precision, &err) != QRL_OK) {
+            QRL_LOG_ERROR("control", "weights version=%" PRIu64 " not quantized: %s", ev->version, err.msg);
+            qrl_model_free(m);
+            s->announced = ev->version - 1;
+            return;
+        }
         clock_gettime(CLOCK_MONOTONIC, &t1);
         QRL_LOG_INFO("control", "weights received version=%" PRIu64 " from=%s ms=%.1f", ev->version,
                      ev->weight_addr, (double)(t1.tv_sec - t0.tv_sec) * 1e3 +

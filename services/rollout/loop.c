@@ -546,6 +546,8 @@ int rd_daemon_run(qrl_config_t *cfg, const qrl_model *model, const qrl_tokenizer
     sc.prefill_chunk = (int)qrl_config_get_int(cfg, "rollout.prefill_chunk");
     sc.max_staleness = (int)qrl_config_get_int(cfg, "rollout.max_staleness");
     QRL_CHECK(qrl_kv_format_parse(d->kv_format, &sc.kv_format, &err) == QRL_OK);
+    sc.kv_sink = (int)qrl_config_get_int(cfg, "rollout.kv_sink");
+    sc.kv_recent = (int)qrl_config_get_int(cfg, "rollout.kv_recent");
     sc.eos_token_id = model->cfg.n_eos > 0 ? model->cfg.eos_ids[0] : qrl_tokenizer_eos(tok);
     int rc = 1;
     if (rd_engine_start(&d->engine, model, tok, &sc, d->replica_id,

@@ -27,10 +27,15 @@ static const qrl_config_entry CONFIG[] = {
      "HuggingFace folder or llama2.c .bin (required)"},
     {"rollout.tokenizer", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
      "tokenizer path; default: the model folder, or tokenizer.bin / tok<vocab>.bin beside the .bin"},
-    {"rollout.precision", QRL_CONFIG_TYPE_ENUM, "f32", 0, 0, "f32|bf16", false,
-     "weight format of the CPU engine (quantized formats arrive with the formats module)"},
-    {"rollout.kv_cache", QRL_CONFIG_TYPE_ENUM, "f32", 0, 0, "f32|bf16", false,
-     "KV-cache format of the CPU engine"},
+    {"rollout.precision", QRL_CONFIG_TYPE_ENUM, "f32", 0, 0,
+     "f32|bf16|w8a8-int8|w8a8-fp8|w4a16-nvfp4|w4a16-mxfp4|w4a4-nvfp4", false,
+     "weight format of the rollout engine (SPEC §3): every version the learner sends is quantized to it"},
+    {"rollout.kv_cache", QRL_CONFIG_TYPE_ENUM, "f32", 0, 0, "f32|bf16|fp8|int8|int4|int4-protected", false,
+     "KV-cache format (SPEC §3)"},
+    {"rollout.kv_sink", QRL_CONFIG_TYPE_INT, "16", 0, 1 << 20, NULL, false,
+     "int4-protected: first positions (attention sinks) kept in the INT8 side cache"},
+    {"rollout.kv_recent", QRL_CONFIG_TYPE_INT, "128", 0, 1 << 20, NULL, false,
+     "int4-protected: most recent positions kept in the INT8 side cache"},
     {"rollout.slots", QRL_CONFIG_TYPE_INT, "16", 1, 4096, NULL, false,
      "D: concurrent sequences in the scheduler (SPEC §4)"},
     {"rollout.prefill_chunk", QRL_CONFIG_TYPE_INT, "256", 0, 1 << 20, NULL, false,
@@ -138,16 +143,19 @@ int main(int argc, char **argv) {
 
     qrl_model *m;
     if (qrl_model_load(model_path, &m, &err) != QRL_OK) die("%s", err.msg);
-    if (strcmp(qrl_config_get_string(cfg, "rollout.precision"), "bf16") == 0)
-        qrl_model_round_bf16(m);
+    qrl_precision prec;
+    if (qrl_precision_parse(qrl_config_get_string(cfg, "rollout.precision"), &prec, &err) != QRL_OK ||
+        qrl_model_quantize(m, prec, &err) != QRL_OK)
+        die("%s", err.msg);
     char tbuf[4096];
     const char *tpath = qrl_config_get_string(cfg, "rollout.tokenizer");
     if (!*tpath) tpath = qrl_tokenizer_find_default(model_path, m->cfg.vocab_size, tbuf, sizeof tbuf);
     if (!tpath) die("no tokenizer found beside %s; give --rollout.tokenizer", model_path);
     qrl_tokenizer *tok;
     if (qrl_tokenizer_load(tpath, m->cfg.vocab_size, &tok, &err) != QRL_OK) die("%s", err.msg);
-    QRL_LOG_INFO("rollout", "model loaded path=%s vocab=%d ctx=%d layers=%d tokenizer=%s",
-                 model_path, m->cfg.vocab_size, m->cfg.max_seq_len, m->cfg.n_layers, tpath);
+    QRL_LOG_INFO("rollout", "model loaded path=%s vocab=%d ctx=%d layers=%d tokenizer=%s precision=%s kv_cache=%s",
+                 model_path, m->cfg.vocab_size, m->cfg.max_seq_len, m->cfg.n_layers, tpath,
+                 qrl_precision_name(prec), qrl_kv_format_name(kvf));
 
     int rc = rd_daemon_run(cfg, m, tok);
     qrl_tokenizer_free(tok);

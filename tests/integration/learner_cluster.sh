@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # qrl-learner end to end: a real single-node Kafka broker, qrl-learner and two qrl-rollout
-# replicas on stories260K, with a synthetic JSONL dataset made here ("Once upon a time"
+# replicas on stories260K (r1 quantized: w8a8-int8 weights, int4-protected KV), with a synthetic JSONL dataset made here ("Once upon a time"
 # variants, task `contains`: a response is correct when it contains the reference word).
 #   0. bad datasets are refused with file:line (no broker needed);
 #   1. T = 4 groups of G = 4, 24 new tokens, 3 updates: versions 1, 2, 3 in the metrics
@@ -103,10 +103,13 @@ QRL_LOG_LEVEL=info "$learner" "${common[@]}" --dataset.path "$tmp/data.jsonl" \
   --metrics.jsonl "$tmp/learner.jsonl" >"$tmp/learner.log" 2>&1 &
 pids+=($!)
 pid_learner=$!
-wait_log "$tmp/learner.log" "rpc listening port=" 1 30
+wait_log "$tmp/learner.log" "rpc listening port=[0-9]" 1 30
+sleep 0.2 # the line may still be half written when grep first sees it
 port=$(sed -n 's/.*rpc listening port=\([0-9]*\).*/\1/p' "$tmp/learner.log")
+fmt_r0=() fmt_r1=(--rollout.precision w8a8-int8 --rollout.kv_cache int4-protected --rollout.kv_recent 8)
 for r in r0 r1; do
-  "$rollout" --rollout.model "$model" --rollout.tokenizer "$tokenizer" --kafka.bootstrap "$bootstrap" \
+  eval "fmt=(\"\${fmt_$r[@]}\")"
+  "$rollout" --rollout.model "$model" --rollout.tokenizer "$tokenizer" --kafka.bootstrap "$bootstrap" "${fmt[@]}" \
     --rollout.replica_id $r --rollout.slots 4 --rollout.max_concurrency 2 --rollout.threads 1 \
     --rollout.step_delay_ms 30 --kafka.session_timeout_ms 6000 --rpc.token_file "$tmp/token" \
     --learner.addr "127.0.0.1:$port" >"$tmp/$r.log" 2>&1 &
@@ -131,6 +134,7 @@ for r in r0 r1; do
   grep -q "learner announced shutdown" "$tmp/$r.log" || fail "$r never saw SHUTDOWN"
   grep -q "weights received version=1 " "$tmp/$r.log" || fail "$r never received version 1"
 done
+grep -q "model loaded .*precision=w8a8-int8 kv_cache=int4-protected" "$tmp/r1.log" || fail "r1 not quantized"
 echo "both replicas received version 1 and drained on SHUTDOWN"
 
 m=$tmp/learner.jsonl

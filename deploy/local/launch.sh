@@ -1,0 +1,206 @@
+#!/usr/bin/env bash
+# The local qrl cluster on one machine (issue 10; docs/demo.md): a single-node Kafka broker
+# (deploy/kafka/kafka.sh, data under the run folder), one qrl-learner and N qrl-rollout
+# replicas as separate processes, a built-in task prepared end to end, an evaluation
+# before and after RL, a summary table and a reward/accuracy plot.  `make demo` runs it
+# with the defaults.  Everything it starts is stopped on every exit path (Ctrl-C too).
+#
+#   deploy/local/launch.sh [--task arith|story|gsm8k|math500] [--replicas N]
+#       [--precision P] [--kv-cache F] [--model PATH] [--updates N] [--group-size G]
+#       [--quota T] [--max-new-tokens N] [--sft-steps N] [--eval-n N] [--eval-k K]
+#       [--seed S] [--bootstrap HOST:PORT] [--run-dir DIR] [--threads N]
+#       [-- extra qrl-learner flags]
+#
+# Output: runs/<UTC timestamp>/ with learner.jsonl (one line per update), tb/ (TensorBoard
+# events), eval-before.json, eval-after.json, summary.txt, curve.png and every log.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+build=${BUILD:-build}
+bin=$build/bin
+data=${QRL_DATA_DIR:-../shared/data}
+
+task=arith replicas=2 precision=w8a8-int8 kv=int4-protected model="" updates="" G="" T=""
+max_new="" sft_steps="" eval_n="" eval_k=4 seed=1 bootstrap="" run_dir="" threads=1 extra=()
+usage() { sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
+while [ $# -gt 0 ]; do
+  case $1 in
+    --task) task=$2; shift 2 ;;
+    --replicas) replicas=$2; shift 2 ;;
+    --precision) precision=$2; shift 2 ;;
+    --kv-cache) kv=$2; shift 2 ;;
+    --model) model=$2; shift 2 ;;
+    --updates) updates=$2; shift 2 ;;
+    --group-size) G=$2; shift 2 ;;
+    --quota) T=$2; shift 2 ;;
+    --max-new-tokens) max_new=$2; shift 2 ;;
+    --sft-steps) sft_steps=$2; shift 2 ;;
+    --eval-n) eval_n=$2; shift 2 ;;
+    --eval-k) eval_k=$2; shift 2 ;;
+    --seed) seed=$2; shift 2 ;;
+    --bootstrap) bootstrap=$2; shift 2 ;;
+    --run-dir) run_dir=$2; shift 2 ;;
+    --threads) threads=$2; shift 2 ;;
+    -h|--help) usage; exit 0 ;;
+    --) shift; extra=("$@"); break ;;
+    *) echo "launch.sh: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
+  esac
+done
+die() { echo "launch.sh: error: $*" >&2; exit 1; }
+[[ $replicas =~ ^[1-9][0-9]*$ ]] || die "--replicas must be a positive integer, not '$replicas'"
+for b in qrl-learner qrl-rollout qrl-eval qrl-task qrl-kafka-admin; do
+  [ -x "$bin/$b" ] || die "$bin/$b is not built: run 'make' first (after deploy/setup.sh)"
+done
+command -v jq >/dev/null || die "jq is missing: run deploy/setup.sh"
+
+run_dir=${run_dir:-runs/$(date -u +%Y%m%d-%H%M%S)}
+mkdir -p "$run_dir"
+run_dir=$(cd "$run_dir" && pwd)
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" | tee -a "$run_dir/launch.log"; }
+
+# ---- process bookkeeping: everything started is stopped on exit ------------------------
+pids=() broker=0
+cleanup() {
+  local rc=$?
+  trap - EXIT INT TERM
+  for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
+  local end=$((SECONDS + 10))
+  for p in "${pids[@]}"; do
+    while kill -0 "$p" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 0.2; done
+    kill -KILL "$p" 2>/dev/null || true
+  done
+  if [ $broker = 1 ]; then
+    deploy/kafka/kafka.sh stop --dir "$run_dir/kafka" --timeout 20 >>"$run_dir/kafka.log" 2>&1 || true
+  fi
+  [ $rc -eq 0 ] || echo "launch.sh: stopped (rc=$rc); logs in $run_dir" >&2
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# ---- task ------------------------------------------------------------------------------
+# Each task sets: model, dataset (train JSONL), testset, verifier, field flags, template,
+# and defaults for the run size.
+fields=() template=none
+case $task in
+  arith)
+    verifier=arith
+    : "${updates:=12}" "${G:=8}" "${T:=8}" "${max_new:=48}" "${sft_steps:=300}" "${eval_n:=200}"
+    dataset=$run_dir/arith-train.jsonl testset=$run_dir/arith-test.jsonl
+    "$bin/qrl-task" gen --task arith --split train --n 4000 --seed "$seed" --out "$dataset"
+    "$bin/qrl-task" gen --task arith --split test --n "$eval_n" --seed "$seed" --out "$testset"
+    if [ -z "$model" ]; then
+      log "SFT warm start: a fresh model on $(wc -l <"$dataset") worked-steps problems, $sft_steps steps"
+      "$bin/qrl-task" init-model --task arith --seed "$seed" --out "$run_dir/init" >"$run_dir/init.log" 2>&1 ||
+        { tail -5 "$run_dir/init.log"; die "init-model failed"; }
+      "$bin/qrl-learner" --mode sft --learner.model "$run_dir/init" --dataset.path "$dataset" \
+        --dataset.chat_template none --learner.seed "$seed" --learner.threads 2 \
+        --sft.steps "$sft_steps" --sft.out "$run_dir/sft" >"$run_dir/sft.log" 2>&1 ||
+        { tail -5 "$run_dir/sft.log"; die "SFT failed"; }
+      grep -E "sft step=" "$run_dir/sft.log" | tail -1 | sed 's/^/  /'
+      model=$run_dir/sft
+    fi ;;
+  story)
+    verifier=name-twice
+    : "${updates:=10}" "${G:=8}" "${T:=8}" "${max_new:=64}" "${eval_n:=100}"
+    model=${model:-$data/llama2c_stories260K/stories260K.bin}
+    dataset=$run_dir/story-train.jsonl testset=$run_dir/story-test.jsonl
+    "$bin/qrl-task" gen --task story-name --split train --n 2000 --seed "$seed" --out "$dataset"
+    "$bin/qrl-task" gen --task story-name --split test --n "$eval_n" --seed "$seed" --out "$testset" ;;
+  gsm8k|math500)
+    [ -n "$model" ] || die "--task $task needs --model PATH (a real instruction model; the tiny ones score 0)"
+    : "${updates:=50}" "${G:=8}" "${T:=32}" "${max_new:=512}" "${eval_n:=200}"
+    template=auto
+    if [ "$task" = gsm8k ]; then
+      verifier=gsm8k dataset=$data/gsm8k/train.jsonl testset=$data/gsm8k/test.jsonl
+      fields=(--dataset.prompt_field question --dataset.answer_field answer)
+    else
+      verifier=math dataset=$data/math500/test.jsonl testset=$data/math500/test.jsonl
+      fields=(--dataset.prompt_field problem --dataset.answer_field answer)
+    fi ;;
+  *) die "unknown --task '$task' (arith, story, gsm8k, math500)" ;;
+esac
+[ -e "$model" ] || die "model $model not found"
+
+evaluate() { # $1 = model, $2 = output name
+  "$bin/qrl-eval" --model "$1" --dataset "$testset" --task "$verifier" --k "$eval_k" --n "$eval_n" \
+    --max-tokens "$max_new" --temperature 1.0 --seed "$seed" --threads 2 \
+    --chat-template "$template" "${fields[@]/--dataset./--}" --json >"$run_dir/$2.json" 2>"$run_dir/$2.log" ||
+    { tail -5 "$run_dir/$2.log"; die "qrl-eval failed on $1"; }
+}
+log "evaluating the starting policy on $eval_n test prompts (k=$eval_k)"
+evaluate "$model" eval-before
+jq -r '"  before RL: avg@k \(.avg_at_k)  pass@k \(.pass_at_k)  greedy \(.greedy_accuracy)"' "$run_dir/eval-before.json"
+
+# ---- broker ----------------------------------------------------------------------------
+if [ -z "$bootstrap" ]; then
+  t0=$SECONDS
+  bootstrap=$(deploy/kafka/kafka.sh start --dir "$run_dir/kafka" --port 0 2>>"$run_dir/kafka.log" |
+              sed -n 's/^BOOTSTRAP=//p')
+  [ -n "$bootstrap" ] || die "the Kafka broker did not start (see $run_dir/kafka.log; deploy/setup.sh fetches it)"
+  broker=1
+  log "Kafka broker at $bootstrap ($((SECONDS - t0)) s)"
+fi
+QRL_KAFKA_ADMIN=$bin/qrl-kafka-admin deploy/kafka/kafka.sh create-topics --bootstrap "$bootstrap" \
+  --partitions 4 >>"$run_dir/kafka.log" 2>&1 || die "creating topics on $bootstrap failed"
+
+# ---- learner and replicas ----------------------------------------------------------------
+head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$run_dir/token"
+chmod 600 "$run_dir/token"
+tb=()
+"$bin/qrl-learner" --help 2>/dev/null | grep -q 'metrics.tensorboard_dir' && tb=(--metrics.tensorboard_dir "$run_dir/tb")
+ckpt=()
+"$bin/qrl-learner" --help 2>/dev/null | grep -q 'checkpoint.dir' && ckpt=(--checkpoint.dir "$run_dir/checkpoints")
+"$bin/qrl-learner" --learner.model "$model" --dataset.path "$dataset" --dataset.task "$verifier" \
+  --dataset.chat_template "$template" "${fields[@]}" --kafka.bootstrap "$bootstrap" \
+  --learner.group_size "$G" --learner.quota "$T" --learner.max_updates "$updates" \
+  --learner.seed "$seed" --learner.threads "$threads" --sampling.max_new_tokens "$max_new" \
+  --learner.lr 2e-4 --loss.beta 0 --rpc.token_file "$run_dir/token" \
+  --metrics.jsonl "$run_dir/learner.jsonl" "${tb[@]}" "${ckpt[@]}" "${extra[@]}" \
+  >"$run_dir/learner.log" 2>&1 &
+pid_learner=$!
+pids+=("$pid_learner")
+end=$((SECONDS + 60))
+until grep -q "rpc listening port=[0-9]" "$run_dir/learner.log"; do
+  kill -0 "$pid_learner" 2>/dev/null || { tail -5 "$run_dir/learner.log"; die "the learner exited at start"; }
+  [ $SECONDS -lt $end ] || die "the learner did not start in 60 s"
+  sleep 0.2
+done
+sleep 0.2 # the line may still be half written when grep first sees it
+port=$(sed -n 's/.*rpc listening port=\([0-9]*\).*/\1/p' "$run_dir/learner.log" | head -1)
+echo "127.0.0.1:$port" >"$run_dir/learner.addr"
+for i in $(seq 0 $((replicas - 1))); do
+  "$bin/qrl-rollout" --rollout.model "$model" --rollout.precision "$precision" --rollout.kv_cache "$kv" \
+    --rollout.replica_id "r$i" --rollout.threads "$threads" --rollout.slots 16 \
+    --kafka.bootstrap "$bootstrap" --kafka.session_timeout_ms 6000 --rpc.token_file "$run_dir/token" \
+    --learner.addr "127.0.0.1:$port" --metrics.jsonl "$run_dir/r$i.jsonl" >"$run_dir/r$i.log" 2>&1 &
+  pids+=($!)
+done
+log "learner at 127.0.0.1:$port, $replicas replicas ($precision weights, $kv KV cache);" \
+    "T=$T groups of G=$G per update, $updates updates  (qrlctl --learner 127.0.0.1:$port --token-file $run_dir/token status)"
+
+# ---- progress: one line per update from the learner's metrics JSONL ----------------------
+printf '%5s %7s %7s %6s %9s %8s %6s %6s\n' step version reward acc "tok/s" "KL(b|p)" tis acr | tee -a "$run_dir/launch.log"
+prev_ms=$(($(date +%s%N) / 1000000))
+touch "$run_dir/learner.jsonl"
+while IFS= read -r line; do
+  ms=$(jq -r .unix_ms <<<"$line")
+  jq -r --argjson prev "$prev_ms" --argjson G "$G" '
+    ((.groups | length) * $G * .response_len_mean) as $tok |
+    [ .step, .version, (.reward_mean * 1000 | round / 1000), (.accuracy * 1000 | round / 1000),
+      ($tok / ((.unix_ms - $prev) / 1000 + 1e-9) | round), .kl_behav_prox, .tis_frac, .acr_frac ] |
+    "\(.[0]) \(.[1]) \(.[2]) \(.[3]) \(.[4]) \(.[5]) \(.[6]) \(.[7])"' <<<"$line" |
+    awk '{ printf "%5d %7d %7.3f %6.3f %9d %8.2e %6.3f %6.3f\n", $1, $2, $3, $4, $5, $6, $7, $8 }' |
+    tee -a "$run_dir/launch.log"
+  prev_ms=$ms
+done < <(tail -n +1 -f --pid="$pid_learner" "$run_dir/learner.jsonl")
+rc=0; wait "$pid_learner" || rc=$?
+[ $rc -eq 0 ] || { tail -5 "$run_dir/learner.log"; die "the learner exited with $rc"; }
+[ "$(wc -l <"$run_dir/learner.jsonl")" -ge "$updates" ] || die "only $(wc -l <"$run_dir/learner.jsonl") of $updates updates"
+
+# ---- after RL: export, evaluate, summarize, plot --------------------------------------------
+"$bin/qrl-learner" export --checkpoint "$run_dir/checkpoints" --out "$run_dir/final" \
+  >"$run_dir/export.log" 2>&1 || { tail -5 "$run_dir/export.log"; die "export failed"; }
+log "evaluating the trained policy"
+evaluate "$run_dir/final" eval-after
+deploy/local/summary.sh "$run_dir" | tee "$run_dir/summary.txt"
