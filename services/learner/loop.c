@@ -143,7 +143,12 @@ static uint8_t state_of_group(const ld_daemon *d, uint64_t id) { return id < d->
 
 /* Groups that may be dispatched and not yet trained: one quota for the update being
  * filled plus one per version of staleness allowed (docs/learner-daemon.md). */
+static bool alternate_mode(const ld_daemon *d) {
+    return strcmp(qrl_config_get_string(d->cfg, "learner.mode"), "alternate") == 0;
+}
+
 static uint64_t in_flight_limit(const ld_daemon *d) {
+    if (alternate_mode(d)) return d->T; /* synchronous: one version's quota at a time */
     int64_t s = qrl_config_get_int(d->cfg, "learner.max_staleness");
     return (uint64_t)d->T * (uint64_t)(1 + (s < 0 ? 1 : s));
 }
@@ -274,6 +279,8 @@ static void on_result(ld_daemon *d, const qrl_kafka_message *m) {
 
 /* ---- updates -------------------------------------------------------------------------- */
 
+static void push_event(ld_daemon *d, ld_replica *r, Qrl__VersionEventKind kind);
+
 static void maybe_train(ld_daemon *d) {
     if (d->training || d->n_buf < d->T || d->stopping || d->finished) return;
     ld_job *j = calloc(1, sizeof *j);
@@ -294,6 +301,11 @@ static void maybe_train(ld_daemon *d) {
     j->lr = qrl_config_get_double(d->cfg, "learner.lr");
     j->version = d->version + 1;
     ld_trainer_submit(&d->trainer, j);
+    /* alternate mode (SPEC §4.6): replicas decode nothing while the update runs; the next
+     * quota's prompts wait at the replicas for the new version */
+    if (alternate_mode(d))
+        for (int i = 0; i < d->n_replicas; i++)
+            push_event(d, &d->replicas[i], QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_PAUSE);
     dispatch(d); /* the quota left the window: refill it */
 }
 
@@ -525,7 +537,7 @@ static void h_register(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *
     resp.results_topic = (char *)d->results_topic;
     resp.dlq_topic = (char *)d->dlq_topic;
     resp.max_staleness = (uint32_t)qrl_config_get_int(d->cfg, "learner.max_staleness");
-    resp.mode = "overlap";
+    resp.mode = (char *)qrl_config_get_string(d->cfg, "learner.mode");
     qrl_rpc_call_reply(call, &resp.base);
 }
 
@@ -576,7 +588,7 @@ static void h_status(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *us
     s.version = d->version;
     s.step = d->step;
     s.run_id = d->run_id;
-    s.mode = "overlap";
+    s.mode = (char *)qrl_config_get_string(d->cfg, "learner.mode");
     s.replicas = (uint32_t)d->n_replicas;
     for (int i = 0; i < d->n_replicas; i++) s.replicas_synced += d->replicas[i].version == d->version;
     s.groups_in_flight = d->in_flight - d->n_buf;

@@ -34,6 +34,8 @@ static const qrl_config_entry CONFIG[] = {
      "dataset shuffle, sampling seed in PromptGroups, minibatch shuffle"},
     {"learner.run_id", QRL_CONFIG_TYPE_INT, "0", 0, 1e15, NULL, false,
      "run nonce stamped on prompts (results of other runs are ignored); 0 = from the clock and pid"},
+    {"learner.mode", QRL_CONFIG_TYPE_ENUM, "overlap", 0, 0, "overlap|alternate", false,
+     "SPEC §4.6: overlap = replicas decode while the learner trains; alternate = they idle (synchronous)"},
     {"learner.max_staleness", QRL_CONFIG_TYPE_INT, "1", 0, 1 << 20, NULL, false,
      "dispatch window: at most T x (1 + max_staleness) groups dispatched and not yet trained "
      "(SPEC §4.5; the replicas enforce the per-token bound)"},

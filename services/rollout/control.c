@@ -118,7 +118,11 @@ static void on_event(rd_control *c, const Qrl__VersionEvent *ev, session *s) {
         uv_async_send(c->drain_async);
         return;
     case QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_PAUSE:
-        QRL_LOG_INFO("control", "learner PAUSE (alternate mode) is not implemented: ignored");
+        /* alternate mode: the learner trains on version ev->version's results; decode
+         * nothing until its successor is swapped in (the hold ends in swap_now) */
+        QRL_LOG_INFO("control", "learner PAUSE (alternate mode): holding until version=%" PRIu64,
+                     ev->version + 1);
+        rd_engine_hold_until(c->engine, ev->version + 1);
         return;
     default:
         return;

@@ -209,6 +209,13 @@ static void swap_now(rd_engine *e, qrl_model *m, uint64_t version) {
     qrl_model_free(e->owned_model);
     e->owned_model = m;
     e->model = m;
+    pthread_mutex_lock(&e->mu);
+    e->version = version;
+    if (e->hold_until && e->hold_until <= version) {
+        QRL_LOG_INFO("engine", "hold released at version=%llu", (unsigned long long)version);
+        e->hold_until = 0;
+    }
+    pthread_mutex_unlock(&e->mu);
     qrl_scheduler_stats after;
     qrl_scheduler_get_stats(e->sched, &after);
     QRL_LOG_INFO("engine", "weights swapped version=%llu running=%d restarts=%llu", (unsigned long long)version,
@@ -229,7 +236,7 @@ static void *engine_main(void *arg) {
     for (;;) {
         pthread_mutex_lock(&e->mu);
         while (!e->stop && !e->in_head && !e->swap_model &&
-               (e->paused || qrl_scheduler_idle(e->sched)))
+               (e->paused || e->hold_until > e->version || qrl_scheduler_idle(e->sched)))
             pthread_cond_wait(&e->cv, &e->mu);
         bool stop = e->stop, paused = e->paused;
         qrl_model *swap = e->swap_model;
@@ -247,7 +254,10 @@ static void *engine_main(void *arg) {
         }
         if (swap) swap_now(e, swap, swap_version);
         if (stop) break;
-        if (paused || qrl_scheduler_idle(e->sched)) continue;
+        pthread_mutex_lock(&e->mu);
+        bool held = e->hold_until > e->version; /* after a swap that may have ended it */
+        pthread_mutex_unlock(&e->mu);
+        if (paused || held || qrl_scheduler_idle(e->sched)) continue;
         qrl_error err;
         if (qrl_scheduler_step(e->sched, NULL, &err) != QRL_OK) {
             /* The scheduler says a caller-visible failure is a bug; stop serving loudly. */
@@ -284,6 +294,7 @@ qrl_status rd_engine_start(rd_engine *e, const qrl_model *model, const qrl_token
     e->emit_text = emit_text;
     e->done_async = done_async;
     e->omp_threads = omp_get_max_threads();
+    e->version = sc->version;
     QRL_TRY(qrl_scheduler_new(model, tok, sc, on_group, e, &e->sched, err));
     qrl_scheduler_get_stats(e->sched, &e->stats.sched);
     pthread_mutex_init(&e->mu, NULL);
@@ -302,6 +313,13 @@ void rd_engine_submit(rd_engine *e, rd_group *g) {
     if (e->in_tail) e->in_tail->next = g;
     else e->in_head = g;
     e->in_tail = g;
+    pthread_cond_signal(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+}
+
+void rd_engine_hold_until(rd_engine *e, uint64_t version) {
+    pthread_mutex_lock(&e->mu);
+    e->hold_until = version;
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
 }

@@ -39,6 +39,7 @@ struct rd_daemon {
     int n_live, cap_live;
     int inflight;           /* consumed, not yet acknowledged */
     bool paused, draining, closing;
+    uint64_t drain_deadline_ms; /* uv_now() after which a drain aborts what is left; 0 = none */
     int step_delay_ms;
     int signals;
     int assigned;           /* partitions held, as last logged */
@@ -321,12 +322,18 @@ static void begin_close(rd_daemon *d) {
     qrl_rpc_server_close(d->rpc, on_rpc_closed, d);
 }
 
-static void start_drain(rd_daemon *d, const char *why) {
+/* Finish in-flight groups, commit, leave the group, exit 0.  timeout_ms > 0: after that
+ * long, abort what is left (its prompts stay uncommitted, so another replica answers
+ * them) and exit anyway. */
+static void start_drain(rd_daemon *d, const char *why, uint64_t timeout_ms) {
+    if (timeout_ms && (!d->drain_deadline_ms || uv_now(&d->loop) + timeout_ms < d->drain_deadline_ms))
+        d->drain_deadline_ms = uv_now(&d->loop) + timeout_ms;
     if (d->draining) return;
     d->draining = true;
     d->paused = false; /* finish what is in flight */
     rd_engine_set_paused(&d->engine, false);
-    QRL_LOG_INFO("rollout", "draining (%s): in_flight=%d", why, d->inflight);
+    rd_engine_hold_until(&d->engine, 0);
+    QRL_LOG_INFO("rollout", "draining (%s): in_flight=%d timeout_ms=%" PRIu64, why, d->inflight, timeout_ms);
 }
 
 static void on_signal(uv_signal_t *h, int sig) {
@@ -336,10 +343,14 @@ static void on_signal(uv_signal_t *h, int sig) {
                       "will be delivered again)", sig);
         _exit(1);
     }
-    start_drain(d, sig == SIGTERM ? "SIGTERM" : "SIGINT");
+    start_drain(d, sig == SIGTERM ? "SIGTERM" : "SIGINT",
+                (uint64_t)qrl_config_get_int(d->cfg, "rollout.drain_timeout_ms"));
 }
 
-static void on_drain_async(uv_async_t *h) { start_drain(h->data, "learner shutdown"); }
+static void on_drain_async(uv_async_t *h) {
+    rd_daemon *d = h->data;
+    start_drain(d, "learner shutdown", (uint64_t)qrl_config_get_int(d->cfg, "rollout.drain_timeout_ms"));
+}
 
 static void on_tick(uv_timer_t *t) {
     rd_daemon *d = t->data;
@@ -388,6 +399,12 @@ static void on_tick(uv_timer_t *t) {
     }
     if (d->draining && d->inflight == 0 && qrl_kafka_producer_outstanding(d->producer) == 0)
         begin_close(d);
+    else if (d->draining && d->drain_deadline_ms && uv_now(&d->loop) >= d->drain_deadline_ms &&
+             !d->closing) {
+        QRL_LOG_WARN("rollout", "drain timeout: aborting in_flight=%d (their prompts stay uncommitted: "
+                     "another replica answers them)", d->inflight);
+        begin_close(d);
+    }
 }
 
 /* ---- rpc ------------------------------------------------------------------------------ */
@@ -443,7 +460,7 @@ static void h_resume(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *us
 
 static void h_drain(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
     rd_daemon *d = user;
-    start_drain(d, "rpc Drain");
+    start_drain(d, "rpc Drain", ((const Qrl__DrainRequest *)req)->timeout_ms);
     reply_control(d, call, "draining");
 }
 

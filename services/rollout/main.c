@@ -32,6 +32,8 @@ static const qrl_config_entry CONFIG[] = {
      "weight format of the rollout engine (SPEC §3): every version the learner sends is quantized to it"},
     {"rollout.kv_cache", QRL_CONFIG_TYPE_ENUM, "f32", 0, 0, "f32|bf16|fp8|int8|int4|int4-protected", false,
      "KV-cache format (SPEC §3)"},
+    {"rollout.drain_timeout_ms", QRL_CONFIG_TYPE_INT, "0", 0, 86400000, NULL, false,
+     "SIGTERM / learner SHUTDOWN drain: abort in-flight groups after this long (0 = wait for them)"},
     {"rollout.kv_sink", QRL_CONFIG_TYPE_INT, "16", 0, 1 << 20, NULL, false,
      "int4-protected: first positions (attention sinks) kept in the INT8 side cache"},
     {"rollout.kv_recent", QRL_CONFIG_TYPE_INT, "128", 0, 1 << 20, NULL, false,

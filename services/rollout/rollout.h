@@ -57,6 +57,8 @@ typedef struct rd_engine {
     rd_group *in_head, *in_tail;   /* loop -> engine */
     rd_group *out_head, *out_tail; /* engine -> loop */
     bool paused, stop;
+    uint64_t hold_until;           /* alternate mode: no steps before this version is in (0 = none) */
+    uint64_t version;              /* the version of the weights in use */
     int step_delay_ms;             /* test/debug throttle (rollout.step_delay_ms) */
     rd_engine_stats stats;         /* snapshot after each step, under mu */
     qrl_model *swap_model;         /* weights to swap in at the next step boundary (owned) */
@@ -82,6 +84,9 @@ qrl_status rd_engine_start(rd_engine *e, const qrl_model *model, const qrl_token
 void rd_engine_submit(rd_engine *e, rd_group *g);
 void rd_engine_set_paused(rd_engine *e, bool paused);
 void rd_engine_set_step_delay(rd_engine *e, int ms);
+/* `alternate` mode (SPEC §4.6): take no decode step until weights of version >= `version`
+ * are swapped in; prompts are still admitted.  0 releases the hold (drain). */
+void rd_engine_hold_until(rd_engine *e, uint64_t version);
 /* Swap to `m` (ownership passes to the engine) at policy `version` between two steps. */
 void rd_engine_swap(rd_engine *e, qrl_model *m, uint64_t version);
 /* Take every finished group (loop thread); returns the list (linked through next). */

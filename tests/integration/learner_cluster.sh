@@ -9,6 +9,8 @@
 #      topic goes to the DLQ; both replicas receive version 1 over the TCP stream and the
 #      results of the last update carry tokens of version >= 1; the learner exits 0 after
 #      max_updates and its SHUTDOWN event drains both replicas (exit 0).
+#   2. --learner.mode alternate, 2 updates: the replicas are held (PAUSE event) while the
+#      learner trains, and update 2 trains only tokens generated with version 1.
 # Whatever it started is stopped on every exit path.  Skips (77) without java or the
 # Kafka jars unless QRL_REQUIRE_KAFKA=1.
 set -euo pipefail
@@ -152,4 +154,38 @@ grep -q "dead letter partition=.*PARSE" "$tmp/learner.log" || fail "garbage resu
 [ "$(count "$tmp/learner.log" "update step=")" -eq 3 ] || fail "progress lines"
 echo "metrics: $(jq -s -c 'map({version, reward: .reward_mean, acc: .accuracy, used: .groups_used,
   dropped: .groups_dropped, vmax: .version_max, kl: .kl_behav_prox, update_s})' "$m")"
+
+# ---- 2. alternate mode: the replicas idle while the learner trains -----------------------
+t=$(date +%s.%N)
+QRL_LOG_LEVEL=info "$learner" "${common[@]}" --dataset.path "$tmp/data.jsonl" \
+  --kafka.bootstrap "$bootstrap" --learner.group_size 4 --learner.quota 4 --learner.max_updates 2 \
+  --learner.mode alternate --learner.lr 1e-3 --learner.seed 8 --sampling.max_new_tokens 24 \
+  --learner.heartbeat_interval_ms 300 --rpc.token_file "$tmp/token" \
+  --metrics.jsonl "$tmp/alt.jsonl" >"$tmp/learner-alt.log" 2>&1 &
+pids+=($!)
+pid_learner=$!
+wait_log "$tmp/learner-alt.log" "rpc listening port=[0-9]" 1 30
+sleep 0.2
+port=$(sed -n 's/.*rpc listening port=\([0-9]*\).*/\1/p' "$tmp/learner-alt.log")
+for r in a0 a1; do
+  "$rollout" --rollout.model "$model" --rollout.tokenizer "$tokenizer" --kafka.bootstrap "$bootstrap" \
+    --rollout.replica_id $r --rollout.slots 4 --rollout.max_concurrency 2 --rollout.threads 1 \
+    --kafka.session_timeout_ms 6000 --rpc.token_file "$tmp/token" \
+    --learner.addr "127.0.0.1:$port" >"$tmp/$r.log" 2>&1 &
+  pids+=($!)
+  eval "pid_$r=$!"
+done
+rc=0; timeout 100 tail --pid="$pid_learner" -f /dev/null || rc=$?
+[ $rc -eq 0 ] || fail "alternate-mode learner still running after 100 s"
+rc=0; wait "$pid_learner" || rc=$?
+[ $rc -eq 0 ] || fail "alternate-mode learner exited $rc"
+for r in a0 a1; do eval "p=\$pid_$r"; timeout 30 tail --pid="$p" -f /dev/null || fail "$r did not drain"; done
+jq -s -e 'map(.version) == [1,2] and ([.[].groups[]] | sort == [1,2,3,4,5,6,7,8])' "$tmp/alt.jsonl" \
+  >/dev/null || fail "alternate mode updates: $(cat "$tmp/alt.jsonl")"
+# synchronous: update 2 trains only tokens generated with version 1
+jq -s -e '.[1].version_min == 1 and .[1].version_max == 1' "$tmp/alt.jsonl" >/dev/null ||
+  fail "alternate mode: update 2 saw tokens of other versions: $(jq -c -s 'map([.version_min, .version_max])' "$tmp/alt.jsonl")"
+held=$(cat "$tmp/a0.log" "$tmp/a1.log" | grep -c "holding until version=1" || true)
+[ "$held" -ge 1 ] || fail "no replica was held for update 1"
+echo "alternate mode: 2 updates in $(secs "$t") s, update 2 trained only version-1 tokens, replicas held during update 1"
 echo "learner cluster test passed in $(secs "$t_all") s"

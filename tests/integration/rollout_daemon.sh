@@ -13,7 +13,9 @@
 #   4. r2 registers with a stand-in learner (rollout_learner_stub), refuses a weight
 #      stream with a corrupted bucket (CRC-32C), takes the next one (version 1, BF16 over
 #      TCP) and swaps at a step boundary; a later batch is answered with every token at
-#      version 1; heartbeats report version 1; r2 is stopped through Rollout.Drain (exit 0).
+#      version 1; heartbeats report version 1; r2 is stopped through Rollout.Drain (exit 0);
+#   5. r3 (slowed) is sent SIGTERM with rollout.drain_timeout_ms = 1000 while it holds
+#      groups: it aborts them at the timeout and exits 0; r4 answers them.
 # Whatever it started is stopped on every exit path.  Skips (77) without java or the
 # Kafka jars unless QRL_REQUIRE_KAFKA=1.
 set -euo pipefail
@@ -89,7 +91,8 @@ start_replica() {
     --rpc.token_file "$tmp/token" --metrics.jsonl "$tmp/$name.jsonl" "$@" >"$tmp/$name.log" 2>&1 &
   pids+=($!)
   eval "pid_$name=$!"
-  wait_log "$tmp/$name.log" "rpc listening port=" 1 30
+  wait_log "$tmp/$name.log" "rpc listening port=[0-9]" 1 30
+  sleep 0.2 # the line may still be half written when grep first sees it
   eval "port_$name=$(sed -n 's/.*rpc listening port=\([0-9]*\).*/\1/p' "$tmp/$name.log")"
 }
 rpc() { local port=$1; shift; "$harness" rpc --addr "127.0.0.1:$port" --token-file "$tmp/token" "$@"; }
@@ -182,6 +185,28 @@ rpc "$port_r2" drain | jq -e '.state == 5' >/dev/null || fail "Drain reply"
 rc=0; wait "$pid_r2" || rc=$?
 [ $rc -eq 0 ] || fail "r2 exited $rc after Rollout.Drain"
 kill -TERM "$pid_stub"; wait "$pid_stub" || fail "learner stub exited $?"
+
+# ---- 5. drain timeout: r3 (slow) is sent SIGTERM holding groups, gives up on them after
+# 1 s and exits 0 without producing them; r4 answers them (they were never committed) ----
+start_replica r3 --rollout.step_delay_ms 400 --rollout.drain_timeout_ms 1000
+wait_log "$tmp/r3.log" "partitions assigned=4 " 1 30
+"$harness" produce --bootstrap "$bootstrap" --first-id 401 --groups 4 --group-size 4 \
+  --max-new-tokens 24 --tokenizer "$tokenizer"
+wait_log "$tmp/r3.log" "consumed group=4[0-9][0-9] " 1 30
+t=$(date +%s.%N)
+kill -TERM "$pid_r3"
+rc=0; wait "$pid_r3" || rc=$?
+[ $rc -eq 0 ] || fail "r3 exited $rc after SIGTERM with a drain timeout"
+grep -q "drain timeout: aborting" "$tmp/r3.log" || fail "r3 did not abort on its drain timeout"
+took=$(secs "$t")
+awk -v s="$took" 'BEGIN { exit !(s < 6) }' || fail "r3 took $took s to exit (drain timeout 1 s)"
+[ -z "$(ids_of r3 produced "4[0-9][0-9]")" ] || fail "r3 produced groups though it was slowed to a crawl"
+start_replica r4
+out=$(consume --expect 49 --expect-dlq 1) || fail "after the drain timeout: $out"
+echo "r3 aborted its groups at the 1 s drain timeout and exited 0 in $took s; r4 answered them"
+rpc "$port_r4" drain | jq -e '.state == 5' >/dev/null || fail "r4 Drain reply"
+rc=0; wait "$pid_r4" || rc=$?
+[ $rc -eq 0 ] || fail "r4 exited $rc after Rollout.Drain"
 lat=$(cat "$tmp"/r*.jsonl | jq -s 'map(.consumed_to_acked_us) | sort | .[length/2|floor] / 1000')
 echo "median consumed->acked latency ${lat} ms over $(cat "$tmp"/r*.jsonl | wc -l) results"
 echo "rollout daemon test passed in $(secs "$t_all") s"
