@@ -141,4 +141,51 @@ void ld_job_free(ld_job *j);
 int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok,
                   const ld_dataset *ds, const qrl_learner_config *lc);
 
+
+/* ---- chunked results (chunks.c) ------------------------------------------------------ */
+
+#include "kafka/offsets.h"
+
+#define LD_MAX_CHUNK_SETS 256 /* incomplete chunked results held at once */
+#define LD_MAX_CHUNKS 4096    /* chunks of one result (4 GiB at 1 MiB chunks) */
+
+typedef struct ld_chunk_set {
+    uint64_t group_id;
+    uint32_t whole_crc32c, chunk_count, n;
+    char replica_id[128];
+    Qrl__GroupResult **chunks; /* [chunk_count], n filled (owned) */
+    int32_t partition;
+    qrl_kafka_offset *first;   /* the first chunk's record: pending until the group is done */
+    uint64_t started_ms;
+} ld_chunk_set;
+
+typedef struct ld_chunks {
+    ld_chunk_set *sets;
+    size_t n, cap;
+} ld_chunks;
+
+typedef struct ld_chunk_outcome {
+    bool held;                 /* this chunk opened a set: its offset stays pending */
+    bool done;                 /* a set ended (joined, failed or expired): release `first` */
+    int32_t partition;
+    qrl_kafka_offset *first;
+    Qrl__GroupResult *whole;   /* the joined result when done without error (caller owns) */
+} ld_chunk_outcome;
+
+/* Add chunk message `r` (chunk_count > 1; ownership passes) read at `off` of `partition`.
+ * Sets are keyed by (group id, replica id, whole CRC-32C, chunk count), so a duplicate
+ * production by another replica forms its own set.  out->held false and out->done false:
+ * the caller releases this record's offset now.  out->done: the set is complete; on QRL_OK
+ * out->whole is the reassembled result, on error (qrl_wire_result_join's: CORRUPT naming the
+ * chunk, OUT_OF_RANGE, PARSE) nothing; either way the caller owns out->first.
+ * Errors before a set exists: OUT_OF_RANGE (chunk_count above LD_MAX_CHUNKS), BUSY
+ * (LD_MAX_CHUNK_SETS pending): the chunk is dropped and its offset is the caller's. */
+qrl_status ld_chunks_add(ld_chunks *c, Qrl__GroupResult *r, int32_t partition, qrl_kafka_offset *off,
+                         uint64_t now_ms, ld_chunk_outcome *out, qrl_error *err);
+/* Drop sets older than max_age_ms (a replica died between chunks; its redelivered
+ * production forms a new set): up to max_out outcomes (done, first) written to out. */
+size_t ld_chunks_expire(ld_chunks *c, uint64_t now_ms, uint64_t max_age_ms, ld_chunk_outcome *out,
+                        size_t max_out);
+void ld_chunks_free(ld_chunks *c);
+
 #endif

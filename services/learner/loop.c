@@ -69,6 +69,7 @@ typedef struct ld_daemon {
     ld_out *resend;
     /* intake */
     qrl_kafka_offsets *offsets; /* commit-after-use tracking of consumed records */
+    ld_chunks chunks;           /* chunked results being reassembled */
     ld_buffered *buf;
     size_t n_buf, cap_buf;
     ld_buffered *training; /* the quota the trainer holds */
@@ -235,6 +236,7 @@ static void dead_letter(ld_daemon *d, const qrl_kafka_message *m, const char *wh
 
 static void on_result(ld_daemon *d, const qrl_kafka_message *m) {
     qrl_kafka_offset *off = part_push(d, m->partition, m->offset);
+    int32_t part = m->partition;
     d->results++;
     ProtobufCMessage *pm = NULL;
     qrl_error err;
@@ -243,9 +245,23 @@ static void on_result(ld_daemon *d, const qrl_kafka_message *m) {
                                           QRL_KAFKA_MAX_MESSAGE_BYTES, &pm, &err)
                         : qrl_error_set(&err, QRL_STATUS_PARSE, "empty record");
     Qrl__GroupResult *r = (Qrl__GroupResult *)pm;
-    if (st == QRL_OK && r->chunk_count > 1)
-        st = qrl_error_set(&err, QRL_STATUS_UNSUPPORTED, "GroupResult %" PRIu64 ": chunked results "
-                           "(chunk_count %u) are not joined by the learner yet", r->group_id, r->chunk_count);
+    if (st == QRL_OK && r->chunk_count > 1) {
+        ld_chunk_outcome co;
+        pm = NULL; /* the assembler owns the chunk now */
+        st = ld_chunks_add(&d->chunks, r, m->partition, off, unix_ms(), &co, &err);
+        r = NULL;
+        if (!co.done && st == QRL_OK) {
+            if (!co.held) part_done(d, m->partition, off); /* a later chunk of an open set */
+            return;
+        }
+        if (co.done) { /* the set ends here: it continues under its first chunk's record */
+            if (off != co.first) part_done(d, m->partition, off);
+            off = co.first;
+            part = co.partition;
+            r = co.whole;
+            pm = r ? &r->base : NULL;
+        }
+    }
     if (st == QRL_OK)
         st = qrl_wire_group_result_validate(r, d->G, (uint32_t)d->model->cfg.vocab_size, &err);
     if (st != QRL_OK) {
@@ -253,7 +269,7 @@ static void on_result(ld_daemon *d, const qrl_kafka_message *m) {
         snprintf(why, sizeof why, "%s: %s", qrl_status_name(st), err.msg);
         dead_letter(d, m, why);
         qrl_wire_free(pm);
-        part_done(d, m->partition, off);
+        part_done(d, part, off);
         return;
     }
     uint8_t gs = state_of_group(d, r->group_id);
@@ -264,7 +280,7 @@ static void on_result(ld_daemon *d, const qrl_kafka_message *m) {
                      r->group_id, r->run_id, r->replica_id,
                      r->run_id != d->run_id ? "another run" : gs == GS_NONE ? "never dispatched" : "duplicate");
         qrl_wire_free(pm);
-        part_done(d, m->partition, off);
+        part_done(d, part, off);
         return;
     }
     if (d->n_buf == d->cap_buf) {
@@ -272,7 +288,7 @@ static void on_result(ld_daemon *d, const qrl_kafka_message *m) {
         d->buf = realloc(d->buf, d->cap_buf * sizeof *d->buf);
         QRL_CHECK(d->buf != NULL);
     }
-    d->buf[d->n_buf++] = (ld_buffered){r, m->partition, off};
+    d->buf[d->n_buf++] = (ld_buffered){r, part, off};
     state_set(d, r->group_id, GS_BUFFERED);
     QRL_LOG_DEBUG("learner", "result group=%" PRIu64 " from %s buffered=%zu", r->group_id, r->replica_id, d->n_buf);
 }
@@ -463,6 +479,12 @@ static void expire_replicas(ld_daemon *d) {
 
 static void on_tick(uv_timer_t *t) {
     ld_daemon *d = t->data;
+    ld_chunk_outcome gone[16];
+    size_t n_gone = ld_chunks_expire(&d->chunks, unix_ms(), 60000, gone, 16);
+    for (size_t i = 0; i < n_gone; i++) {
+        d->dead_letters++;
+        part_done(d, gone[i].partition, gone[i].first);
+    }
     qrl_kafka_producer_poll(d->producer, 0);
     ld_out *o = d->resend;
     d->resend = NULL;
@@ -731,6 +753,7 @@ int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok,
     qrl_kafka_producer_destroy(d->producer);
     uv_loop_close(&d->loop);
     for (size_t i = 0; i < d->n_buf; i++) qrl_wire_free(&d->buf[i].r->base);
+    ld_chunks_free(&d->chunks);
     qrl_kafka_offsets_free(d->offsets);
     while (d->resend) {
         ld_out *n = d->resend->next;

@@ -220,8 +220,12 @@ static void on_done(uv_async_t *h) {
             size_t maxb = (size_t)qrl_config_get_int(d->cfg, "kafka.max_result_bytes");
             if (qrl_wire_result_encode_chunked(g->result, maxb, &g->chunks, &err) != QRL_OK)
                 dead_letter(d, g, NULL, 0, err.msg);
-            else
+            else {
+                if (g->chunks.count > 1)
+                    QRL_LOG_INFO("rollout", "group=%" PRIu64 " result chunked into %zu messages",
+                                 g->result->group_id, g->chunks.count);
                 send_group(d, g);
+            }
         }
         g = next;
     }

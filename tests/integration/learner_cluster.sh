@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # qrl-learner end to end: a real single-node Kafka broker, qrl-learner and two qrl-rollout
-# replicas on stories260K (r1 quantized: w8a8-int8 weights, int4-protected KV), with a synthetic JSONL dataset made here ("Once upon a time"
+# replicas on stories260K (r1 quantized: w8a8-int8 weights, int4-protected KV; r0 chunks
+# its results at 1 KiB, which the learner joins), with a synthetic JSONL dataset made here ("Once upon a time"
 # variants, task `contains`: a response is correct when it contains the reference word).
 #   0. bad datasets are refused with file:line (no broker needed);
 #   1. T = 4 groups of G = 4, 24 new tokens, 3 updates: versions 1, 2, 3 in the metrics
@@ -108,7 +109,7 @@ pid_learner=$!
 wait_log "$tmp/learner.log" "rpc listening port=[0-9]" 1 30
 sleep 0.2 # the line may still be half written when grep first sees it
 port=$(sed -n 's/.*rpc listening port=\([0-9]*\).*/\1/p' "$tmp/learner.log")
-fmt_r0=() fmt_r1=(--rollout.precision w8a8-int8 --rollout.kv_cache int4-protected --rollout.kv_recent 8)
+fmt_r0=(--kafka.max_result_bytes 1024) fmt_r1=(--rollout.precision w8a8-int8 --rollout.kv_cache int4-protected --rollout.kv_recent 8)
 for r in r0 r1; do
   eval "fmt=(\"\${fmt_$r[@]}\")"
   "$rollout" --rollout.model "$model" --rollout.tokenizer "$tokenizer" --kafka.bootstrap "$bootstrap" "${fmt[@]}" \
@@ -137,6 +138,10 @@ for r in r0 r1; do
   grep -q "weights received version=1 " "$tmp/$r.log" || fail "$r never received version 1"
 done
 grep -q "model loaded .*precision=w8a8-int8 kv_cache=int4-protected" "$tmp/r1.log" || fail "r1 not quantized"
+chunked=$(count "$tmp/r0.log" "result chunked into")
+joined=$(count "$tmp/learner.log" "chunked result group=.* joined from .*: OK")
+[ "$chunked" -ge 1 ] && [ "$joined" -ge 1 ] || fail "no chunked result went through (r0 chunked $chunked, learner joined $joined)"
+echo "r0 chunked $chunked results (kafka.max_result_bytes 1024), the learner joined $joined"
 echo "both replicas received version 1 and drained on SHUTDOWN"
 
 m=$tmp/learner.jsonl
