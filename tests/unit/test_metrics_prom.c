@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "metrics/prom.h"
+#include "support/http_client.h"
 
 static qrl_prom_registry_t *new_reg(void) {
     qrl_prom_registry_t *r;
@@ -159,34 +160,6 @@ Test(prom, concurrent_adds_lose_nothing) {
 
 /* ---- HTTP ---------------------------------------------------------------------------- */
 
-/* One HTTP/1.0 exchange with 127.0.0.1:port; returns the whole response (malloc'd). */
-static char *http(int port, const char *request) {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    cr_assert(fd >= 0);
-    struct sockaddr_in a = {.sin_family = AF_INET, .sin_port = htons((uint16_t)port)};
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    cr_assert_eq(connect(fd, (struct sockaddr *)&a, sizeof a), 0, "connect to port %d", port);
-    size_t n = strlen(request);
-    cr_assert_eq(write(fd, request, n), (ssize_t)n);
-    size_t cap = 4096, len = 0;
-    char *buf = malloc(cap);
-    for (;;) {
-        if (len + 1024 > cap) buf = realloc(buf, cap *= 2);
-        ssize_t k = read(fd, buf + len, cap - len - 1);
-        if (k <= 0) break;
-        len += (size_t)k;
-    }
-    buf[len] = 0;
-    close(fd);
-    return buf;
-}
-
-static const char *body_of(const char *resp) {
-    const char *b = strstr(resp, "\r\n\r\n");
-    cr_assert(b, "no header end in: %s", resp);
-    return b + 4;
-}
-
 Test(prom_http, serves_metrics_404_405_and_head) {
     qrl_prom_registry_t *r = new_reg();
     const char *l[] = {"replica", "r\"1"};
@@ -201,34 +174,34 @@ Test(prom_http, serves_metrics_404_405_and_head) {
     const char *want = "# HELP qrl_rollout_version Policy version.\n"
                        "# TYPE qrl_rollout_version gauge\n"
                        "qrl_rollout_version{replica=\"r\\\"1\"} 7\n";
-    char *resp = http(port, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n");
+    char *resp = qrl_test_http(port, "GET /metrics HTTP/1.0\r\nHost: x\r\n\r\n");
     cr_expect(strncmp(resp, "HTTP/1.0 200", 12) == 0 || strncmp(resp, "HTTP/1.1 200", 12) == 0, "%s", resp);
     cr_expect(strstr(resp, "Content-Type: text/plain; version=0.0.4") != NULL, "%s", resp);
-    cr_expect_str_eq(body_of(resp), want);
+    cr_expect_str_eq(qrl_test_http_body(resp), want);
     free(resp);
 
     qrl_prom_set(v, 8.5); /* a later scrape sees the new value */
-    resp = http(port, "GET /metrics HTTP/1.0\r\n\r\n");
-    cr_expect(strstr(body_of(resp), "qrl_rollout_version{replica=\"r\\\"1\"} 8.5\n") != NULL, "%s", resp);
+    resp = qrl_test_http(port, "GET /metrics HTTP/1.0\r\n\r\n");
+    cr_expect(strstr(qrl_test_http_body(resp), "qrl_rollout_version{replica=\"r\\\"1\"} 8.5\n") != NULL, "%s", resp);
     free(resp);
 
-    resp = http(port, "HEAD /metrics HTTP/1.0\r\n\r\n");
+    resp = qrl_test_http(port, "HEAD /metrics HTTP/1.0\r\n\r\n");
     cr_expect(strstr(resp, " 200 ") != NULL, "%s", resp);
-    cr_expect_str_eq(body_of(resp), "");
+    cr_expect_str_eq(qrl_test_http_body(resp), "");
     free(resp);
 
-    resp = http(port, "GET /other HTTP/1.0\r\n\r\n");
+    resp = qrl_test_http(port, "GET /other HTTP/1.0\r\n\r\n");
     cr_expect(strstr(resp, " 404 ") != NULL, "%s", resp);
     free(resp);
-    resp = http(port, "GET /metrics/x HTTP/1.0\r\n\r\n");
+    resp = qrl_test_http(port, "GET /metrics/x HTTP/1.0\r\n\r\n");
     cr_expect(strstr(resp, " 404 ") != NULL, "%s", resp);
     free(resp);
 
-    resp = http(port, "POST /metrics HTTP/1.0\r\nContent-Length: 0\r\n\r\n");
+    resp = qrl_test_http(port, "POST /metrics HTTP/1.0\r\nContent-Length: 0\r\n\r\n");
     cr_expect(strstr(resp, " 405 ") != NULL, "%s", resp);
     cr_expect(strstr(resp, "Allow: GET, HEAD") != NULL, "%s", resp);
     free(resp);
-    resp = http(port, "DELETE /metrics HTTP/1.0\r\n\r\n");
+    resp = qrl_test_http(port, "DELETE /metrics HTTP/1.0\r\n\r\n");
     cr_expect(strstr(resp, " 405 ") != NULL, "%s", resp);
     free(resp);
 

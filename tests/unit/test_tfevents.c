@@ -1,7 +1,7 @@
-/* TensorBoard event files (common/metrics/tfevents.h).  The file is read back with a
- * decoder written here from the TFRecord and protobuf wire-format specs (a bitwise
- * CRC-32C, not the library's table/SSE4.2 one); TensorBoard itself is not installed on
- * the build machine, so this is verification by format reading. */
+/* TensorBoard event files (common/metrics/tfevents.h).  The file is read back with the
+ * decoder of tests/support/tfevents_reader.h, written from the TFRecord and protobuf
+ * wire-format specs (a bitwise CRC-32C, not the library's table/SSE4.2 one); TensorBoard
+ * itself is not installed on the build machine, so this is verification by format reading. */
 #include <criterion/criterion.h>
 #include <dirent.h>
 #include <math.h>
@@ -13,167 +13,27 @@
 #include <unistd.h>
 
 #include "metrics/tfevents.h"
-
-/* ---- independent reference ----------------------------------------------------------- */
-
-/* CRC-32C (Castagnoli, reflected 0x82F63B78), one bit at a time. */
-static uint32_t crc32c_bitwise(const uint8_t *p, size_t n) {
-    uint32_t c = 0xFFFFFFFFu;
-    for (size_t i = 0; i < n; i++) {
-        c ^= p[i];
-        for (int k = 0; k < 8; k++) c = (c >> 1) ^ (0x82F63B78u & (0u - (c & 1u)));
-    }
-    return ~c;
-}
-static uint32_t mask(uint32_t c) { return ((c >> 15) | (c << 17)) + 0xa282ead8u; }
+#include "support/tfevents_reader.h"
 
 Test(tfrecord, bitwise_crc32c_matches_published_vectors) {
     /* the catalogue check value and RFC 3720 appendix B.4 */
-    cr_expect_eq(crc32c_bitwise((const uint8_t *)"123456789", 9), 0xE3069283u);
+    cr_expect_eq(tfr_crc32c_bitwise((const uint8_t *)"123456789", 9), 0xE3069283u);
     uint8_t z[32] = {0}, f[32], inc[32];
     memset(f, 0xFF, sizeof f);
     for (int i = 0; i < 32; i++) inc[i] = (uint8_t)i;
-    cr_expect_eq(crc32c_bitwise(z, 32), 0x8A9136AAu);
-    cr_expect_eq(crc32c_bitwise(f, 32), 0x62A8AB43u);
-    cr_expect_eq(crc32c_bitwise(inc, 32), 0x46DD794Eu);
+    cr_expect_eq(tfr_crc32c_bitwise(z, 32), 0x8A9136AAu);
+    cr_expect_eq(tfr_crc32c_bitwise(f, 32), 0x62A8AB43u);
+    cr_expect_eq(tfr_crc32c_bitwise(inc, 32), 0x46DD794Eu);
 }
 
 Test(tfrecord, masked_crc_matches_the_spec_formula) {
     /* 0xE3069283 rotated right by 15 is 0x2507C60D; + 0xa282ead8 = 0xC78AB0E5 (by hand) */
     cr_expect_eq(qrl_tfrecord_masked_crc("123456789", 9), 0xC78AB0E5u);
-    cr_expect_eq(mask(0xE3069283u), 0xC78AB0E5u);
+    cr_expect_eq(tfr_mask(0xE3069283u), 0xC78AB0E5u);
     uint8_t buf[777];
     for (size_t i = 0; i < sizeof buf; i++) buf[i] = (uint8_t)(i * 151u + 3u);
     for (size_t n = 0; n <= sizeof buf; n += 37)
-        cr_expect_eq(qrl_tfrecord_masked_crc(buf, n), mask(crc32c_bitwise(buf, n)), "n=%zu", n);
-}
-
-/* ---- reader -------------------------------------------------------------------------- */
-
-typedef struct rd_value {
-    char tag[64];
-    float value;
-} rd_value;
-
-typedef struct rd_event {
-    double wall_time;
-    int64_t step;
-    char file_version[32];
-    rd_value v[32];
-    int n;
-} rd_event;
-
-static uint64_t le(const uint8_t *p, int n) {
-    uint64_t v = 0;
-    for (int i = n - 1; i >= 0; i--) v = v << 8 | p[i];
-    return v;
-}
-
-/* Read a varint at *p (< end); fails the test on truncation. */
-static uint64_t varint(const uint8_t **p, const uint8_t *end) {
-    uint64_t v = 0;
-    for (int shift = 0; shift < 64; shift += 7) {
-        cr_assert(*p < end, "truncated varint");
-        uint8_t b = *(*p)++;
-        v |= (uint64_t)(b & 0x7f) << shift;
-        if (!(b & 0x80)) return v;
-    }
-    cr_assert_fail("varint over 10 bytes");
-    return 0;
-}
-
-static void decode_value(const uint8_t *p, const uint8_t *end, rd_value *v) {
-    memset(v, 0, sizeof *v);
-    while (p < end) {
-        uint64_t key = varint(&p, end);
-        if (key == (1 << 3 | 2)) {
-            uint64_t n = varint(&p, end);
-            cr_assert(n < sizeof v->tag && p + n <= end);
-            memcpy(v->tag, p, n);
-            p += n;
-        } else if (key == (2 << 3 | 5)) {
-            cr_assert(p + 4 <= end);
-            uint32_t b = (uint32_t)le(p, 4);
-            memcpy(&v->value, &b, 4);
-            p += 4;
-        } else {
-            cr_assert_fail("Summary.Value: unexpected key %llu", (unsigned long long)key);
-        }
-    }
-}
-
-static void decode_event(const uint8_t *p, const uint8_t *end, rd_event *e) {
-    memset(e, 0, sizeof *e);
-    while (p < end) {
-        uint64_t key = varint(&p, end);
-        switch (key) {
-        case 1 << 3 | 1: { /* wall_time */
-            cr_assert(p + 8 <= end);
-            uint64_t b = le(p, 8);
-            memcpy(&e->wall_time, &b, 8);
-            p += 8;
-            break;
-        }
-        case 2 << 3 | 0: e->step = (int64_t)varint(&p, end); break;
-        case 3 << 3 | 2: {
-            uint64_t n = varint(&p, end);
-            cr_assert(n < sizeof e->file_version && p + n <= end);
-            memcpy(e->file_version, p, n);
-            p += n;
-            break;
-        }
-        case 5 << 3 | 2: { /* Summary */
-            uint64_t n = varint(&p, end);
-            cr_assert(p + n <= end);
-            const uint8_t *s = p, *se = p + n;
-            while (s < se) {
-                cr_assert_eq(varint(&s, se), 1 << 3 | 2, "Summary: expected field 1 (value)");
-                uint64_t vn = varint(&s, se);
-                cr_assert(s + vn <= se && e->n < 32);
-                decode_value(s, s + vn, &e->v[e->n++]);
-                s += vn;
-            }
-            p = se;
-            break;
-        }
-        default: cr_assert_fail("Event: unexpected key %llu", (unsigned long long)key);
-        }
-    }
-}
-
-/* Parse every TFRecord of `path`; returns false (and says why in `why`) on a bad CRC. */
-static bool read_events(const char *path, rd_event *ev, int max, int *n, char *why) {
-    FILE *f = fopen(path, "rb");
-    cr_assert(f, "open %s", path);
-    fseek(f, 0, SEEK_END);
-    long size = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    uint8_t *buf = malloc((size_t)size + 1);
-    cr_assert_eq(fread(buf, 1, (size_t)size, f), (size_t)size);
-    fclose(f);
-    bool ok = true;
-    *n = 0;
-    for (long off = 0; off < size;) {
-        cr_assert(off + 12 <= size, "truncated header at %ld", off);
-        uint64_t len = le(buf + off, 8);
-        if ((uint32_t)le(buf + off + 8, 4) != mask(crc32c_bitwise(buf + off, 8))) {
-            sprintf(why, "length crc at %ld", off);
-            ok = false;
-            break;
-        }
-        cr_assert(off + 12 + (long)len + 4 <= size, "truncated record at %ld", off);
-        const uint8_t *data = buf + off + 12;
-        if ((uint32_t)le(data + len, 4) != mask(crc32c_bitwise(data, len))) {
-            sprintf(why, "data crc at %ld", off);
-            ok = false;
-            break;
-        }
-        cr_assert(*n < max);
-        decode_event(data, data + len, &ev[(*n)++]);
-        off += 12 + (long)len + 4;
-    }
-    free(buf);
-    return ok;
+        cr_expect_eq(qrl_tfrecord_masked_crc(buf, n), tfr_mask(tfr_crc32c_bitwise(buf, n)), "n=%zu", n);
 }
 
 static char tmpdir[64];
@@ -206,10 +66,10 @@ Test(tfevents, scalars_read_back_through_an_independent_decoder) {
     char path[512];
     snprintf(path, sizeof path, "%s", qrl_tfevents_path(w));
     /* readable before close: each event is written through at once */
-    rd_event ev[8];
+    tfr_event ev[8];
     int n;
     char why[64];
-    cr_assert(read_events(path, ev, 8, &n, why), "%s", why);
+    cr_assert(tfr_read_events(path, ev, 8, &n, why), "%s", why);
     cr_expect_eq(n, 4);
     qrl_tfevents_close(w);
 
@@ -222,7 +82,7 @@ Test(tfevents, scalars_read_back_through_an_independent_decoder) {
         snprintf(want, sizeof want, "%s/events.out.tfevents.%010ld.%s", dir, (long)tv.tv_sec + 1, host);
     cr_expect_str_eq(path, want);
 
-    cr_assert(read_events(path, ev, 8, &n, why), "%s", why);
+    cr_assert(tfr_read_events(path, ev, 8, &n, why), "%s", why);
     cr_assert_eq(n, 4);
     cr_expect_str_eq(ev[0].file_version, "brain.Event:2");
     cr_expect(fabs(ev[0].wall_time - ((double)tv.tv_sec + tv.tv_usec / 1e6)) < 5, "wall_time %f", ev[0].wall_time);
@@ -253,7 +113,7 @@ Test(tfevents, scalars_read_back_through_an_independent_decoder) {
     fseek(f, -6, SEEK_END);
     fputc(c ^ 0x10, f);
     fclose(f);
-    cr_expect_not(read_events(path, ev, 8, &n, why));
+    cr_expect_not(tfr_read_events(path, ev, 8, &n, why));
     cr_expect(strstr(why, "data crc") != NULL, "%s", why);
 }
 
@@ -268,7 +128,7 @@ Test(tfevents, first_record_bytes) {
     size_t n = fread(b, 1, sizeof b, f);
     fclose(f);
     cr_assert_eq(n, 40u);
-    cr_expect_eq(le(b, 8), 24u);
+    cr_expect_eq(tfr_le(b, 8), 24u);
     cr_expect_eq(b[12], 0x09); /* field 1, fixed64 */
     cr_expect_eq(b[21], 0x1a); /* field 3, length-delimited */
     cr_expect_eq(b[22], 13);
