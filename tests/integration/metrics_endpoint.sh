@@ -46,19 +46,27 @@ wait_port() {
   return 1
 }
 
+# scrape_until PORT LINE: GET /metrics into $tmp/m (headers $tmp/h) until LINE is in it;
+# the loop publishes on its first ticks, which a loaded machine may delay (10 s at most).
+scrape_until() {
+  for _ in $(seq 50); do
+    curl -s -D "$tmp/h" -o "$tmp/m" "http://127.0.0.1:$1/metrics" && grep -qx "$2" "$tmp/m" && return 0
+    sleep 0.2
+  done
+  return 1
+}
+
 # ---- 1. rollout -------------------------------------------------------------------------
 "$rollout" --rollout.model "$model" --rollout.tokenizer "$tok" --rollout.threads 1 --rollout.slots 5 \
   --rollout.replica_id 'r"0' --metrics.listen 127.0.0.1:0 "${common[@]}" >"$tmp/rollout.log" 2>&1 &
 rpid=$!
 pids+=("$rpid")
 port=$(wait_port "$tmp/rollout.log") || fail "rollout: no 'metrics listening' line"
-sleep 0.5 # the loop publishes every 200 ms
-curl -s -D "$tmp/h" -o "$tmp/m" "http://127.0.0.1:$port/metrics" || fail "rollout: GET /metrics"
+scrape_until "$port" 'qrl_rollout_slots 5' || fail "rollout: no 'qrl_rollout_slots 5' in: $(cat "$tmp/m")"
 head -n1 "$tmp/h" | grep -q ' 200' || fail "rollout: status $(head -n1 "$tmp/h")"
 grep -qi '^Content-Type: text/plain; version=0.0.4' "$tmp/h" || fail "rollout: content type: $(cat "$tmp/h")"
 grep -qx '# TYPE qrl_rollout_tokens_generated_total counter' "$tmp/m" || fail "rollout: TYPE line"
 grep -qx '# HELP qrl_rollout_slots Sequence slots of the scheduler (rollout.slots).' "$tmp/m" || fail "rollout: HELP line"
-grep -qx 'qrl_rollout_slots 5' "$tmp/m" || fail "rollout: slots: $(grep slots "$tmp/m")"
 grep -qx 'qrl_rollout_state 2' "$tmp/m" || fail "rollout: state (want 2, running)"
 grep -qx 'qrl_rollout_groups_produced_total 0' "$tmp/m" || fail "rollout: groups produced"
 grep -qx 'qrl_rollout_info{replica="r\\"0",precision="f32",kv_format="f32"} 1' "$tmp/m" \
@@ -82,9 +90,7 @@ largs=(--learner.model "$model" --learner.tokenizer "$tok" --dataset.path "$tmp/
 lpid=$!
 pids+=("$lpid")
 port=$(wait_port "$tmp/learner.log") || fail "learner: no 'metrics listening' line"
-sleep 0.3
-curl -s -o "$tmp/m" "http://127.0.0.1:$port/metrics" || fail "learner: GET /metrics"
-grep -qx 'qrl_learner_groups_in_flight 9' "$tmp/m" || fail "learner: in flight: $(grep in_flight "$tmp/m")"
+scrape_until "$port" 'qrl_learner_groups_in_flight 9' || fail "learner: in flight: $(grep in_flight "$tmp/m")"
 grep -qx 'qrl_learner_groups_dispatched_total 9' "$tmp/m" || fail "learner: dispatched"
 grep -qx 'qrl_learner_step 0' "$tmp/m" || fail "learner: step"
 grep -qx '# TYPE qrl_learner_update_seconds gauge' "$tmp/m" || fail "learner: update_seconds TYPE"
