@@ -17,6 +17,7 @@
 #include "kafka/kafka.h"
 #include "kafka/offsets.h"
 #include "learner.h"
+#include "metrics.h"
 #include "rpc/rpc.h"
 #include "verify/verify.h"
 #include "wire/wire.h"
@@ -82,6 +83,7 @@ typedef struct ld_daemon {
     double last_reward, last_accuracy, last_train_tps;
     uint64_t warned_ms;
     FILE *metrics;
+    ld_metrics *lm;              /* metrics.listen / metrics.tensorboard_dir; NULL when off */
 } ld_daemon;
 
 static uint64_t unix_ms(void) {
@@ -404,6 +406,7 @@ static void on_trained(uv_async_t *h) {
                  s->groups_dropped, s->reward_mean, s->accuracy, s->kl_behav_prox, s->tis_frac, s->acr_frac,
                  s->steps_taken, s->tokens_trained, j->update_s, j->snapshot_s);
     write_metrics(d, j, d->training);
+    ld_metrics_update(d->lm, d->step, d->version, j);
     for (size_t i = 0; i < d->n_training; i++) {
         state_set(d, d->training[i].r->group_id, GS_TRAINED);
         part_done(d, d->training[i].partition, d->training[i].off);
@@ -477,6 +480,8 @@ static void expire_replicas(ld_daemon *d) {
     }
 }
 
+static void publish_metrics(ld_daemon *d);
+
 static void on_tick(uv_timer_t *t) {
     ld_daemon *d = t->data;
     ld_chunk_outcome gone[16];
@@ -512,6 +517,7 @@ static void on_tick(uv_timer_t *t) {
     }
     maybe_train(d);
     expire_replicas(d);
+    publish_metrics(d);
 }
 
 /* ---- rpc ------------------------------------------------------------------------------ */
@@ -623,6 +629,15 @@ static void h_status(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *us
     qrl_rpc_call_reply(call, &s.base);
 }
 
+static void publish_metrics(ld_daemon *d) {
+    if (!d->lm) return;
+    ld_metrics_state s = {.groups_dispatched = d->next_id - 1, .groups_in_flight = d->in_flight - d->n_buf,
+                          .groups_buffered = d->n_buf, .results = d->results, .duplicates = d->duplicates,
+                          .dead_letters = d->dead_letters, .replicas = d->n_replicas, .state = service_state(d)};
+    for (int i = 0; i < d->n_replicas; i++) s.replicas_synced += d->replicas[i].version == d->version;
+    ld_metrics_tick(d->lm, &s);
+}
+
 static void reply_control(ld_daemon *d, qrl_rpc_call_t *call, const char *msg) {
     Qrl__ControlResponse r = QRL__CONTROL_RESPONSE__INIT;
     r.state = service_state(d);
@@ -694,7 +709,7 @@ static qrl_status setup(ld_daemon *d, const qrl_learner_config *lc, qrl_error *e
     const char *mp = qrl_config_get_string(cfg, "metrics.jsonl");
     if (*mp && !(d->metrics = fopen(mp, "a")))
         return qrl_error_set(err, QRL_STATUS_IO, "metrics.jsonl: cannot open %s", mp);
-    return QRL_OK;
+    return ld_metrics_start(cfg, &d->lm, err);
 }
 
 int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok, const ld_dataset *ds,
@@ -766,6 +781,7 @@ int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok,
     free(d->state);
     free(d->perm);
     if (d->metrics) fclose(d->metrics);
+    ld_metrics_stop(d->lm);
     QRL_LOG_INFO("learner", "stopped rc=%d step=%" PRIu64 " version=%" PRIu64, rc, d->step, d->version);
     return rc;
 }

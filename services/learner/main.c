@@ -104,6 +104,10 @@ static const qrl_config_entry CONFIG[] = {
     {"checkpoint.every", QRL_CONFIG_TYPE_INT, "0", 0, 1e12, NULL, false,
      "checkpoint every N updates (not implemented yet; must stay 0)"},
     {"metrics.jsonl", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false, "append one JSON line per update"},
+    {"metrics.listen", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
+     "Prometheus /metrics address host:port (\"\" = off; port 0 = any free, logged as metrics listening addr=...)"},
+    {"metrics.tensorboard_dir", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
+     "TensorBoard event files: one event per update with the metrics.jsonl scalars (\"\" = off)"},
     {"learner.threads", QRL_CONFIG_TYPE_INT, "0", 0, 1024, NULL, false, "OpenMP threads (0 = all cores)"},
 };
 #define N_CONFIG (sizeof CONFIG / sizeof CONFIG[0])

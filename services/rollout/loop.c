@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "metrics.h"
 #include "rollout.h"
 #include "rpc/rpc.h"
 #include "verify/verify.h"
@@ -47,6 +48,8 @@ struct rd_daemon {
     uint64_t groups_produced, dead_letters, duplicates, consumed;
     FILE *metrics;
     char kv_format[16], precision[16];
+    rd_metrics *prom;       /* metrics.listen; NULL when off */
+    uint64_t prom_ms;
 };
 
 static uint64_t now_us(void) { return uv_hrtime() / 1000; }
@@ -356,6 +359,8 @@ static void on_drain_async(uv_async_t *h) {
     start_drain(d, "learner shutdown", (uint64_t)qrl_config_get_int(d->cfg, "rollout.drain_timeout_ms"));
 }
 
+static void fill_status(rd_daemon *d, Qrl__RolloutStatus *r);
+
 static void on_tick(uv_timer_t *t) {
     rd_daemon *d = t->data;
     qrl_kafka_producer_poll(d->producer, 0);
@@ -401,6 +406,12 @@ static void on_tick(uv_timer_t *t) {
             d->assigned = a;
         }
     }
+    if (d->prom && uv_now(&d->loop) - d->prom_ms >= 200) { /* the stats take the engine's lock */
+        d->prom_ms = uv_now(&d->loop);
+        Qrl__RolloutStatus s = QRL__ROLLOUT_STATUS__INIT;
+        fill_status(d, &s);
+        rd_metrics_update(d->prom, &s, d->dead_letters, d->consumed, d->duplicates);
+    }
     if (d->draining && d->inflight == 0 && qrl_kafka_producer_outstanding(d->producer) == 0)
         begin_close(d);
     else if (d->draining && d->drain_deadline_ms && uv_now(&d->loop) >= d->drain_deadline_ms &&
@@ -420,8 +431,7 @@ static void reply_control(rd_daemon *d, qrl_rpc_call_t *call, const char *msg) {
     qrl_rpc_call_reply(call, &r.base);
 }
 
-static void h_status(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
-    rd_daemon *d = user;
+static void fill_status(rd_daemon *d, Qrl__RolloutStatus *rp) {
     rd_engine_stats es;
     rd_engine_get_stats(&d->engine, &es);
     Qrl__RolloutStatus r = QRL__ROLLOUT_STATUS__INIT;
@@ -441,6 +451,12 @@ static void h_status(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *us
     r.tokens_generated = es.sched.tokens_generated;
     r.precision = d->precision;
     r.kv_format = d->kv_format;
+    *rp = r;
+}
+
+static void h_status(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
+    Qrl__RolloutStatus r;
+    fill_status(user, &r);
     qrl_rpc_call_reply(call, &r.base);
 }
 
@@ -538,7 +554,7 @@ static qrl_status setup(rd_daemon *d, qrl_error *err) {
     const char *mp = qrl_config_get_string(cfg, "metrics.jsonl");
     if (*mp && !(d->metrics = fopen(mp, "a")))
         return qrl_error_set(err, QRL_STATUS_IO, "metrics.jsonl: cannot open %s", mp);
-    return QRL_OK;
+    return rd_metrics_start(cfg, d->replica_id, d->precision, d->kv_format, &d->prom, err);
 }
 
 int rd_daemon_run(qrl_config_t *cfg, const qrl_model *model, const qrl_tokenizer *tok) {
@@ -607,6 +623,7 @@ int rd_daemon_run(qrl_config_t *cfg, const qrl_model *model, const qrl_tokenizer
     qrl_kafka_offsets_free(d->offsets);
     free(d->live);
     if (d->metrics) fclose(d->metrics);
+    rd_metrics_stop(d->prom);
     QRL_LOG_INFO("rollout", "stopped rc=%d consumed=%" PRIu64 " produced=%" PRIu64
                  " dead_letters=%" PRIu64 " duplicates_skipped=%" PRIu64,
                  rc, d->consumed, d->groups_produced, d->dead_letters, d->duplicates);

@@ -87,6 +87,8 @@ static const qrl_config_entry CONFIG[] = {
      "\"\" = standalone (serve the loaded weights)"},
     {"metrics.jsonl", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
      "append one JSON line per produced group (optional)"},
+    {"metrics.listen", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
+     "Prometheus /metrics address host:port (\"\" = off; port 0 = any free, logged as metrics listening addr=...)"},
 };
 #define N_CONFIG (sizeof CONFIG / sizeof CONFIG[0])
 
