@@ -1,0 +1,127 @@
+#!/usr/bin/env bash
+# Soak (make test-long; issue 10): a real Kafka broker, qrl-learner and 3 qrl-rollout
+# replicas on stories260K run for QRL_SOAK_MINUTES (default 30); every
+# QRL_SOAK_RESTART_MINUTES (default 5) one replica (round robin) is sent SIGTERM and
+# started again.  Every 10 s the RSS of every daemon is sampled.  Passes when:
+#   - no group is lost: every group id dispatched up to the last update was trained once
+#     (or listed dropped), with no id twice;
+#   - the RSS of every daemon after warm-up grows < 5% (each daemon incarnation: from the
+#     sample a third into its life to its last sample);
+#   - the learner exits 0 when told to stop (SIGTERM) and the replicas drain.
+# Prints a table: per daemon RSS at warm-up / end and growth; updates and groups done.
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+build=${BUILD:-build}
+kafka=deploy/kafka/kafka.sh
+export QRL_KAFKA_ADMIN=$build/bin/qrl-kafka-admin
+learner=$build/bin/qrl-learner
+rollout=$build/bin/qrl-rollout
+data_dir=${QRL_DATA_DIR:-../shared/data}/llama2c_stories260K
+model=$data_dir/stories260K.bin
+tokenizer=$data_dir/tok512.bin
+minutes=${QRL_SOAK_MINUTES:-30}
+duration=$(awk -v m="$minutes" 'BEGIN { print int(m * 60) }')
+restart_every=$(awk -v m="${QRL_SOAK_RESTART_MINUTES:-5}" 'BEGIN { print int(m * 60) }')
+fail() { echo "FAIL: $*"; exit 1; }
+[ -f "$root/.deps/kafka/libs/.stamp" ] || { echo "skipped: no Kafka jars (deploy/setup.sh)"; exit 77; }
+
+tmp=${QRL_SOAK_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/qrl-soak.XXXXXX")}
+mkdir -p "$tmp"
+pids=()
+cleanup() {
+  local rc=$?
+  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
+  "$kafka" stop --dir "$tmp/kafka" --timeout 20 >/dev/null 2>&1 || true
+  [ $rc -eq 0 ] || echo "soak failed; logs in $tmp"
+  exit $rc
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+count() { local n; n=$(grep -c -- "$2" "$1" 2>/dev/null); echo "${n:-0}"; }
+rss_kb() { local v; v=$(awk '/^VmRSS/ { print $2 }' "/proc/$1/status" 2>/dev/null); echo "${v:-0}"; }
+
+bootstrap=$("$kafka" start --dir "$tmp/kafka" --port 0 | sed -n 's/^BOOTSTRAP=//p')
+[ -n "$bootstrap" ] || fail "broker did not start"
+"$kafka" create-topics --bootstrap "$bootstrap" --partitions 6 >/dev/null 2>&1
+printf 'soak-token-%s\n' "$$" >"$tmp/token"
+: >"$tmp/data.jsonl"
+names=(Lily Tom Sue Ben Max Mia) words=(the was and she he little girl boy day happy big play)
+for i in $(seq 0 299); do
+  printf '{"prompt":"Once upon a time, %s","answer":"%s"}\n' "${names[$((i % 6))]}" \
+    "${words[$((i % 12))]}" >>"$tmp/data.jsonl"
+done
+"$learner" --learner.model "$model" --learner.tokenizer "$tokenizer" --dataset.chat_template none \
+  --dataset.task contains --learner.threads 1 --dataset.path "$tmp/data.jsonl" \
+  --kafka.bootstrap "$bootstrap" --learner.group_size 4 --learner.quota 8 --learner.lr 1e-4 \
+  --learner.seed 11 --sampling.max_new_tokens 48 --learner.heartbeat_interval_ms 500 \
+  --rpc.token_file "$tmp/token" --metrics.jsonl "$tmp/learner.jsonl" >"$tmp/learner.log" 2>&1 &
+pid_learner=$!
+pids+=($pid_learner)
+for _ in $(seq 300); do grep -q "rpc listening port=[0-9]" "$tmp/learner.log" 2>/dev/null && break; sleep 0.1; done
+sleep 0.2
+port=$(sed -n 's/.*rpc listening port=\([0-9]*\).*/\1/p' "$tmp/learner.log")
+[ -n "$port" ] || fail "learner did not start"
+declare -A rpid incarnation
+start_replica() { # $1 = name
+  local n=${incarnation[$1]:-0}
+  incarnation[$1]=$((n + 1))
+  "$rollout" --rollout.model "$model" --rollout.tokenizer "$tokenizer" --kafka.bootstrap "$bootstrap" \
+    --rollout.replica_id "$1" --rollout.slots 8 --rollout.max_concurrency 4 --rollout.threads 1 \
+    --rollout.precision w8a8-int8 --rollout.kv_cache int4-protected --kafka.session_timeout_ms 6000 \
+    --rollout.step_delay_ms "${QRL_SOAK_STEP_DELAY_MS:-0}" \
+    --rpc.token_file "$tmp/token" --learner.addr "127.0.0.1:$port" >>"$tmp/$1.log" 2>&1 &
+  rpid[$1]=$!
+  pids+=($!)
+}
+for r in r0 r1 r2; do start_replica $r; done
+
+t0=$SECONDS end=$((SECONDS + duration)) next_restart=$((SECONDS + restart_every))
+k=0
+: >"$tmp/rss.tsv"
+while [ $SECONDS -lt $end ]; do
+  sleep 10
+  el=$((SECONDS - t0))
+  printf '%d\tlearner\t0\t%s\n' "$el" "$(rss_kb $pid_learner)" >>"$tmp/rss.tsv"
+  for r in r0 r1 r2; do printf '%d\t%s\t%d\t%s\n' "$el" "$r" "${incarnation[$r]}" "$(rss_kb "${rpid[$r]}")" >>"$tmp/rss.tsv"; done
+  kill -0 $pid_learner 2>/dev/null || fail "the learner died"
+  if [ $SECONDS -ge $next_restart ]; then
+    r=r$((k % 3)); k=$((k + 1))
+    kill -TERM "${rpid[$r]}"
+    wait "${rpid[$r]}" || fail "$r exited $? on SIGTERM"
+    echo "[$(date +%H:%M:%S)] restarted $r after $((SECONDS - t0)) s (updates so far $(wc -l <"$tmp/learner.jsonl"))"
+    start_replica "$r"
+    next_restart=$((SECONDS + restart_every))
+  fi
+done
+kill -TERM $pid_learner
+wait $pid_learner || fail "learner exited $? on SIGTERM"
+for r in r0 r1 r2; do kill -TERM "${rpid[$r]}" 2>/dev/null || true; wait "${rpid[$r]}" 2>/dev/null || true; done
+
+m=$tmp/learner.jsonl
+U=$(wc -l <"$m")
+[ "$U" -ge 3 ] || fail "only $U updates in $minutes minutes"
+jq -s -e '[.[].groups[]] as $g | ($g | length) == ($g | unique | length)' "$m" >/dev/null || fail "a group trained twice"
+jq -s -e '[.[].groups[]] | sort == [range(1; length + 1)]' "$m" >/dev/null ||
+  fail "groups missing: $(jq -s -c '[.[].groups[]] | sort | . as $s | [range(1; ($s[-1] + 1))] - $s' "$m")"
+echo
+printf '%-8s %5s %12s %12s %8s\n' daemon inc "RSS warm kB" "RSS end kB" growth
+# per daemon incarnation: RSS after its first third of samples (warm-up) vs its last
+awk -F'\t' '
+  $4 > 0 { key = $2 " " $3; n[key]++; v[key, n[key]] = $4 }
+  END {
+    w = 0
+    for (k in n) {
+      if (n[k] < 3) continue
+      a0 = v[k, int(n[k] / 3) + 1]; a1 = v[k, n[k]]
+      split(k, nm, " "); g = (a1 - a0) / a0 * 100
+      printf "%-8s %5s %12d %12d %7.2f%%\n", nm[1], nm[2], a0, a1, g
+      if (g > w) w = g
+    }
+    printf "WORST %.2f\n", w
+  }' "$tmp/rss.tsv" >"$tmp/rss-table.txt"
+grep -v '^WORST' "$tmp/rss-table.txt" | sort
+worst=$(sed -n 's/^WORST //p' "$tmp/rss-table.txt")
+echo "updates $U, groups trained $(jq -s '[.[].groups[]] | length' "$m"), replica restarts $k, worst RSS growth after warm-up ${worst}%"
+awk -v w="$worst" 'BEGIN { exit !(w < 5) }' || fail "RSS grew ${worst}% (>= 5%)"
+echo "soak passed ($minutes min)"
