@@ -856,7 +856,8 @@ static qrl_status restore(ld_daemon *d, const char *dir, const qrl_ckpt_state *s
         resent++;
     }
     free(perm);
-    for (size_t i = 0; i < s->n_offsets; i++) {
+    bool same_topic = strcmp(s->results_topic, d->results_topic) == 0;
+    for (size_t i = 0; same_topic && i < s->n_offsets; i++) {
         ckpt_safe_set(d, s->offsets[i].partition, s->offsets[i].next_offset);
         int64_t committed = -1;
         qrl_error e2;
@@ -921,6 +922,9 @@ static qrl_status ckpt_configure(ld_daemon *d, const qrl_tokenizer *tok, qrl_lea
     if (rs->uaq_scale != lc->uaq_scale)
         QRL_LOG_WARN("learner", "resume: uaq.scale=%g differs from the checkpoint's %g: using the checkpoint's",
                      (double)lc->uaq_scale, (double)rs->uaq_scale);
+    if (strcmp(rs->results_topic, d->results_topic) != 0)
+        QRL_LOG_WARN("learner", "resume: the checkpoint consumed topic %s, this run reads %s: its offsets do "
+                     "not apply", rs->results_topic, d->results_topic);
     if (strcmp(rs->dataset, d->abs_ds) != 0)
         QRL_LOG_WARN("learner", "resume: dataset %s, the checkpoint was taken on %s", d->abs_ds, rs->dataset);
     d->seed = lc->seed = rs->seed;
@@ -1008,6 +1012,11 @@ int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok,
         _exit(1); /* handles half made; nothing in flight yet */
     }
     qrl_ckpt_state_free(&rs);
+    if (d->max_updates && d->step >= d->max_updates) { /* resumed a finished run */
+        QRL_LOG_INFO("learner", "max_updates=%" PRIu64 " reached already (step %" PRIu64 "): stopping",
+                     d->max_updates, d->step);
+        d->finished = true;
+    }
     uv_timer_init(&d->loop, &d->tick);
     uv_timer_init(&d->loop, &d->exit_timer);
     d->tick.data = d->exit_timer.data = d;
@@ -1018,6 +1027,7 @@ int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok,
     d->sigterm.data = d->sigint.data = d;
     uv_signal_start(&d->sigterm, on_signal, SIGTERM);
     uv_signal_start(&d->sigint, on_signal, SIGINT);
+    if (d->finished) uv_timer_start(&d->exit_timer, on_exit_timer, 1500, 0);
     QRL_LOG_INFO("learner", "serving run_id=%" PRIu64 " prompts=%s results=%s G=%u T=%u window=%" PRIu64
                  " dataset=%zu prompts", d->run_id, d->prompts_topic, d->results_topic, d->G, d->T,
                  in_flight_limit(d), ds->n);
