@@ -9,13 +9,16 @@
 #      B continues at step 3 / version 3; every group id 1..8 trained exactly once over
 #      both processes; params.safetensors and optimizer.bin of steps 3 and 4 are
 #      byte-identical to A's (CPU, deterministic update, same quota composition);
+#      Learner.Checkpoint (qrlctl checkpoint [TAG]) on the idle resumed learner answers
+#      with the folder, step and version;
 #   2. export of A's newest checkpoint -> qrl-generate --dump_logits over 12 prompt ids ==
 #      the learner's policy logits (harness logits: base model + checkpoint parameters,
 #      UAQ-scaled as trained) within 1e-4; the base model's logits differ by more; the
 #      llama2.c tokenizer is copied as tokenizer.bin;
 #   3. damaged checkpoints: a garbled manifest, a truncated params file, a missing named
 #      folder: the learner exits 1 naming the file/field; a partial newer folder is
-#      skipped with a WARN by --resume auto;
+#      skipped with a WARN by --resume auto; SIGTERM on an idle learner writes a
+#      checkpoint with its 4 dispatched groups pending;
 #   4. a real qrl-rollout replica: T = 4, G = 4, 4 updates; the learner is killed -9
 #      right after its step-2 checkpoint and restarted on the same rpc port with
 #      --resume auto: the replica re-registers, gets version >= 3 over TCP, the learner
@@ -65,7 +68,8 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 secs() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
-count() { grep -c -- "$2" "$1" 2>/dev/null || true; }
+count() { local n; n=$(grep -c -- "$2" "$1" 2>/dev/null) || true; echo "${n:-0}"; }
+stop() { { kill -KILL "$1" && wait "$1"; } 2>/dev/null || true; } # no job-control noise
 wait_log() {
   local end=$((SECONDS + $4))
   while [ "$(count "$1" "$2")" -lt "$3" ]; do
@@ -114,7 +118,7 @@ QRL_LOG_LEVEL=info "$learner" "${common[@]}" "${feeder_args[@]}" --kafka.prompts
   --metrics.jsonl "$tmp/A.jsonl" >"$tmp/A.log" 2>&1 &
 pids+=($!)
 wait_exit $! 90 "learner A"
-kill -KILL $pid_fa 2>/dev/null || true
+stop $pid_fa
 jq -s -e 'map(.version) == [1,2,3,4] and ([.[].groups[]] | sort == [range(1;9)])' "$tmp/A.jsonl" >/dev/null ||
   fail "run A metrics: $(jq -c -s 'map({version, groups})' "$tmp/A.jsonl")"
 for s in 1 2 3 4; do [ -f "$tmp/ckA/step-0000000$s/manifest.json" ] || fail "A: no checkpoint of step $s"; done
@@ -133,17 +137,26 @@ QRL_LOG_LEVEL=info "$learner" "${fb_args[@]}" --metrics.jsonl "$tmp/B1.jsonl" >"
 pids+=($!); pid_b1=$!
 wait_log "$tmp/B1.log" "checkpoint step=2 " 1 60
 wait_log "$tmp/feedB.log" "holding group 5" 1 20
-kill -KILL $pid_b1
-wait $pid_b1 2>/dev/null || true
+stop $pid_b1
 [ "$(wc -l <"$tmp/B1.jsonl")" -eq 2 ] || fail "B1 trained $(wc -l <"$tmp/B1.jsonl") updates, expected 2"
 t_resume=$(date +%s.%N)
 QRL_LOG_LEVEL=info "$learner" "${fb_args[@]}" --resume auto --metrics.jsonl "$tmp/B2.jsonl" \
   >"$tmp/B2.log" 2>&1 &
 pids+=($!); pid_b2=$!
+wait_log "$tmp/B2.log" "rpc listening port=" 1 30
 wait_log "$tmp/B2.log" "resumed from" 1 30
+# Learner.Checkpoint while idle: untagged = the current one (nothing trained since the
+# resume); tagged = a new folder at the same step
+pb2=$(sed -n 's/.*rpc listening port=\([0-9]*\).*/\1/p' "$tmp/B2.log")
+ctl=("$build/bin/qrlctl" --learner "127.0.0.1:$pb2" --token-file "$tmp/token")
+out=$("${ctl[@]}" checkpoint 2>&1) || fail "qrlctl checkpoint: $out"
+[ "$out" = "checkpoint $tmp/ckB/step-00000002 step 2 version 2" ] || fail "qrlctl checkpoint: $out"
+out=$("${ctl[@]}" checkpoint manual 2>&1) || fail "qrlctl checkpoint manual: $out"
+[ "$out" = "checkpoint $tmp/ckB/step-00000002-manual step 2 version 2" ] || fail "qrlctl checkpoint manual: $out"
+[ -f "$tmp/ckB/step-00000002-manual/manifest.json" ] || fail "tagged checkpoint not written"
 touch "$tmp/go"
 wait_exit $pid_b2 90 "learner B2"
-kill -KILL $pid_fb 2>/dev/null || true
+stop $pid_fb
 grep -q "resumed from $tmp/ckB/step-00000002: step=2 version=2 run_id=77 " "$tmp/B2.log" ||
   fail "resume line: $(grep resumed "$tmp/B2.log")"
 jq -s -e 'map(.version) == [3,4] and map(.step) == [3,4]' "$tmp/B2.jsonl" >/dev/null ||
@@ -199,7 +212,17 @@ out=$(QRL_LOG_LEVEL=info timeout 20 "$learner" "${fa_args[@]}" --learner.checkpo
   --learner.max_updates 4 2>&1) || fail "resume of a finished run with a partial folder failed: $out"
 echo "$out" | grep -q "WARN.*step-00000009 has no manifest.json (partial, ignored)" || fail "partial: $out"
 echo "$out" | grep -q "resumed from $tmp/ckA/step-00000004: step=4 version=4" || fail "partial resume: $out"
-echo "damaged checkpoints refused with the file named; a partial folder skipped"
+# SIGTERM on an idle learner writes a checkpoint (its dispatched groups pending) and exits 0
+QRL_LOG_LEVEL=info "$learner" "${fa_args[@]}" --kafka.group gs --learner.run_id 78 \
+  --learner.checkpoint_dir "$tmp/ckS" >"$tmp/S.log" 2>&1 &
+pids+=($!); pid_s=$!
+wait_log "$tmp/S.log" "serving run_id=78" 1 30
+sleep 1
+kill -TERM $pid_s
+wait_exit $pid_s 30 "learner on SIGTERM"
+jq -e '.step == 0 and .version == 0 and .run_id == 78 and (.pending | length) == 4 and .next_group_id == 5' \
+  "$tmp/ckS/step-00000000/manifest.json" >/dev/null || fail "SIGTERM checkpoint: $(cat "$tmp/ckS/step-00000000/manifest.json")"
+echo "damaged checkpoints refused with the file named; a partial folder skipped; SIGTERM checkpoint written"
 
 # ---- 4. real replica: kill -9 after a checkpoint, resume, the replica follows -----------
 t=$(date +%s.%N)
@@ -215,8 +238,7 @@ port=$(sed -n 's/.*rpc listening port=\([0-9]*\).*/\1/p' "$tmp/R1.log")
   --learner.addr "127.0.0.1:$port" >"$tmp/r0.log" 2>&1 &
 pids+=($!); pid_r0=$!
 wait_log "$tmp/R1.log" "checkpoint step=2 " 1 90
-kill -KILL $pid_r1
-wait $pid_r1 2>/dev/null || true
+stop $pid_r1
 QRL_LOG_LEVEL=info "$learner" "${rargs[@]}" --rpc.listen "127.0.0.1:$port" --resume auto \
   --metrics.jsonl "$tmp/R2.jsonl" >"$tmp/R2.log" 2>&1 &
 pids+=($!); pid_r2=$!
