@@ -186,7 +186,7 @@ ids=1,403,407,261,378,275,305,271,0,87,265,307
   --dump_logits "$tmp/gen.npy" >"$tmp/gen.log" 2>&1 || fail "qrl-generate on the export failed"
 "$generate" --model "$model" --tokenizer "$tokenizer" --prompt_ids "$ids" --max_new_tokens 1 --temperature 0 \
   --dump_logits "$tmp/base.npy" >>"$tmp/gen.log" 2>&1 || fail "qrl-generate on the base model failed"
-"$harness" logits --checkpoint "$tmp/ckA" --ids "$ids" --out "$tmp/policy.npy" || fail "harness logits"
+QRL_LOG_LEVEL=warn "$harness" logits --checkpoint "$tmp/ckA" --ids "$ids" --out "$tmp/policy.npy" || fail "harness logits"
 diff_line=$("$harness" compare "$tmp/gen.npy" "$tmp/policy.npy" --tol 1e-4) ||
   fail "exported logits differ from the learner's policy: $diff_line"
 base_line=$("$harness" compare "$tmp/base.npy" "$tmp/policy.npy" --tol 1e-4) &&
