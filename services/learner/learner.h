@@ -6,7 +6,8 @@
  *     service (Register, Heartbeat, WatchVersions, Status, Set, Pause, Resume, Shutdown);
  *     signals; offset commits; the config;
  *   - trainer: owns the model's parameters and the qrl_learner; runs one update per job
- *     and builds the BF16 weight snapshot of the new version;
+ *     and builds the BF16 weight snapshot of the new version; writes checkpoint jobs
+ *     (checkpoint.c) between updates;
  *   - weight server: accepts TCP connections and streams the newest snapshot (one short-
  *     lived thread per connection, so a slow replica never holds another).
  * Loop and trainer meet in ld_trainer: one job slot (loop -> trainer, mutex + condvar)

@@ -6,7 +6,9 @@
  *    and refused when named;
  *  - refused with the file (and field) named: truncated / garbled params.safetensors,
  *    truncated optimizer.bin, a manifest that is not JSON, one missing a field, one whose
- *    ranges do not tile the dispatched ids, a model of another shape; a bad tag. */
+ *    ranges do not tile the dispatched ids, a model of another shape; a bad tag;
+ *  - a learner restored from a checkpoint (parameters, AdamW, update count; UAQ 1.5)
+ *    continues bit-identically to an uninterrupted one (without the update count: not). */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -14,6 +16,7 @@
 #include <sys/stat.h>
 
 #include "learner/checkpoint.h"
+#include "learner/update.h"
 #include "model/model.h"
 #include "support/test_files.h"
 
@@ -317,5 +320,97 @@ Test(learner_checkpoint, other_model_shape_refused) {
     qrl_adamw_destroy(o), qrl_adamw_destroy(o2);
     qrl_model_free(m), qrl_model_free(other);
     free(g);
+    qrl_test_rmtree(root);
+}
+
+/* ---- resume through a checkpoint == an uninterrupted learner ---------------------------- */
+
+/* Two groups of 4 responses over vocab 16; content fixed by `u` (the update index). */
+typedef struct upd_groups {
+    int32_t prompt[3], tok[2][4][5];
+    float lp[2][4][5];
+    qrl_learner_response r[2][4];
+    qrl_learner_group g[2];
+} upd_groups;
+
+static void make_groups(upd_groups *x, int u) {
+    for (int i = 0; i < 3; i++) x->prompt[i] = 1 + i;
+    for (int g = 0; g < 2; g++) {
+        for (int k = 0; k < 4; k++) {
+            for (int t = 0; t < 5; t++) {
+                x->tok[g][k][t] = (u * 5 + g * 3 + k * 7 + t) % 16;
+                x->lp[g][k][t] = -2.0f - 0.1f * (float)t;
+            }
+            x->r[g][k] = (qrl_learner_response){.tokens = x->tok[g][k], .logprobs = x->lp[g][k],
+                                                .n_tokens = 3 + (k + u) % 3, .reward = (float)((k + g + u) % 2)};
+        }
+        x->g[g] = (qrl_learner_group){.group_id = (uint64_t)(u * 2 + g + 1), .prompt = x->prompt, .n_prompt = 3,
+                                      .responses = x->r[g], .n_responses = 4};
+    }
+}
+
+static qrl_learner_t *new_learner(qrl_model *m) {
+    qrl_learner_config c;
+    qrl_learner_config_default(&c);
+    c.lr.lr = 1e-2;
+    c.minibatch_seqs = 3; /* several shuffled minibatches: the shuffle RNG must continue */
+    c.ppo_epochs = 2;
+    c.uaq_scale = 1.5f;
+    c.seed = 9;
+    qrl_learner_t *l;
+    qrl_error err;
+    cr_assert_eq(qrl_learner_new(m, &c, &l, &err), QRL_OK, "%s", err.msg);
+    return l;
+}
+
+static void update(qrl_learner_t *l, int u) {
+    upd_groups x;
+    make_groups(&x, u);
+    qrl_learner_stats s;
+    qrl_error err;
+    cr_assert_eq(qrl_learner_update(l, x.g, 2, &s, &err), QRL_OK, "%s", err.msg);
+    cr_assert_gt(s.steps_taken, 0);
+}
+
+Test(learner_checkpoint, resumed_learner_equals_uninterrupted) {
+    char root[64], dir[QRL_CKPT_PATH_MAX];
+    qrl_test_mkdtemp(root);
+    /* A: 3 updates in one go */
+    qrl_model *ma = tiny(TINY_JSON(32), 5);
+    qrl_learner_t *la = new_learner(ma);
+    for (int u = 0; u < 3; u++) update(la, u);
+    /* B: 1 update, checkpoint, a new process's model + learner (UAQ applied to the base
+     * again, as the daemon does: the reference policy), restore, 2 more updates */
+    qrl_model *mb = tiny(TINY_JSON(32), 5);
+    qrl_learner_t *lb = new_learner(mb);
+    update(lb, 0);
+    qrl_ckpt_state s = state(1);
+    s.learner_updates = qrl_learner_updates(lb);
+    s.uaq_scale = mb->uaq_scale;
+    qrl_error err;
+    cr_assert_eq(qrl_ckpt_write(root, mb, qrl_learner_optimizer(lb), &s, 2, dir, NULL, &err), QRL_OK, "%s", err.msg);
+    qrl_learner_destroy(lb);
+    qrl_model_free(mb);
+    qrl_model *mc = tiny(TINY_JSON(32), 5);
+    qrl_learner_t *lc = new_learner(mc);
+    qrl_ckpt_state r;
+    cr_assert_eq(qrl_ckpt_read(dir, &r, &err), QRL_OK, "%s", err.msg);
+    cr_assert_eq(r.uaq_scale, 1.5f);
+    cr_assert_eq(qrl_ckpt_load_params(dir, mc, &err), QRL_OK, "%s", err.msg);
+    cr_assert_eq(qrl_ckpt_load_optimizer(dir, qrl_learner_optimizer(lc), &err), QRL_OK, "%s", err.msg);
+    qrl_learner_set_updates(lc, r.learner_updates);
+    qrl_ckpt_state_free(&r);
+    for (int u = 1; u < 3; u++) update(lc, u);
+    cr_assert_eq(memcmp(ma->arena, mc->arena, ma->arena_floats * sizeof(float)), 0,
+                 "resumed parameters differ from the uninterrupted run's");
+    /* and the update count matters: a learner restored without it shuffles differently */
+    qrl_model *md = tiny(TINY_JSON(32), 5);
+    qrl_learner_t *ld = new_learner(md);
+    cr_assert_eq(qrl_ckpt_load_params(dir, md, &err), QRL_OK);
+    cr_assert_eq(qrl_ckpt_load_optimizer(dir, qrl_learner_optimizer(ld), &err), QRL_OK);
+    for (int u = 1; u < 3; u++) update(ld, u);
+    cr_assert_neq(memcmp(ma->arena, md->arena, ma->arena_floats * sizeof(float)), 0);
+    qrl_learner_destroy(la), qrl_learner_destroy(lc), qrl_learner_destroy(ld);
+    qrl_model_free(ma), qrl_model_free(mc), qrl_model_free(md);
     qrl_test_rmtree(root);
 }
