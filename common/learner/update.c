@@ -144,13 +144,15 @@ qrl_status qrl_learner_new(qrl_model *m, const qrl_learner_config *cfg, qrl_lear
                            qrl_error *err) {
     *out = NULL;
     QRL_TRY(check_config(cfg, err));
-    if (cfg->uaq_scale != 1.0f)
-        /* TODO(uaq): qrl_model_apply_uaq(m, cfg->uaq_scale, err) once the formats branch
-         * (feat/fmtint) is merged; the learner then trains the scaled parameterization. */
-        return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
-                             "learner.uaq_scale: %g, but qrl_model_apply_uaq is not in this "
-                             "build yet: use 1",
-                             cfg->uaq_scale);
+    /* UAQ (SPEC §3): train the scaled parameterization.  A model already scaled by s
+     * (a resumed checkpoint: its parameters are stored scaled) is taken as it is. */
+    if (cfg->uaq_scale != m->uaq_scale) {
+        if (m->uaq_scale != 1.0f)
+            return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                                 "learner.uaq_scale: %g, but the model is already scaled by %g",
+                                 (double)cfg->uaq_scale, (double)m->uaq_scale);
+        QRL_TRY(qrl_model_apply_uaq(m, cfg->uaq_scale, err));
+    }
     qrl_status st = QRL_OK;
     qrl_learner_t *l = calloc(1, sizeof *l);
     if (!l) return qrl_error_set(err, QRL_STATUS_NOMEM, "learner: struct");
@@ -212,6 +214,7 @@ qrl_status qrl_learner_set_lr(qrl_learner_t *l, double lr, qrl_error *err) {
 }
 
 uint64_t qrl_learner_updates(const qrl_learner_t *l) { return l->updates; }
+void qrl_learner_set_updates(qrl_learner_t *l, uint64_t updates) { l->updates = updates; }
 
 /* ---- packing -------------------------------------------------------------------------- */
 

@@ -80,8 +80,7 @@ typedef struct qrl_learner_config {
     qrl_adamw_config adamw;        /* qrl_adamw_config_default (clip 1.0) */
     qrl_lr_schedule lr;            /* constant 1e-6, no warmup */
     float accuracy_threshold;      /* a response is correct when reward >= this; 1.0 */
-    float uaq_scale;               /* SPEC §3 UAQ s; 1 = off.  Default 1 until
-                                      qrl_model_apply_uaq is in the tree (see new) */
+    float uaq_scale;               /* SPEC §3 UAQ s; 1 = off (default) */
     uint64_t seed;                 /* minibatch shuffle; default 0 */
 } qrl_learner_config;
 
@@ -96,10 +95,11 @@ typedef struct qrl_learner qrl_learner_t; /* opaque */
  * weights are the parameters).  Allocates the training engine (max_tokens), AdamW state
  * and, when loss.beta > 0, a frozen copy of m's current weights as the reference policy
  * (plus its own engine).  *out owned by the caller (qrl_learner_destroy).
- * UAQ: uaq_scale != 1 is refused with UNSUPPORTED (TODO: call qrl_model_apply_uaq(m, s)
- * here once the formats branch that defines it is merged).
+ * UAQ: with uaq_scale s != 1 the model is rescaled in place (qrl_model_apply_uaq) before
+ * the reference copy, unless m->uaq_scale is s already (a resumed checkpoint).
  * Errors: INVALID_ARGUMENT naming the config field (ppo_epochs, minibatch_seqs,
- * max_tokens, accuracy_threshold, loss.*, adamw.*, lr.*), UNSUPPORTED (UAQ), NOMEM. */
+ * max_tokens, accuracy_threshold, loss.*, adamw.*, lr.*; uaq_scale differing from a scale
+ * already applied to m), NOMEM. */
 qrl_status qrl_learner_new(qrl_model *m, const qrl_learner_config *cfg, qrl_learner_t **out,
                            qrl_error *err);
 /* Free the learner (not the model); NULL is a no-op. */
@@ -110,6 +110,8 @@ qrl_adamw_t *qrl_learner_optimizer(qrl_learner_t *l);
 /* Updates run so far (each call of qrl_learner_update that returned OK, even one whose
  * optimizer steps were all skipped); keys the shuffle RNG together with the seed. */
 uint64_t qrl_learner_updates(const qrl_learner_t *l);
+/* Restore the update count from a checkpoint (the shuffle RNG continues as it would). */
+void qrl_learner_set_updates(qrl_learner_t *l, uint64_t updates);
 /* Change the peak learning rate from the next optimizer step on (the daemon's runtime-
  * mutable learner.lr).  lr must be finite and > 0; the cosine floor is clamped to it.
  * Errors: INVALID_ARGUMENT (nothing changed). */

@@ -6,7 +6,8 @@
  *     service (Register, Heartbeat, WatchVersions, Status, Set, Pause, Resume, Shutdown);
  *     signals; offset commits; the config;
  *   - trainer: owns the model's parameters and the qrl_learner; runs one update per job
- *     and builds the BF16 weight snapshot of the new version;
+ *     and builds the BF16 weight snapshot of the new version; writes checkpoint jobs
+ *     (checkpoint.c) between updates;
  *   - weight server: accepts TCP connections and streams the newest snapshot (one short-
  *     lived thread per connection, so a slow replica never holds another).
  * Loop and trainer meet in ld_trainer: one job slot (loop -> trainer, mutex + condvar)
@@ -21,6 +22,7 @@
 
 #include "core/config.h"
 #include "core/status.h"
+#include "learner/checkpoint.h"
 #include "learner/update.h"
 #include "model/model.h"
 #include "qrl.pb-c.h"
@@ -108,6 +110,7 @@ typedef struct ld_job {
     qrl_learner_stats stats;
     double update_s;        /* the update */
     double snapshot_s;      /* building the BF16 snapshot */
+    struct ld_ckpt_job *ckpt; /* non-NULL: a checkpoint instead of an update (checkpoint.c) */
 } ld_job;
 
 typedef struct ld_trainer {
@@ -133,6 +136,36 @@ void ld_trainer_submit(ld_trainer *t, ld_job *j);
 ld_job *ld_trainer_take_done(ld_trainer *t);
 void ld_trainer_join(ld_trainer *t);
 void ld_job_free(ld_job *j);
+
+/* ---- checkpoints (checkpoint.c; common/learner/checkpoint.h) ------------------------- */
+
+/* A checkpoint handed to the trainer between updates: the loop's state copied by the
+ * loop thread; the trainer adds the tensors and writes the folder. */
+typedef struct ld_ckpt_job {
+    qrl_ckpt_state state;   /* owned (strings and arrays malloc'd by the loop) */
+    const char *root;       /* learner.checkpoint_dir */
+    int keep;
+    /* set by the trainer */
+    char dir[QRL_CKPT_PATH_MAX];
+    size_t bytes;
+    double seconds;
+} ld_ckpt_job;
+
+/* Trainer side: write j->ckpt (sets j->st / j->error). */
+void ld_ckpt_run(ld_trainer *t, ld_job *j);
+/* Resolve learner.resume ("none" | "auto" | a path) against learner.checkpoint_dir:
+ * *found false for "none", or "auto" without any checkpoint yet; else dir (a complete
+ * checkpoint folder, QRL_CKPT_PATH_MAX) and *s (qrl_ckpt_read: validated).  Errors: a
+ * named path that does not resolve, "auto" without checkpoint_dir, a malformed manifest
+ * or tensor file (named). */
+qrl_status ld_ckpt_resolve(const char *resume, const char *root, bool *found, char *dir,
+                           qrl_ckpt_state *s, qrl_error *err);
+/* Restore the trainer's side (parameters into m, AdamW state, update count) from dir;
+ * call after ld_trainer_start, before the first job.  Errors: as qrl_ckpt_load_*. */
+qrl_status ld_ckpt_restore_trainer(ld_trainer *t, const char *dir, const qrl_ckpt_state *s,
+                                   qrl_error *err);
+/* `qrl-learner export ...` (argv[0] = "export"); returns the exit status. */
+int ld_export_main(int argc, char **argv);
 
 /* ---- the daemon (loop.c) -------------------------------------------------------------- */
 

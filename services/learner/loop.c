@@ -16,75 +16,11 @@
 #include "core/log.h"
 #include "kafka/kafka.h"
 #include "kafka/offsets.h"
-#include "learner.h"
+#include "daemon.h"
 #include "metrics.h"
 #include "rpc/rpc.h"
 #include "verify/verify.h"
 #include "wire/wire.h"
-
-enum { GS_NONE = 0, GS_DISPATCHED, GS_BUFFERED, GS_TRAINING, GS_TRAINED, GS_DROPPED };
-#define MAX_REPLICAS 256
-
-typedef struct ld_out { /* one produced record, kept until acknowledged */
-    struct ld_out *next;
-    const char *topic;
-    uint64_t key_id;    /* 0: unkeyed */
-    uint8_t *buf;
-    size_t len;
-} ld_out;
-
-typedef struct ld_buffered { /* a result waiting for its quota */
-    Qrl__GroupResult *r;
-    int32_t partition;
-    qrl_kafka_offset *off;
-} ld_buffered;
-
-typedef struct ld_replica {
-    char id[128];
-    uint64_t version, last_seen_ms;
-    qrl_rpc_call_t *watch;
-} ld_replica;
-
-typedef struct ld_daemon {
-    uv_loop_t loop;
-    uv_timer_t tick, exit_timer;
-    uv_signal_t sigterm, sigint;
-    uv_async_t train_async;
-    qrl_config_t *cfg;
-    qrl_model *model;
-    const ld_dataset *ds;
-    const char *prompts_topic, *results_topic, *dlq_topic, *task, *dataset_path;
-    qrl_kafka_producer_t *producer;
-    qrl_kafka_consumer_t *consumer;
-    qrl_rpc_server_t *rpc;
-    ld_trainer trainer;
-    ld_wserver ws;
-    uint64_t run_id, seed, version, step, max_updates;
-    uint32_t G, T;
-    /* dispatch */
-    uint32_t *perm, epoch;
-    size_t cursor;
-    uint64_t next_id, in_flight; /* dispatched, not yet taken into an update */
-    uint8_t *state;
-    size_t state_cap;
-    ld_out *resend;
-    /* intake */
-    qrl_kafka_offsets *offsets; /* commit-after-use tracking of consumed records */
-    ld_chunks chunks;           /* chunked results being reassembled */
-    ld_buffered *buf;
-    size_t n_buf, cap_buf;
-    ld_buffered *training; /* the quota the trainer holds */
-    size_t n_training;
-    uint64_t results, duplicates, dead_letters, other_run;
-    /* membership */
-    ld_replica replicas[MAX_REPLICAS];
-    int n_replicas;
-    bool paused, stopping, closing, finished;
-    double last_reward, last_accuracy, last_train_tps;
-    uint64_t warned_ms;
-    FILE *metrics;
-    ld_metrics *lm;              /* metrics.listen / metrics.tensorboard_dir; NULL when off */
-} ld_daemon;
 
 static uint64_t unix_ms(void) {
     struct timeval tv;
@@ -117,6 +53,7 @@ static void on_delivery(void *user, void *opaque, const qrl_kafka_delivery *dv) 
         d->resend = o;
         return;
     }
+    if (o->key_id && o->topic == d->prompts_topic && o->key_id < d->state_cap) d->ginfo[o->key_id].delivered = true;
     free(o->buf);
     free(o);
 }
@@ -137,6 +74,10 @@ static void state_set(ld_daemon *d, uint64_t id, uint8_t s) {
         uint8_t *ns = realloc(d->state, n);
         QRL_CHECK(ns != NULL);
         memset(ns + d->state_cap, 0, n - d->state_cap);
+        ld_ginfo *gi = realloc(d->ginfo, n * sizeof *gi);
+        QRL_CHECK(gi != NULL);
+        memset(gi + d->state_cap, 0, (n - d->state_cap) * sizeof *gi);
+        d->ginfo = gi;
         d->state = ns;
         d->state_cap = n;
     }
@@ -156,6 +97,9 @@ static uint64_t in_flight_limit(const ld_daemon *d) {
     return (uint64_t)d->T * (uint64_t)(1 + (s < 0 ? 1 : s));
 }
 
+static void send_group(ld_daemon *d, uint64_t id, uint32_t epoch, uint64_t index, uint32_t item,
+                       uint64_t version);
+
 static void dispatch_one(ld_daemon *d) {
     if (d->cursor == d->ds->n) {
         d->cursor = 0;
@@ -164,8 +108,19 @@ static void dispatch_one(ld_daemon *d) {
         QRL_LOG_INFO("learner", "dataset epoch=%u begins", d->epoch);
     }
     uint64_t index = d->cursor++;
-    const ld_prompt *p = &d->ds->items[d->perm[index]];
     uint64_t id = d->next_id++;
+    send_group(d, id, d->epoch, index, d->perm[index], d->version);
+    state_set(d, id, GS_DISPATCHED);
+    d->ginfo[id] = (ld_ginfo){.dispatch_version = d->version};
+    d->in_flight++;
+    QRL_LOG_DEBUG("learner", "dispatched group=%" PRIu64 " epoch=%u index=%" PRIu64, id, d->epoch, index);
+}
+
+/* Produce the PromptGroup of group `id`: prompt `item` of the dataset, drawn at (epoch,
+ * index).  Also used to produce a resumed group again (same id, same content). */
+static void send_group(ld_daemon *d, uint64_t id, uint32_t epoch, uint64_t index, uint32_t item,
+                       uint64_t version) {
+    const ld_prompt *p = &d->ds->items[item];
     Qrl__SamplingParams sp = QRL__SAMPLING_PARAMS__INIT;
     sp.temperature = (float)qrl_config_get_double(d->cfg, "sampling.temperature");
     sp.top_p = (float)qrl_config_get_double(d->cfg, "sampling.top_p");
@@ -173,7 +128,7 @@ static void dispatch_one(ld_daemon *d) {
     sp.max_new_tokens = (uint32_t)qrl_config_get_int(d->cfg, "sampling.max_new_tokens");
     sp.seed = d->seed;
     Qrl__DatasetPosition pos = QRL__DATASET_POSITION__INIT;
-    pos.epoch = d->epoch;
+    pos.epoch = epoch;
     pos.index = index;
     pos.source = (char *)d->dataset_path;
     Qrl__PromptGroup pg = QRL__PROMPT_GROUP__INIT;
@@ -187,16 +142,13 @@ static void dispatch_one(ld_daemon *d) {
     pg.task = (char *)d->task;
     pg.sampling = &sp;
     pg.position = &pos;
-    pg.dispatch_version = d->version;
+    pg.dispatch_version = version;
     pg.dispatched_unix_ms = unix_ms();
     uint8_t *buf;
     size_t len;
     qrl_error err;
     QRL_CHECK(qrl_wire_encode_alloc(&pg.base, &buf, &len, &err) == QRL_OK); /* only NOMEM */
     queue_record(d, d->prompts_topic, id, buf, len);
-    state_set(d, id, GS_DISPATCHED);
-    d->in_flight++;
-    QRL_LOG_DEBUG("learner", "dispatched group=%" PRIu64 " epoch=%u index=%" PRIu64, id, d->epoch, index);
 }
 
 static void dispatch(ld_daemon *d) {
@@ -212,10 +164,17 @@ static qrl_kafka_offset *part_push(ld_daemon *d, int32_t p, int64_t offset) {
     return qrl_kafka_offsets_push(d->offsets, p, offset);
 }
 
-/* The record is used up: commit its partition up to the first record still in use. */
+
+/* The record is used up: commit its partition up to the first record still in use (with
+ * checkpoints on: remember it; the next checkpoint commits it). */
 static void part_done(ld_daemon *d, int32_t p, qrl_kafka_offset *o) {
     int64_t upto = qrl_kafka_offsets_done(d->offsets, o, &p);
     if (upto < 0) return;
+    if (d->ckpt_root) { /* committed with the next checkpoint (ckpt_done) */
+        ld_ckpt_safe_set(d, p, upto);
+        qrl_kafka_offsets_committed(d->offsets, p, upto);
+        return;
+    }
     qrl_error err;
     if (qrl_kafka_consumer_commit_offset_async(d->consumer, d->results_topic, p, upto, &err) != QRL_OK) {
         QRL_LOG_WARN("learner", "commit failed (the records will be delivered again): %s", err.msg);
@@ -300,7 +259,7 @@ static void on_result(ld_daemon *d, const qrl_kafka_message *m) {
 static void push_event(ld_daemon *d, ld_replica *r, Qrl__VersionEventKind kind);
 
 static void maybe_train(ld_daemon *d) {
-    if (d->training || d->n_buf < d->T || d->stopping || d->finished) return;
+    if (d->training || d->ckpt_busy || d->n_buf < d->T || d->stopping || d->finished) return;
     ld_job *j = calloc(1, sizeof *j);
     QRL_CHECK(j != NULL);
     j->results = calloc(d->T, sizeof *j->results);
@@ -382,6 +341,7 @@ static void on_trained(uv_async_t *h) {
     ld_daemon *d = h->data;
     ld_job *j = ld_trainer_take_done(&d->trainer);
     if (!j) return;
+    if (j->ckpt) return ld_ckpt_done(d, j);
     if (j->st != QRL_OK) {
         /* A bad group refuses the whole update (update.h): nothing changed.  The results
          * passed the wire validators, so this is a model/config problem: stop. */
@@ -417,6 +377,9 @@ static void on_trained(uv_async_t *h) {
     d->n_training = 0;
     for (int i = 0; i < d->n_replicas; i++)
         push_event(d, &d->replicas[i], QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_NEW_VERSION);
+    if (d->ckpt_root && (d->step % d->ckpt_every == 0 || d->n_ckpt_calls || d->stopping ||
+                         (d->max_updates && d->step >= d->max_updates)))
+        ld_ckpt_start(d);
     if (d->max_updates && d->step >= d->max_updates) {
         QRL_LOG_INFO("learner", "max_updates=%" PRIu64 " reached: telling replicas to shut down", d->max_updates);
         d->finished = true;
@@ -446,6 +409,10 @@ static void on_rpc_closed(qrl_rpc_server_t *s, void *user) {
 }
 
 static void begin_close(ld_daemon *d) {
+    if (d->ckpt_busy) { /* the trainer is writing a checkpoint: close when it is done */
+        d->close_after_ckpt = true;
+        return;
+    }
     if (d->closing) return;
     d->closing = true;
     QRL_LOG_INFO("learner", "stopping: step=%" PRIu64 " version=%" PRIu64 " dispatched=%" PRIu64
@@ -463,8 +430,11 @@ static void on_signal(uv_signal_t *h, int sig) {
         _exit(1);
     }
     d->stopping = true;
-    QRL_LOG_INFO("learner", "%s: no more dispatch; stopping after the running update", sig == SIGTERM ? "SIGTERM" : "SIGINT");
-    if (!d->training) begin_close(d);
+    QRL_LOG_INFO("learner", "%s: no more dispatch; stopping after the running update%s",
+                 sig == SIGTERM ? "SIGTERM" : "SIGINT", d->ckpt_root ? " and a checkpoint" : "");
+    if (d->training) return; /* on_trained checkpoints and closes */
+    if (d->ckpt_root && !d->ckpt_busy && d->ckpt_step != d->step) ld_ckpt_start(d);
+    begin_close(d);
 }
 
 /* ---- tick ----------------------------------------------------------------------------- */
@@ -673,6 +643,7 @@ static void h_shutdown(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *
     if (!d->training) uv_timer_start(&d->exit_timer, on_exit_timer, 500, 0);
 }
 
+
 /* ---- run ------------------------------------------------------------------------------ */
 
 static qrl_status setup(ld_daemon *d, const qrl_learner_config *lc, qrl_error *err) {
@@ -704,6 +675,7 @@ static qrl_status setup(ld_daemon *d, const qrl_learner_config *lc, qrl_error *e
     qrl_rpc_server_handle(d->rpc, QRL_RPC_LEARNER_RESUME, h_resume, d);
     qrl_rpc_server_handle(d->rpc, QRL_RPC_LEARNER_SET, h_set, d);
     qrl_rpc_server_handle(d->rpc, QRL_RPC_LEARNER_SHUTDOWN, h_shutdown, d);
+    qrl_rpc_server_handle(d->rpc, QRL_RPC_LEARNER_CHECKPOINT, ld_ckpt_h_checkpoint, d);
     QRL_TRY(qrl_rpc_server_start(d->rpc, err));
     QRL_LOG_INFO("learner", "rpc listening port=%d", qrl_rpc_server_port(d->rpc));
     const char *mp = qrl_config_get_string(cfg, "metrics.jsonl");
@@ -736,13 +708,27 @@ int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok,
     d->perm = malloc(ds->n * sizeof *d->perm);
     QRL_CHECK(d->perm != NULL);
     ld_dataset_order(ds->n, d->seed, 0, d->perm);
+    qrl_error err;
+    qrl_learner_config lcr = *lc;
+    qrl_ckpt_state rs;
+    char rdir[QRL_CKPT_PATH_MAX];
+    bool resumed = false;
+    if (ld_ckpt_configure(d, tok, &lcr, &resumed, rdir, &rs, &err) != QRL_OK) {
+        fprintf(stderr, "qrl-learner: error: %s\n", err.msg);
+        return 1;
+    }
     uv_loop_init(&d->loop);
     uv_async_init(&d->loop, &d->train_async, on_trained);
     d->train_async.data = d;
-    qrl_error err;
-    if (setup(d, lc, &err) != QRL_OK) {
+    if (setup(d, &lcr, &err) != QRL_OK || (resumed && ld_ckpt_restore(d, rdir, &rs, &err) != QRL_OK)) {
         fprintf(stderr, "qrl-learner: error: %s\n", err.msg);
         _exit(1); /* handles half made; nothing in flight yet */
+    }
+    qrl_ckpt_state_free(&rs);
+    if (d->max_updates && d->step >= d->max_updates) { /* resumed a finished run */
+        QRL_LOG_INFO("learner", "max_updates=%" PRIu64 " reached already (step %" PRIu64 "): stopping",
+                     d->max_updates, d->step);
+        d->finished = true;
     }
     uv_timer_init(&d->loop, &d->tick);
     uv_timer_init(&d->loop, &d->exit_timer);
@@ -754,6 +740,7 @@ int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok,
     d->sigterm.data = d->sigint.data = d;
     uv_signal_start(&d->sigterm, on_signal, SIGTERM);
     uv_signal_start(&d->sigint, on_signal, SIGINT);
+    if (d->finished) uv_timer_start(&d->exit_timer, on_exit_timer, 1500, 0);
     QRL_LOG_INFO("learner", "serving run_id=%" PRIu64 " prompts=%s results=%s G=%u T=%u window=%" PRIu64
                  " dataset=%zu prompts", d->run_id, d->prompts_topic, d->results_topic, d->G, d->T,
                  in_flight_limit(d), ds->n);
@@ -779,9 +766,21 @@ int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok,
     free(d->training);
     free(d->buf);
     free(d->state);
+    free(d->ginfo);
+    free(d->safe);
+    free(d->abs_model), free(d->abs_tok), free(d->abs_ds);
     free(d->perm);
     if (d->metrics) fclose(d->metrics);
     ld_metrics_stop(d->lm);
     QRL_LOG_INFO("learner", "stopped rc=%d step=%" PRIu64 " version=%" PRIu64, rc, d->step, d->version);
     return rc;
 }
+
+/* ---- for checkpoint.c (daemon.h) ----------------------------------------------------------- */
+
+void ld_state_set(ld_daemon *d, uint64_t id, uint8_t s) { state_set(d, id, s); }
+void ld_send_group(ld_daemon *d, uint64_t id, uint32_t epoch, uint64_t index, uint32_t item, uint64_t version) {
+    send_group(d, id, epoch, index, item, version);
+}
+void ld_maybe_train(ld_daemon *d) { maybe_train(d); }
+void ld_begin_close(ld_daemon *d) { begin_close(d); }

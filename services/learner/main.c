@@ -100,9 +100,18 @@ static const qrl_config_entry CONFIG[] = {
      "TCP weight stream address (port 0 = any free; advertised in VersionEvents)"},
     {"weights.bucket_bytes", QRL_CONFIG_TYPE_INT, "1048576", 4096, 1 << 30, NULL, false,
      "bytes per CRC-32C-checked bucket of the stream"},
-    {"checkpoint.dir", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false, "checkpoint folder (not implemented yet)"},
-    {"checkpoint.every", QRL_CONFIG_TYPE_INT, "0", 0, 1e12, NULL, false,
-     "checkpoint every N updates (not implemented yet; must stay 0)"},
+    {"learner.checkpoint_dir", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
+     "checkpoint root: DIR/step-NNNNNNNN/ folders + DIR/latest (empty = no checkpoints; "
+     "docs/learner-daemon.md)"},
+    {"learner.checkpoint_every", QRL_CONFIG_TYPE_INT, "10", 1, 1e12, NULL, false,
+     "checkpoint every N updates (also on SIGTERM/SIGINT, at max_updates and on Learner.Checkpoint)"},
+    {"learner.checkpoint_keep", QRL_CONFIG_TYPE_INT, "2", 1, 1000000, NULL, false,
+     "complete checkpoints kept (older ones are deleted)"},
+    {"learner.resume", QRL_CONFIG_TYPE_STRING, "none", 0, 0, NULL, false,
+     "none | auto (the newest complete checkpoint in checkpoint_dir, if any) | a checkpoint folder; "
+     "--resume X is short for --learner.resume X"},
+    {"uaq.scale", QRL_CONFIG_TYPE_DOUBLE, "1.5", 1, 1000, NULL, false,
+     "UAQ s (SPEC §3): applied once at start, training and broadcast in the scaled form; 1 = off"},
     {"metrics.jsonl", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false, "append one JSON line per update"},
     {"metrics.listen", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
      "Prometheus /metrics address host:port (\"\" = off; port 0 = any free, logged as metrics listening addr=...)"},
@@ -153,9 +162,18 @@ static void learner_config(const qrl_config_t *cfg, qrl_learner_config *lc) {
     lc->lr.total_steps = qrl_config_get_int(cfg, "learner.total_steps");
     lc->accuracy_threshold = (float)qrl_config_get_double(cfg, "learner.accuracy_threshold");
     lc->seed = (uint64_t)qrl_config_get_int(cfg, "learner.seed");
+    lc->uaq_scale = (float)qrl_config_get_double(cfg, "uaq.scale");
 }
 
 int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "export") == 0) return ld_export_main(argc - 1, argv + 1);
+    for (int i = 1; i < argc; i++) /* --resume X: short for --learner.resume X */
+        if (strcmp(argv[i], "--resume") == 0) argv[i] = "--learner.resume";
+        else if (strncmp(argv[i], "--resume=", 9) == 0) {
+            static char buf[4200];
+            snprintf(buf, sizeof buf, "--learner.resume=%s", argv[i] + 9);
+            argv[i] = buf;
+        }
     qrl_config_t *cfg;
     qrl_config_action action;
     int npos;
@@ -164,6 +182,7 @@ int main(int argc, char **argv) {
         die("%s", err.msg);
     if (action == QRL_CONFIG_ACTION_HELP) {
         fputs("qrl-learner --learner.model PATH --dataset.path FILE.jsonl [--config FILE.yaml] [--key=value ...]\n"
+              "qrl-learner export --checkpoint DIR --out HF_DIR   (export --help)\n"
               "The learner daemon: dataset -> Kafka prompts; Kafka results -> PPO update -> new\n"
               "version streamed to the replicas; gRPC Learner service.  SIGTERM/SIGINT stop it.\n\n",
               stdout);
@@ -182,8 +201,6 @@ int main(int argc, char **argv) {
     if (!qrl_verifier_find(qrl_config_get_string(cfg, "dataset.task")))
         die("dataset.task: unknown verifier '%s' (qrl-verify --help lists them)",
             qrl_config_get_string(cfg, "dataset.task"));
-    if (qrl_config_get_int(cfg, "checkpoint.every") != 0)
-        die("checkpoint.every: checkpoints are not implemented yet (docs/learner-daemon.md)");
     qrl_config_log(cfg, "learner");
     int threads = (int)qrl_config_get_int(cfg, "learner.threads");
     if (threads > 0) omp_set_num_threads(threads);

@@ -67,6 +67,10 @@ static qrl_status batch_build(const ld_job *j, batch *b, qrl_error *err) {
 }
 
 static void run_job(ld_trainer *t, ld_job *j) {
+    if (j->ckpt) { /* between updates: the parameters are at rest */
+        ld_ckpt_run(t, j);
+        return;
+    }
     batch b = {0};
     qrl_error err;
     double t0 = now_s();

@@ -512,8 +512,19 @@ Test(learner_update, config_errors_and_uaq) {
     c.lr.lr = 0;
     cr_assert_eq(qrl_learner_new(m, &c, &l, &err), QRL_STATUS_INVALID_ARGUMENT);
     qrl_learner_config_default(&c);
+    /* UAQ: applied once by new (norm gains x s), accepted when already applied with the
+     * same s (resume), refused when applied with another s */
+    float g0 = m->layers[0].attn_norm[0];
     c.uaq_scale = 1.5f;
-    cr_assert_eq(qrl_learner_new(m, &c, &l, &err), QRL_STATUS_UNSUPPORTED);
-    cr_assert(strstr(err.msg, "qrl_model_apply_uaq"), "%s", err.msg);
+    cr_assert_eq(qrl_learner_new(m, &c, &l, &err), QRL_OK, "%s", err.msg);
+    cr_assert_eq(m->uaq_scale, 1.5f);
+    cr_assert_eq(m->layers[0].attn_norm[0], g0 * 1.5f);
+    qrl_learner_destroy(l);
+    cr_assert_eq(qrl_learner_new(m, &c, &l, &err), QRL_OK, "%s", err.msg);
+    cr_assert_eq(m->layers[0].attn_norm[0], g0 * 1.5f, "not applied twice");
+    qrl_learner_destroy(l);
+    c.uaq_scale = 2.0f;
+    cr_assert_eq(qrl_learner_new(m, &c, &l, &err), QRL_STATUS_INVALID_ARGUMENT);
+    cr_assert(strstr(err.msg, "uaq_scale"), "%s", err.msg);
     qrl_model_free(m);
 }
