@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "kafka/kafka.h"
 #include "learner.h"
+#include "sft.h"
 #include "verify/verify.h"
 
 /* The program's config table (STYLE 10; docs/config-qrl-learner.md via `make docs`). */
@@ -103,6 +104,20 @@ static const qrl_config_entry CONFIG[] = {
      "checkpoint every N updates (not implemented yet; must stay 0)"},
     {"metrics.jsonl", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false, "append one JSON line per update"},
     {"learner.threads", QRL_CONFIG_TYPE_INT, "0", 0, 1024, NULL, false, "OpenMP threads (0 = all cores)"},
+    /* --mode sft (sft.c; docs/learner-daemon.md "SFT mode") */
+    {"mode", QRL_CONFIG_TYPE_ENUM, "rl", 0, 0, "rl|sft", false,
+     "rl: the daemon; sft: supervised warm start on dataset.solution_field, no Kafka"},
+    {"dataset.solution_field", QRL_CONFIG_TYPE_STRING, "solution", 0, 0, NULL, false,
+     "sft: completion text field (worked solution)"},
+    {"sft.steps", QRL_CONFIG_TYPE_INT, "300", 1, 1e12, NULL, false, "sft: optimizer steps"},
+    {"sft.batch_tokens", QRL_CONFIG_TYPE_INT, "2048", 2, 1 << 24, NULL, false,
+     "sft: packed tokens per step (whole sequences)"},
+    {"sft.lr", QRL_CONFIG_TYPE_DOUBLE, "3e-3", 1e-12, 1, NULL, false, "sft: peak learning rate"},
+    {"sft.min_lr", QRL_CONFIG_TYPE_DOUBLE, "3e-4", 0, 1, NULL, false, "sft: cosine floor"},
+    {"sft.warmup_steps", QRL_CONFIG_TYPE_INT, "20", 0, 1e12, NULL, false, "sft: linear warmup steps"},
+    {"sft.log_every", QRL_CONFIG_TYPE_INT, "10", 1, 1e12, NULL, false, "sft: steps per progress line"},
+    {"sft.out", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
+     "sft: output HuggingFace folder (model + tokenizer files; required in --mode sft)"},
 };
 #define N_CONFIG (sizeof CONFIG / sizeof CONFIG[0])
 
@@ -190,6 +205,13 @@ int main(int argc, char **argv) {
     if (!tpath) die("no tokenizer found beside %s; give --learner.tokenizer", model_path);
     qrl_tokenizer *tok;
     if (qrl_tokenizer_load(tpath, m->cfg.vocab_size, &tok, &err) != QRL_OK) die("%s", err.msg);
+    if (qrl_config_get_enum(cfg, "mode") == 1) { /* sft */
+        int rc = ld_sft_run(cfg, m, tok, tpath);
+        qrl_tokenizer_free(tok);
+        qrl_model_free(m);
+        qrl_config_destroy(cfg);
+        return rc;
+    }
     qrl_learner_config lc;
     learner_config(cfg, &lc);
     size_t ctx = (size_t)m->cfg.max_seq_len;
