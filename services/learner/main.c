@@ -84,6 +84,9 @@ static const qrl_config_entry CONFIG[] = {
     {"sampling.top_p", QRL_CONFIG_TYPE_DOUBLE, "1.0", 1e-6, 1, NULL, true, "nucleus mass"},
     {"sampling.top_k", QRL_CONFIG_TYPE_INT, "0", 0, 1 << 30, NULL, true, "top-k (0 = off)"},
     {"sampling.max_new_tokens", QRL_CONFIG_TYPE_INT, "512", 1, 1 << 20, NULL, true, "response length limit"},
+    {"sampling.stop_token_ids", QRL_CONFIG_TYPE_LIST, "", 0, 0, NULL, false,
+     "token ids that end a response besides EOS, put on dispatched groups (at most 16; "
+     "llama2.c story models: 1, their BOS)"},
     {"kafka.bootstrap", QRL_CONFIG_TYPE_STRING, "127.0.0.1:19092", 0, 0, NULL, false, "Kafka brokers"},
     {"kafka.prompts_topic", QRL_CONFIG_TYPE_STRING, QRL_KAFKA_TOPIC_PROMPTS, 0, 0, NULL, false, "PromptGroups out"},
     {"kafka.results_topic", QRL_CONFIG_TYPE_STRING, QRL_KAFKA_TOPIC_RESULTS, 0, 0, NULL, false, "GroupResults in"},
@@ -211,6 +214,15 @@ int main(int argc, char **argv) {
         qrl_model_free(m);
         qrl_config_destroy(cfg);
         return rc;
+    }
+    size_t n_stop;
+    const char *const *stop = qrl_config_get_list(cfg, "sampling.stop_token_ids", &n_stop);
+    if (n_stop > 16) die("sampling.stop_token_ids: at most 16 ids");
+    for (size_t i = 0; i < n_stop; i++) {
+        char *end;
+        long v = strtol(stop[i], &end, 10);
+        if (end == stop[i] || *end || v < 0 || v >= m->cfg.vocab_size)
+            die("sampling.stop_token_ids: '%s' is not a token id in [0, %d)", stop[i], m->cfg.vocab_size);
     }
     qrl_learner_config lc;
     learner_config(cfg, &lc);
