@@ -56,6 +56,9 @@ static const qrl_config_entry CONFIG[] = {
     {"max_tokens", QRL_CONFIG_TYPE_INT, "128", 1, 1 << 20, NULL, false, "response length limit"},
     {"stop_token_ids", QRL_CONFIG_TYPE_LIST, "", 0, 0, NULL, false,
      "token ids that end a response besides EOS, comma-separated (stories260K: 1, its BOS)"},
+    {"precision", QRL_CONFIG_TYPE_STRING, "f32", 0, 0, NULL, false,
+     "rollout weight format (SPEC §3): f32, bf16 (the weights the replicas receive), w8a8-int8, ..."},
+    {"kv_cache", QRL_CONFIG_TYPE_STRING, "f32", 0, 0, NULL, false, "KV-cache format (f32, bf16, ...)"},
     {"slots", QRL_CONFIG_TYPE_INT, "64", 1, 4096, NULL, false, "sequences decoded together"},
     {"json", QRL_CONFIG_TYPE_BOOL, "false", 0, 0, NULL, false, "print only the JSON line"},
     {"show", QRL_CONFIG_TYPE_INT, "0", 0, 1 << 20, NULL, false,
@@ -200,6 +203,12 @@ int main(int argc, char **argv) {
 
     qrl_model *m;
     if (qrl_model_load(mpath, &m, &err) != QRL_OK) die("%s", err.msg);
+    qrl_precision prec;
+    qrl_kv_format kvf;
+    if (qrl_precision_parse(qrl_config_get_string(cfg, "precision"), &prec, &err) != QRL_OK ||
+        qrl_kv_format_parse(qrl_config_get_string(cfg, "kv_cache"), &kvf, &err) != QRL_OK ||
+        qrl_model_quantize(m, prec, &err) != QRL_OK)
+        die("%s", err.msg);
     char tbuf[4096];
     const char *tpath = qrl_config_get_string(cfg, "tokenizer");
     if (!*tpath) tpath = qrl_tokenizer_find_default(mpath, m->cfg.vocab_size, tbuf, sizeof tbuf);
@@ -219,6 +228,7 @@ int main(int argc, char **argv) {
     qrl_scheduler_config sc;
     qrl_scheduler_config_default(&sc);
     sc.max_slots = (int)qrl_config_get_int(cfg, "slots");
+    sc.kv_format = kvf;
     sc.eos_token_id = m->cfg.n_eos > 0 ? m->cfg.eos_ids[0] : qrl_tokenizer_eos(tok); /* as the rollout */
     qrl_scheduler *s;
     if (qrl_scheduler_new(m, tok, &sc, on_group, &t, &s, &err) != QRL_OK) die("%s", err.msg);

@@ -12,6 +12,9 @@ tmp=$(mktemp -d /tmp/qrl_sft_eval.XXXXXX)
 trap 'rm -rf "$tmp"' EXIT
 fail() { echo "FAIL: $*"; exit 1; }
 export OMP_NUM_THREADS=1
+# Under ASan (make sanitize) everything runs ~10x slower: a short SFT, loss checked only.
+steps=100; asan=0
+ldd "$bin/qrl-learner" 2>/dev/null | grep -q libasan && { steps=20; asan=1; }
 
 # expect_error TOOL PATTERN ARGS...: exit 1 and a "TOOL: error: ...PATTERN..." line.
 expect_error() {
@@ -56,14 +59,14 @@ sft() {
     --sft.batch_tokens 1024 --sft.lr 1e-2 --sft.min_lr 1e-3 --sft.warmup_steps 5 --sft.log_every 10 \
     --learner.seed 4 --learner.threads 1 "$@"
 }
-sft --sft.steps 100 --sft.out "$tmp/s1" 2>"$tmp/sft.log" || { cat "$tmp/sft.log"; fail "sft"; }
-grep -c '\[sft\] step=' "$tmp/sft.log" | grep -qx 10 || fail "want 10 progress lines: $(cat "$tmp/sft.log")"
-python3 - "$tmp/sft.log" <<'EOF' || fail "loss did not fall"
+sft --sft.steps $steps --sft.out "$tmp/s1" 2>"$tmp/sft.log" || { cat "$tmp/sft.log"; fail "sft"; }
+grep -c '\[sft\] step=' "$tmp/sft.log" | grep -qx $((steps / 10)) || fail "want $((steps / 10)) progress lines: $(cat "$tmp/sft.log")"
+python3 - "$tmp/sft.log" $asan <<'EOF' || fail "loss did not fall"
 import re, sys
 t = open(sys.argv[1]).read()
 losses = [float(x) for x in re.findall(r"\[sft\] step=\d+ loss=([0-9.]+)", t)]
 print("sft losses", losses)
-assert losses[-1] < 0.6 * losses[0], losses
+assert losses[-1] < (0.8 if sys.argv[2] == "1" else 0.6) * losses[0], losses
 EOF
 for f in config.json model.safetensors tokenizer.json tokenizer_config.json; do
   [ -s "$tmp/s1/$f" ] || fail "sft output lacks $f"
@@ -72,24 +75,25 @@ done
 sft --sft.steps 5 --sft.out "$tmp/d1" 2>/dev/null || fail "sft d1"
 sft --sft.steps 5 --sft.out "$tmp/d2" --learner.threads 2 2>/dev/null || fail "sft d2"
 cmp -s "$tmp/d1/model.safetensors" "$tmp/d2/model.safetensors" || fail "SFT not deterministic"
-cmp -s "$tmp/d1/model.safetensors" "$tmp/s1/model.safetensors" && fail "5 and 60 steps gave the same weights"
+cmp -s "$tmp/d1/model.safetensors" "$tmp/s1/model.safetensors" && fail "5 and $steps steps gave the same weights"
 
 # 4. after SFT
 "$bin/qrl-eval" --model "$tmp/s1" --dataset "$tmp/test.jsonl" --task arith --k 2 --n 40 --max-tokens 24 \
   >"$tmp/e1.txt" || fail "eval after"
 grep -q '^qrl-eval: .* avg@2=' "$tmp/e1.txt" || fail "no summary line: $(cat "$tmp/e1.txt")"
 tail -1 "$tmp/e1.txt" >"$tmp/e1.json"
-python3 - "$tmp/e0.json" "$tmp/e1.json" <<'EOF' || fail "accuracy"
+python3 - "$tmp/e0.json" "$tmp/e1.json" $asan <<'EOF' || fail "accuracy"
 import json, sys
-e0, e1 = (json.load(open(p)) for p in sys.argv[1:])
+e0, e1 = (json.load(open(p)) for p in sys.argv[1:3])
 print("before", e0)
 print("after", e1)
 for e in (e0, e1):
     assert e["n"] == 40 and e["k"] == 2 and e["task"] == "arith" and e["verify_failed"] == 0, e
     assert 0 <= e["avg_at_k"] <= e["pass_at_k"] <= 1, e
 assert e0["greedy_accuracy"] == 0 and e0["avg_at_k"] == 0, e0
-assert e1["greedy_accuracy"] > 0 or e1["avg_at_k"] > 0, e1
-assert e1["ended_fraction"] > 0.5, e1
+if sys.argv[3] == "0":  # 100 steps: measured greedy 0.35, avg@2 0.21
+    assert e1["greedy_accuracy"] > 0 or e1["avg_at_k"] > 0, e1
+    assert e1["ended_fraction"] > 0.5, e1
 EOF
 
 # 5. bad input
