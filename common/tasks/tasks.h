@@ -9,7 +9,7 @@
  *               scored by the `arith` verifier (the integer after the last ####).
  *   story-name  an opening line for a story model (stories260K), e.g.
  *                 prompt   "Once upon a time, there was a little girl named Lily."
- *                 answer   "{\"name\":\"Lily\",\"max_chars\":400}"
+ *                 answer   "{\"name\":\"Lily\",\"max_chars\":600}"
  *               scored by the `name-twice` verifier (common/verify/synthetic.c).
  *
  * Split: every problem belongs to exactly one split by a hash of its content (never of

@@ -24,7 +24,7 @@
 static void usage(FILE *f) {
     fputs("usage:\n"
           "  qrl-task gen --task arith|story-name --split train|test --n N --seed S --out FILE.jsonl\n"
-          "               [--digits MIN-MAX (arith, default 3-3)] [--max-chars C (story-name, default 400)]\n"
+          "               [--digits MIN-MAX (arith, default 3-3)] [--max-chars C (story-name, default 600)]\n"
           "  qrl-task init-model --task arith --out DIR --seed S [--dim 128] [--layers 4] [--heads 4]\n"
           "               [--hidden H (default 4 x dim)] [--ctx 128]\n"
           "\n"
@@ -60,7 +60,7 @@ typedef struct opts {
 } opts;
 
 static void parse(int argc, char **argv, opts *o) {
-    *o = (opts){.n = -1, .max_chars = 400, .dim = 128, .layers = 4, .heads = 4, .ctx = 128};
+    *o = (opts){.n = -1, .max_chars = 600, .dim = 128, .layers = 4, .heads = 4, .ctx = 128};
     qrl_task_arith_params ap = qrl_task_arith_default();
     o->dmin = ap.min_digits, o->dmax = ap.max_digits;
     for (int i = 2; i < argc; i++) {
