@@ -96,11 +96,21 @@ if sys.argv[3] == "0":  # 100 steps: measured greedy 0.35, avg@2 0.21
     assert e1["ended_fraction"] > 0.5, e1
 EOF
 
+# stop token ids end a response: "\n" (id 3) stops after the first step line
+"$bin/qrl-eval" --model "$tmp/s1" --dataset "$tmp/test.jsonl" --task arith --k 0 --n 10 --max-tokens 24 \
+  --stop-token-ids 3 --json >"$tmp/e2.json" || fail "eval with stop ids"
+python3 -c "import json,sys; e=json.load(open(sys.argv[1])); assert e['ended_fraction']==1 and e['mean_response_tokens']<=8 and e['greedy_accuracy']==0, e" \
+  "$tmp/e2.json" || fail "stop token ids: $(cat "$tmp/e2.json")"
+
 # 5. bad input
 expect_error qrl-learner "sft.out is required" --mode sft --learner.model "$tmp/m0" --dataset.path "$tmp/train.jsonl"
 printf '{"prompt": "1+1=", "solution": "#### 2"}\n{"prompt": "2+2="}\n' >"$tmp/bad.jsonl"
 expect_error qrl-learner "bad.jsonl:2: field \"solution\"" --mode sft --learner.model "$tmp/m0" \
   --dataset.path "$tmp/bad.jsonl" --sft.out "$tmp/x"
+expect_error qrl-learner "sampling.stop_token_ids: '99' is not a token id" --learner.model "$tmp/m0" \
+  --dataset.path "$tmp/train.jsonl" --dataset.task arith --sampling.stop_token_ids 1,99
+expect_error qrl-eval "stop-token-ids: 'x' is not a token id" --model "$tmp/s1" --dataset "$tmp/test.jsonl" \
+  --task arith --stop-token-ids x
 expect_error qrl-eval "unknown verifier 'nope'" --model "$tmp/s1" --dataset "$tmp/test.jsonl" --task nope
 expect_error qrl-eval "test.jsonl:1: field \"question\"" --model "$tmp/s1" --dataset "$tmp/test.jsonl" \
   --task arith --prompt-field question
