@@ -15,6 +15,9 @@ static const qrl_verifier VERIFIERS[] = {
     {"countdown", "synthetic countdown: expression using each number once equals the target; "
                   "reference {\"numbers\":[..],\"target\":N}",
      qrl_verify_countdown},
+    {"name-twice", "story-name task: the given name at least twice, ending a sentence within max_chars; "
+                   "reference {\"name\":\"Lily\",\"max_chars\":400} or a bare name",
+     qrl_verify_name_twice},
     {"contains", "smoke tests: correct when the response contains the reference text (exact bytes)",
      qrl_verify_contains},
 };

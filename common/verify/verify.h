@@ -12,6 +12,8 @@
  *   arith      synthetic multi-digit arithmetic: integer after the last `####`/`Answer:`
  *   countdown  synthetic countdown: an expression over the given numbers (each used once)
  *              that evaluates exactly to the target; reference {"numbers":[..],"target":N}
+ *   name-twice story-name task: the given name twice as a word, the response ending a
+ *              sentence within max_chars; reference {"name":"Lily","max_chars":400}
  *
  * Never crashes on any input (tests/fuzz/fuzz_verify.c). */
 #ifndef QRL_VERIFY_VERIFY_H

@@ -63,6 +63,7 @@ qrl_status qrl_verify_math(const char *response, const char *reference, qrl_veri
 qrl_status qrl_verify_arith(const char *response, const char *reference, qrl_verify_result *res, qrl_error *err);
 qrl_status qrl_verify_contains(const char *response, const char *reference, qrl_verify_result *res, qrl_error *err);
 qrl_status qrl_verify_countdown(const char *response, const char *reference, qrl_verify_result *res, qrl_error *err);
+qrl_status qrl_verify_name_twice(const char *response, const char *reference, qrl_verify_result *res, qrl_error *err);
 
 /* ---- countdown expressions (synthetic.c), exposed for tests ---- */
 typedef enum qrl_countdown_outcome {

@@ -127,6 +127,12 @@ static void send_group(ld_daemon *d, uint64_t id, uint32_t epoch, uint64_t index
     sp.top_k = (uint32_t)qrl_config_get_int(d->cfg, "sampling.top_k");
     sp.max_new_tokens = (uint32_t)qrl_config_get_int(d->cfg, "sampling.max_new_tokens");
     sp.seed = d->seed;
+    size_t n_stop; /* validated in main.c: at most 16 ids inside the vocabulary */
+    const char *const *stop = qrl_config_get_list(d->cfg, "sampling.stop_token_ids", &n_stop);
+    uint32_t stop_ids[16];
+    for (size_t i = 0; i < n_stop && i < 16; i++) stop_ids[i] = (uint32_t)strtoul(stop[i], NULL, 10);
+    sp.stop_token_ids = stop_ids;
+    sp.n_stop_token_ids = n_stop < 16 ? n_stop : 16;
     Qrl__DatasetPosition pos = QRL__DATASET_POSITION__INIT;
     pos.epoch = epoch;
     pos.index = index;

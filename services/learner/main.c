@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "kafka/kafka.h"
 #include "learner.h"
+#include "sft.h"
 #include "verify/verify.h"
 
 /* The program's config table (STYLE 10; docs/config-qrl-learner.md via `make docs`). */
@@ -85,6 +86,9 @@ static const qrl_config_entry CONFIG[] = {
     {"sampling.top_p", QRL_CONFIG_TYPE_DOUBLE, "1.0", 1e-6, 1, NULL, true, "nucleus mass"},
     {"sampling.top_k", QRL_CONFIG_TYPE_INT, "0", 0, 1 << 30, NULL, true, "top-k (0 = off)"},
     {"sampling.max_new_tokens", QRL_CONFIG_TYPE_INT, "512", 1, 1 << 20, NULL, true, "response length limit"},
+    {"sampling.stop_token_ids", QRL_CONFIG_TYPE_LIST, "", 0, 0, NULL, false,
+     "token ids that end a response besides EOS, put on dispatched groups (at most 16; "
+     "llama2.c story models: 1, their BOS)"},
     {"kafka.bootstrap", QRL_CONFIG_TYPE_STRING, "127.0.0.1:19092", 0, 0, NULL, false, "Kafka brokers"},
     {"kafka.prompts_topic", QRL_CONFIG_TYPE_STRING, QRL_KAFKA_TOPIC_PROMPTS, 0, 0, NULL, false, "PromptGroups out"},
     {"kafka.results_topic", QRL_CONFIG_TYPE_STRING, QRL_KAFKA_TOPIC_RESULTS, 0, 0, NULL, false, "GroupResults in"},
@@ -118,6 +122,20 @@ static const qrl_config_entry CONFIG[] = {
     {"metrics.tensorboard_dir", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
      "TensorBoard event files: one event per update with the metrics.jsonl scalars (\"\" = off)"},
     {"learner.threads", QRL_CONFIG_TYPE_INT, "0", 0, 1024, NULL, false, "OpenMP threads (0 = all cores)"},
+    /* --mode sft (sft.c; docs/learner-daemon.md "SFT mode") */
+    {"mode", QRL_CONFIG_TYPE_ENUM, "rl", 0, 0, "rl|sft", false,
+     "rl: the daemon; sft: supervised warm start on dataset.solution_field, no Kafka"},
+    {"dataset.solution_field", QRL_CONFIG_TYPE_STRING, "solution", 0, 0, NULL, false,
+     "sft: completion text field (worked solution)"},
+    {"sft.steps", QRL_CONFIG_TYPE_INT, "300", 1, 1e12, NULL, false, "sft: optimizer steps"},
+    {"sft.batch_tokens", QRL_CONFIG_TYPE_INT, "2048", 2, 1 << 24, NULL, false,
+     "sft: packed tokens per step (whole sequences)"},
+    {"sft.lr", QRL_CONFIG_TYPE_DOUBLE, "3e-3", 1e-12, 1, NULL, false, "sft: peak learning rate"},
+    {"sft.min_lr", QRL_CONFIG_TYPE_DOUBLE, "3e-4", 0, 1, NULL, false, "sft: cosine floor"},
+    {"sft.warmup_steps", QRL_CONFIG_TYPE_INT, "20", 0, 1e12, NULL, false, "sft: linear warmup steps"},
+    {"sft.log_every", QRL_CONFIG_TYPE_INT, "10", 1, 1e12, NULL, false, "sft: steps per progress line"},
+    {"sft.out", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
+     "sft: output HuggingFace folder (model + tokenizer files; required in --mode sft)"},
 };
 #define N_CONFIG (sizeof CONFIG / sizeof CONFIG[0])
 
@@ -213,6 +231,22 @@ int main(int argc, char **argv) {
     if (!tpath) die("no tokenizer found beside %s; give --learner.tokenizer", model_path);
     qrl_tokenizer *tok;
     if (qrl_tokenizer_load(tpath, m->cfg.vocab_size, &tok, &err) != QRL_OK) die("%s", err.msg);
+    if (qrl_config_get_enum(cfg, "mode") == 1) { /* sft */
+        int rc = ld_sft_run(cfg, m, tok, tpath);
+        qrl_tokenizer_free(tok);
+        qrl_model_free(m);
+        qrl_config_destroy(cfg);
+        return rc;
+    }
+    size_t n_stop;
+    const char *const *stop = qrl_config_get_list(cfg, "sampling.stop_token_ids", &n_stop);
+    if (n_stop > 16) die("sampling.stop_token_ids: at most 16 ids");
+    for (size_t i = 0; i < n_stop; i++) {
+        char *end;
+        long v = strtol(stop[i], &end, 10);
+        if (end == stop[i] || *end || v < 0 || v >= m->cfg.vocab_size)
+            die("sampling.stop_token_ids: '%s' is not a token id in [0, %d)", stop[i], m->cfg.vocab_size);
+    }
     qrl_learner_config lc;
     learner_config(cfg, &lc);
     size_t ctx = (size_t)m->cfg.max_seq_len;

@@ -42,9 +42,9 @@ static const char *normalized(const char *a) {
 /* ---- registry ----------------------------------------------------------------------- */
 
 Test(verify, registry_names_and_alias) {
-    const char *names[] = {"gsm8k", "math", "boxed", "arith", "countdown", "contains"};
-    cr_assert_eq(qrl_verifier_count(), 6);
-    for (size_t i = 0; i < 6; i++) {
+    const char *names[] = {"gsm8k", "math", "boxed", "arith", "countdown", "name-twice", "contains"};
+    cr_assert_eq(qrl_verifier_count(), 7);
+    for (size_t i = 0; i < 7; i++) {
         const qrl_verifier *v = qrl_verifier_find(names[i]);
         cr_assert_not_null(v, "%s", names[i]);
         cr_assert_str_eq(v->name, names[i]);
@@ -54,7 +54,7 @@ Test(verify, registry_names_and_alias) {
     cr_assert_null(qrl_verifier_find("MATH"));
     cr_assert_null(qrl_verifier_find("nope"));
     cr_assert_null(qrl_verifier_find(NULL));
-    cr_assert_null(qrl_verifier_at(6));
+    cr_assert_null(qrl_verifier_at(7));
 }
 
 /* ---- the required real cases -------------------------------------------------------- */
