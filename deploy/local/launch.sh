@@ -8,7 +8,7 @@
 #   deploy/local/launch.sh [--task arith|story|gsm8k|math500] [--replicas N]
 #       [--precision P] [--kv-cache F] [--model PATH] [--updates N] [--group-size G]
 #       [--quota T] [--max-new-tokens N] [--sft-steps N] [--eval-n N] [--eval-k K]
-#       [--seed S] [--bootstrap HOST:PORT] [--run-dir DIR] [--threads N]
+#       [--seed S] [--lr LR] [--bootstrap HOST:PORT] [--run-dir DIR] [--threads N]
 #       [-- extra qrl-learner flags]
 #
 # Output: runs/<UTC timestamp>/ with learner.jsonl (one line per update), tb/ (TensorBoard
@@ -20,7 +20,7 @@ build=${BUILD:-build}
 bin=$build/bin
 data=${QRL_DATA_DIR:-../shared/data}
 
-task=arith replicas=2 precision=w8a8-int8 kv=int4-protected model="" updates="" G="" T=""
+task=arith replicas=2 lr=1e-4 precision=w8a8-int8 kv=int4-protected model="" updates="" G="" T=""
 max_new="" sft_steps="" eval_n="" eval_k=4 seed=1 bootstrap="" run_dir="" threads=1 extra=()
 usage() { sed -n '2,16p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'; }
 while [ $# -gt 0 ]; do
@@ -38,6 +38,7 @@ while [ $# -gt 0 ]; do
     --eval-n) eval_n=$2; shift 2 ;;
     --eval-k) eval_k=$2; shift 2 ;;
     --seed) seed=$2; shift 2 ;;
+    --lr) lr=$2; shift 2 ;;
     --bootstrap) bootstrap=$2; shift 2 ;;
     --run-dir) run_dir=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
@@ -81,7 +82,7 @@ trap 'exit 130' INT TERM
 # ---- task ------------------------------------------------------------------------------
 # Each task sets: model, dataset (train JSONL), testset, verifier, field flags, template,
 # and defaults for the run size.
-fields=() template=none
+fields=() eval_fields=() template=none stop=() eval_stop=()
 case $task in
   arith)
     verifier=arith
@@ -91,18 +92,19 @@ case $task in
     "$bin/qrl-task" gen --task arith --split test --n "$eval_n" --seed "$seed" --out "$testset"
     if [ -z "$model" ]; then
       log "SFT warm start: a fresh model on $(wc -l <"$dataset") worked-steps problems, $sft_steps steps"
-      "$bin/qrl-task" init-model --task arith --seed "$seed" --out "$run_dir/init" >"$run_dir/init.log" 2>&1 ||
+      "$bin/qrl-task" init-model --task arith --seed "$seed" --dim 64 --layers 4 --heads 4 \
+        --out "$run_dir/init" >"$run_dir/init.log" 2>&1 ||
         { tail -5 "$run_dir/init.log"; die "init-model failed"; }
       "$bin/qrl-learner" --mode sft --learner.model "$run_dir/init" --dataset.path "$dataset" \
-        --dataset.chat_template none --learner.seed "$seed" --learner.threads 2 \
+        --dataset.chat_template none --learner.seed "$seed" --learner.threads "$threads" \
         --sft.steps "$sft_steps" --sft.out "$run_dir/sft" >"$run_dir/sft.log" 2>&1 ||
         { tail -5 "$run_dir/sft.log"; die "SFT failed"; }
-      grep -E "sft step=" "$run_dir/sft.log" | tail -1 | sed 's/^/  /'
+      grep -E "\[sft\] done" "$run_dir/sft.log" | tail -1 | sed 's/^.*\[sft\] /  SFT /'
       model=$run_dir/sft
     fi ;;
   story)
-    verifier=name-twice
-    : "${updates:=10}" "${G:=8}" "${T:=8}" "${max_new:=64}" "${eval_n:=100}"
+    verifier=name-twice stop=(--sampling.stop_token_ids 1) eval_stop=(--stop_token_ids 1)
+    : "${updates:=10}" "${G:=8}" "${T:=8}" "${max_new:=400}" "${eval_n:=100}"
     model=${model:-$data/llama2c_stories260K/stories260K.bin}
     dataset=$run_dir/story-train.jsonl testset=$run_dir/story-test.jsonl
     "$bin/qrl-task" gen --task story-name --split train --n 2000 --seed "$seed" --out "$dataset"
@@ -114,9 +116,11 @@ case $task in
     if [ "$task" = gsm8k ]; then
       verifier=gsm8k dataset=$data/gsm8k/train.jsonl testset=$data/gsm8k/test.jsonl
       fields=(--dataset.prompt_field question --dataset.answer_field answer)
+      eval_fields=(--prompt_field question --answer_field answer)
     else
       verifier=math dataset=$data/math500/test.jsonl testset=$data/math500/test.jsonl
       fields=(--dataset.prompt_field problem --dataset.answer_field answer)
+      eval_fields=(--prompt_field problem --answer_field answer)
     fi ;;
   *) die "unknown --task '$task' (arith, story, gsm8k, math500)" ;;
 esac
@@ -124,13 +128,13 @@ esac
 
 evaluate() { # $1 = model, $2 = output name
   "$bin/qrl-eval" --model "$1" --dataset "$testset" --task "$verifier" --k "$eval_k" --n "$eval_n" \
-    --max-tokens "$max_new" --temperature 1.0 --seed "$seed" --threads 2 \
-    --chat-template "$template" "${fields[@]/--dataset./--}" --json >"$run_dir/$2.json" 2>"$run_dir/$2.log" ||
+    --max_tokens "$max_new" --temperature 1.0 --seed "$seed" --threads "$threads" \
+    --chat_template "$template" "${eval_fields[@]}" "${eval_stop[@]}" --json >"$run_dir/$2.json" 2>"$run_dir/$2.log" ||
     { tail -5 "$run_dir/$2.log"; die "qrl-eval failed on $1"; }
 }
 log "evaluating the starting policy on $eval_n test prompts (k=$eval_k)"
 evaluate "$model" eval-before
-jq -r '"  before RL: avg@k \(.avg_at_k)  pass@k \(.pass_at_k)  greedy \(.greedy_accuracy)"' "$run_dir/eval-before.json"
+jq -r '"  before RL: avg@k \(.avg_at_k)  pass@k \(.pass_at_k)  greedy \(.greedy_accuracy)  (\(.seconds | floor) s)"' "$run_dir/eval-before.json"
 
 # ---- broker ----------------------------------------------------------------------------
 if [ -z "$bootstrap" ]; then
@@ -149,13 +153,12 @@ head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$run_dir/token"
 chmod 600 "$run_dir/token"
 tb=()
 "$bin/qrl-learner" --help 2>/dev/null | grep -q 'metrics.tensorboard_dir' && tb=(--metrics.tensorboard_dir "$run_dir/tb")
-ckpt=()
-"$bin/qrl-learner" --help 2>/dev/null | grep -q 'checkpoint.dir' && ckpt=(--checkpoint.dir "$run_dir/checkpoints")
+ckpt=(--learner.checkpoint_dir "$run_dir/checkpoints" --learner.checkpoint_every 5)
 "$bin/qrl-learner" --learner.model "$model" --dataset.path "$dataset" --dataset.task "$verifier" \
   --dataset.chat_template "$template" "${fields[@]}" --kafka.bootstrap "$bootstrap" \
   --learner.group_size "$G" --learner.quota "$T" --learner.max_updates "$updates" \
   --learner.seed "$seed" --learner.threads "$threads" --sampling.max_new_tokens "$max_new" \
-  --learner.lr 2e-4 --loss.beta 0 --rpc.token_file "$run_dir/token" \
+  --learner.lr "$lr" --loss.beta 0 "${stop[@]}" --rpc.token_file "$run_dir/token" \
   --metrics.jsonl "$run_dir/learner.jsonl" "${tb[@]}" "${ckpt[@]}" "${extra[@]}" \
   >"$run_dir/learner.log" 2>&1 &
 pid_learner=$!

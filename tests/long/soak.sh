@@ -3,8 +3,9 @@
 # replicas on stories260K run for QRL_SOAK_MINUTES (default 30); every
 # QRL_SOAK_RESTART_MINUTES (default 5) one replica (round robin) is sent SIGTERM and
 # started again.  Every 10 s the RSS of every daemon is sampled.  Passes when:
-#   - no group is lost: every group id dispatched up to the last update was trained once
-#     (or listed dropped), with no id twice;
+#   - no group is lost: no id is trained twice, and every id below the highest trained one
+#     was trained, except those still in flight when the learner stopped (the last
+#     window: at most T x (1 + max_staleness) = 16, all within 32 of the highest);
 #   - the RSS of every daemon after warm-up grows < 5% (each daemon incarnation: from the
 #     sample a third into its life to its last sample);
 #   - the learner exits 0 when told to stop (SIGTERM) and the replicas drain.
@@ -102,8 +103,12 @@ m=$tmp/learner.jsonl
 U=$(wc -l <"$m")
 [ "$U" -ge 3 ] || fail "only $U updates in $minutes minutes"
 jq -s -e '[.[].groups[]] as $g | ($g | length) == ($g | unique | length)' "$m" >/dev/null || fail "a group trained twice"
-jq -s -e '[.[].groups[]] | sort == [range(1; length + 1)]' "$m" >/dev/null ||
-  fail "groups missing: $(jq -s -c '[.[].groups[]] | sort | . as $s | [range(1; ($s[-1] + 1))] - $s' "$m")"
+# groups below the highest trained id that were not trained must be ones still buffered or
+# generating when the learner stopped (their offsets are not committed): the last window
+missing=$(jq -s -c '[.[].groups[]] | sort | . as $s | [range(1; ($s[-1] + 1))] - $s' "$m")
+jq -n -e --argjson miss "$missing" --argjson top "$(jq -s '[.[].groups[]] | max' "$m")" \
+  '($miss | length) <= 16 and all($miss[]; . > $top - 32)' >/dev/null ||
+  fail "groups lost (not in the final in-flight window): $missing"
 echo
 printf '%-8s %5s %12s %12s %8s\n' daemon inc "RSS warm kB" "RSS end kB" growth
 # per daemon incarnation: RSS after its first third of samples (warm-up) vs its last
