@@ -240,6 +240,16 @@ static void on_result(ld_daemon *d, const qrl_kafka_message *m) {
         return;
     }
     uint8_t gs = state_of_group(d, r->group_id);
+    if (r->run_id == d->run_id && gs == GS_NONE && r->group_id >= d->next_id) {
+        /* this run never dispatched that id: a broken producer, not a redelivery */
+        char why[200];
+        snprintf(why, sizeof why, "NOT_FOUND: group_id %" PRIu64 " was never dispatched by run %" PRIu64
+                 " (next id %" PRIu64 ")", r->group_id, d->run_id, d->next_id);
+        dead_letter(d, m, why);
+        qrl_wire_free(pm);
+        part_done(d, part, off);
+        return;
+    }
     if (r->run_id != d->run_id || gs != GS_DISPATCHED) {
         if (r->run_id != d->run_id) d->other_run++;
         else d->duplicates++;

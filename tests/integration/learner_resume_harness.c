@@ -1,14 +1,17 @@
 /* Helper of tests/integration/learner_resume.sh.
  *
  *   learner_resume_harness feed --bootstrap B --prompts T --results T --vocab V
- *                          [--hold-after N --go FILE] [--timeout S]
+ *                          [--hold-after N --go FILE] [--bad-first K] [--timeout S]
  *       A scripted replica: reads every PromptGroup of topic --prompts (a fresh consumer
  *       group, from the earliest record, in record order) and answers each one at once
  *       with a GroupResult whose content is a function of the group id only: G responses
  *       of 3 + (id + k) % 4 tokens (id * 7 + k * 3 + t) % V, behavior log-prob -1 - t/64,
  *       version 0, reward 1 when (id + k) % 3 == 0 else 0 (never all equal for G >= 3).
  *       With --hold-after N, groups above N wait until FILE exists (so the test decides
- *       when updates past N*... may start).  Runs until killed or S seconds (default 120).
+ *       when updates past N*... may start).  With --bad-first K, groups up to K are first
+ *       answered with four bad results (a log-prob missing, a NaN log-prob, an id never
+ *       dispatched, schema_version 99), then with the good one.  Runs until killed or S
+ *       seconds (default 120).
  *   learner_resume_harness logits --checkpoint DIR --ids 1,2,3 --out FILE.npy [--model P]
  *       The learner's policy as a checkpoint holds it: the base model (manifest's or
  *       --model) with the checkpoint's parameters, UAQ-scaled as trained; the logits of
@@ -46,9 +49,12 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-static void answer(qrl_kafka_producer_t *p, const char *topic, const Qrl__PromptGroup *pg, uint32_t V) {
+/* bad: 0 = the good result; 1 = response 0 has one log-prob fewer than tokens; 2 = a NaN
+ * log-prob; 3 = a group id never dispatched (id + 1000000); 4 = schema_version 99. */
+static void answer(qrl_kafka_producer_t *p, const char *topic, const Qrl__PromptGroup *pg, uint32_t V,
+                   int bad) {
     uint32_t G = pg->group_size;
-    uint64_t id = pg->group_id;
+    uint64_t id = pg->group_id + (bad == 3 ? 1000000 : 0);
     Qrl__Response *rs = calloc(G, sizeof *rs), **rp = calloc(G, sizeof *rp);
     uint32_t tok[G][8];
     float lp[G][8];
@@ -72,6 +78,8 @@ static void answer(qrl_kafka_producer_t *p, const char *topic, const Qrl__Prompt
         rs[k].correct = rs[k].reward > 0;
         rp[k] = &rs[k];
     }
+    if (bad == 1) rs[0].n_behavior_logprobs--;
+    if (bad == 2) lp[G - 1][1] = NAN;
     Qrl__GroupResult r = QRL__GROUP_RESULT__INIT;
     r.group_id = id;
     r.run_id = pg->run_id;
@@ -89,6 +97,10 @@ static void answer(qrl_kafka_producer_t *p, const char *topic, const Qrl__Prompt
     size_t len;
     qrl_error err;
     if (qrl_wire_encode_alloc(&r.base, &buf, &len, &err) != QRL_OK) die("encode", err.msg);
+    if (bad == 4) { /* field 1 (schema_version, varint) leads the encoding */
+        if (len < 2 || buf[0] != 0x08 || buf[1] != 0x01) die("bad", "unexpected encoding head");
+        buf[1] = 99;
+    }
     char key[QRL_WIRE_KEY_MAX];
     size_t klen = qrl_wire_group_key(id, key);
     qrl_status st;
@@ -104,6 +116,7 @@ static int feed(int argc, char **argv) {
     const char *results = arg(argc, argv, "--results", NULL), *go = arg(argc, argv, "--go", NULL);
     uint32_t V = (uint32_t)atoi(arg(argc, argv, "--vocab", "0"));
     uint64_t hold = strtoull(arg(argc, argv, "--hold-after", "0"), NULL, 10);
+    uint64_t bad_first = strtoull(arg(argc, argv, "--bad-first", "0"), NULL, 10);
     double timeout = atof(arg(argc, argv, "--timeout", "120"));
     if (!bootstrap || !prompts || !results || !V) die("feed", "--bootstrap, --prompts, --results, --vocab needed");
     if (hold && !go) die("feed", "--hold-after needs --go FILE");
@@ -131,7 +144,9 @@ static int feed(int argc, char **argv) {
             fprintf(stderr, "feeder: holding group %" PRIu64 " until %s exists\n", pg->group_id, go);
             while (access(go, F_OK) != 0 && now_s() < end) usleep(20000);
         }
-        answer(p, results, pg, V);
+        if (pg->group_id <= bad_first) /* the bad variants first, then the good result */
+            for (int b = 1; b <= 4; b++) answer(p, results, pg, V, b);
+        answer(p, results, pg, V, 0);
         answered++;
         fprintf(stderr, "feeder: answered group %" PRIu64 " (%" PRIu64 " so far)\n", pg->group_id, answered);
         qrl_wire_free(pm);
