@@ -6,9 +6,10 @@
  * statistic qrl_attention_merge merges the CPU's two partials by).
  *
  * head_dim 64/128: each warp streams the raw records (codes + F32 fields) of its
- * 16-position tiles into shared-memory stages with cp.async, dequantizes a tile into a BF16
- * K and V tile (swizzled as attention.cu's) and runs attention.cu's mma.sync score and P·V
- * steps on it.  Other head dims: CUDA cores, 8 elements per lane dequantized in registers. */
+ * 16-position tiles into shared-memory stages with cp.async (one record per lane), turns
+ * the codes into F16 K and V tiles (swizzled as attention.cu's) and runs attention.cu's
+ * mma.sync score and P·V steps on them, with the scales applied outside the MMA (below).
+ * Other head dims: CUDA cores, 8 elements per lane dequantized in registers. */
 #include <cuda_bf16.h>
 #include <math.h>
 #include <stdlib.h>
@@ -215,24 +216,6 @@ static __device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t r[4]) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
 }
-static __device__ __forceinline__ void mma_top(float c[4], uint32_t a0, uint32_t a2, uint32_t b0,
-                                               uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
-}
-static __device__ __forceinline__ void mma_full(float c[4], const uint32_t a[4], uint32_t b0,
-                                                uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
-    __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
-    return *(uint32_t *)&v;
-}
 
 template <int HD, int FMT>
 struct tcq_geom {
@@ -250,11 +233,78 @@ static size_t tcq_smem(void) {
     return kv > mg ? kv : mg;
 }
 
+/* Exact-code tiles: the raw codes become F16 values that equal the codes (int8 c, int4
+ * n in 0..15, E4M3 values), the products run on mma.sync F16 with F32 accumulation, and
+ * every F32 field is applied outside the MMA: K scales multiply the scores (int4: one
+ * accumulator per 32-dim group, score = sum_g s_g (q_g . n_g) + z_g sum(q_g)); V scales
+ * multiply P (int4: one P per group, plus the zero term sum_p P z_g in F32).  P * scale
+ * is normalized by a running per-warp maximum of the scale (a power of the F16 range is
+ * lost otherwise); the output is rescaled when that maximum grows, like the softmax max. */
+static __device__ __forceinline__ void mma_top_h(float c[4], uint32_t a0, uint32_t a2, uint32_t b0,
+                                                 uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+}
+static __device__ __forceinline__ void mma_full_h(float c[4], const uint32_t a[4], uint32_t b0,
+                                                  uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+static __device__ __forceinline__ uint32_t pack_h(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+static __device__ __forceinline__ uint32_t hsub2_u(uint32_t a, uint32_t b) {
+    __half2 r = __hsub2(*(__half2 *)&a, *(__half2 *)&b);
+    return *(uint32_t *)&r;
+}
+static __device__ __forceinline__ uint32_t hfma2_u(uint32_t a, uint32_t b, uint32_t c) {
+    __half2 r = __hfma2(*(__half2 *)&a, *(__half2 *)&b, *(__half2 *)&c);
+    return *(uint32_t *)&r;
+}
+
+/* 8 codes (elements 8ch .. 8ch + 7 of a record) as 8 F16 values. */
+template <int FMT>
+static __device__ __forceinline__ uint4 codes_f16(const unsigned char *rec, int ch) {
+    uint4 o;
+    if (FMT == F_INT8) { /* f16 0x64uu = 1024 + u, u = c + 128 */
+        uint2 u = *(const uint2 *)(rec + ch * 8);
+        uint32_t x0 = u.x ^ 0x80808080u, x1 = u.y ^ 0x80808080u, m = 0x64806480u; /* 1152 */
+        o.x = hsub2_u(__byte_perm(x0, 0x64646464u, 0x4140), m);
+        o.y = hsub2_u(__byte_perm(x0, 0x64646464u, 0x4342), m);
+        o.z = hsub2_u(__byte_perm(x1, 0x64646464u, 0x4140), m);
+        o.w = hsub2_u(__byte_perm(x1, 0x64646464u, 0x4342), m);
+    } else if (FMT == F_FP8) {
+        uint2 u = *(const uint2 *)(rec + ch * 8);
+        __half2_raw h0 = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u.x & 0xFFFFu), __NV_E4M3);
+        __half2_raw h1 = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u.x >> 16), __NV_E4M3);
+        __half2_raw h2 = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u.y & 0xFFFFu), __NV_E4M3);
+        __half2_raw h3 = __nv_cvt_fp8x2_to_halfraw2((__nv_fp8x2_storage_t)(u.y >> 16), __NV_E4M3);
+        o.x = (uint32_t)h0.x | ((uint32_t)h0.y << 16);
+        o.y = (uint32_t)h1.x | ((uint32_t)h1.y << 16);
+        o.z = (uint32_t)h2.x | ((uint32_t)h2.y << 16);
+        o.w = (uint32_t)h3.x | ((uint32_t)h3.y << 16);
+    } else { /* byte b -> (1024 + lo, 1024 + 16 hi) -> (lo, hi) */
+        uint32_t w = *(const uint32_t *)(rec + ch * 4);
+        const uint32_t mul = 0x2C003C00u, sub = 0xD400E400u; /* (1, 1/16), (-1024, -64) */
+        o.x = hfma2_u((__byte_perm(w, 0, 0x0000) & 0x00F0000Fu) | 0x64006400u, mul, sub);
+        o.y = hfma2_u((__byte_perm(w, 0, 0x1111) & 0x00F0000Fu) | 0x64006400u, mul, sub);
+        o.z = hfma2_u((__byte_perm(w, 0, 0x2222) & 0x00F0000Fu) | 0x64006400u, mul, sub);
+        o.w = hfma2_u((__byte_perm(w, 0, 0x3333) & 0x00F0000Fu) | 0x64006400u, mul, sub);
+    }
+    return o;
+}
+
 template <int HD, int FMT, int STG>
-static __global__ void __launch_bounds__(WARPS * 32, 1)
+static __global__ void __launch_bounds__(WARPS * 32, 2)
 attnq_tc_kernel(qargs a, int region, float sl2, int chunk, int n_splits, int split_off, int bs_shift) {
     typedef tcq_geom<HD, FMT> GM;
     constexpr int CB = GM::CB, SF = GM::SF, RAW = GM::RAW, TILE = GM::TILE, KS = HD / 16;
+    constexpr int NG = FMT == F_INT4 ? HD / 32 : 1; /* score accumulators / V scale groups */
     extern __shared__ __align__(16) unsigned char tq_sm[];
     int s = blockIdx.x, kvh = blockIdx.y, r = blockIdx.z;
     int H = a.n_heads, KVH = a.c.n_kv_heads, G = H / KVH;
@@ -279,106 +329,108 @@ attnq_tc_kernel(qargs a, int region, float sl2, int chunk, int n_splits, int spl
     int n_tiles = (end - start + TQ - 1) / TQ;
     int my_tiles = n_tiles > warp ? (n_tiles - warp + WARPS - 1) / WARPS : 0;
 
-    uint32_t qh[KS][2], ql[KS][2];
+    /* Q (scaled to the log2 domain) as F16 hi + lo in rows g and g + 8; per-group sums */
+    uint32_t qa[KS][4];
+    float qsum[NG];
     {
         const float *qp = a.q + (size_t)r * H * HD + (size_t)(kvh * G + (g < G ? g : 0)) * HD;
+#pragma unroll
+        for (int k = 0; k < NG; k++) qsum[k] = 0.0f;
 #pragma unroll
         for (int ks = 0; ks < KS; ks++)
 #pragma unroll
             for (int h = 0; h < 2; h++) {
                 int d = ks * 16 + h * 8 + 2 * t;
                 float x0 = g < G ? qp[d] * sl2 : 0.0f, x1 = g < G ? qp[d + 1] * sl2 : 0.0f;
-                __nv_bfloat162 hi = __floats2bfloat162_rn(x0, x1);
-                qh[ks][h] = *(uint32_t *)&hi;
-                ql[ks][h] = pack_bf16(x0 - __low2float(hi), x1 - __high2float(hi));
+                __half2 hi = __floats2half2_rn(x0, x1);
+                qa[ks][2 * h] = *(uint32_t *)&hi;
+                qa[ks][2 * h + 1] = pack_h(x0 - __low2float(hi), x1 - __high2float(hi));
+                if (FMT == F_INT4) qsum[(ks * 16) / 32] += x0 + x1;
+            }
+        if (FMT == F_INT4) /* the other dims of the group live in lanes t' != t */
+#pragma unroll
+            for (int k = 0; k < NG; k++) {
+                qsum[k] += __shfl_xor_sync(0xffffffffu, qsum[k], 1);
+                qsum[k] += __shfl_xor_sync(0xffffffffu, qsum[k], 2);
             }
     }
 
-    auto issue = [&](int j) { /* raw records of this warp's j-th tile into stage j % STG */
+    auto issue = [&](int j) { /* lane: record (row lane % 16, K if lane < 16 else V) */
         if (j < my_tiles) {
             int i0 = start + (warp + j * WARPS) * TQ;
             unsigned char *st = raw + (j % STG) * RAW;
-            constexpr int CPR = CB / 16; /* 16-byte chunks per record */
+            int w = lane >> 4, row = lane & 15, i = i0 + row;
+            bool ok = i < end;
+            const uint8_t *cp;
+            const float *sp;
+            rec_ptr<FMT, HD>(a, m, table, seq, kvh, bs_shift, ok ? i : start, w, &cp, &sp);
+            uint32_t dst = smem_u32(st + (w * TQ + row) * CB);
 #pragma unroll
-            for (int k = 0; k < TQ * CPR * 2 / 32; k++) {
-                int c = lane + 32 * k, w = c / (TQ * CPR), rem = c % (TQ * CPR);
-                int row = rem / CPR, ch = rem % CPR, i = i0 + row;
-                bool ok = i < end;
-                const uint8_t *cp;
-                const float *sp;
-                rec_ptr<FMT, HD>(a, m, table, seq, kvh, bs_shift, ok ? i : start, w, &cp, &sp);
-                cp_async16(smem_u32(st + (w * TQ + row) * CB + ch * 16), cp + ch * 16, ok);
-            }
+            for (int k = 0; k < CB / 16; k++) cp_async16(dst + k * 16, cp + k * 16, ok);
             float *sst = (float *)(st + 2 * TQ * CB);
-            if (SF == 1) { /* int8: one scale per record, lanes 0-15 K, 16-31 V */
-                int w = lane >> 4, row = lane & 15, i = i0 + row;
-                bool ok = i < end;
-                const uint8_t *cp;
-                const float *sp;
-                rec_ptr<FMT, HD>(a, m, table, seq, kvh, bs_shift, ok ? i : start, w, &cp, &sp);
-                cp_async4(smem_u32(sst + w * TQ + row), sp, ok);
-            } else if (SF > 1) { /* int4: SF floats = SF/4 chunks per record */
-                constexpr int SPR = SF > 4 ? SF / 4 : 1;
+            if (SF == 1) cp_async4(smem_u32(sst + w * TQ + row), sp, ok);
 #pragma unroll
-                for (int k = 0; k < TQ * SPR * 2 / 32; k++) {
-                    int c = lane + 32 * k, w = c / (TQ * SPR), rem = c % (TQ * SPR);
-                    int row = rem / SPR, ch = rem % SPR, i = i0 + row;
-                    bool ok = i < end;
-                    const uint8_t *cp;
-                    const float *sp;
-                    rec_ptr<FMT, HD>(a, m, table, seq, kvh, bs_shift, ok ? i : start, w, &cp, &sp);
-                    cp_async16(smem_u32(sst + (w * TQ + row) * SF + ch * 4), sp + ch * 4, ok);
-                }
-            }
+            for (int k = 0; SF > 1 && k < SF / 4; k++)
+                cp_async16(smem_u32(sst + (w * TQ + row) * SF + 4 * k), sp + 4 * k, ok);
         }
         asm volatile("cp.async.commit_group;\n" ::);
     };
 
-    float o[HD / 8][4], mrun = -INFINITY, l = 0.0f;
+    float o[HD / 8][4], mrun = -INFINITY, l = 0.0f, rv[NG], zacc[NG];
 #pragma unroll
     for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < NG; k++) rv[k] = 0.0f, zacc[k] = 0.0f;
 #pragma unroll
     for (int j = 0; j < STG - 1; j++) issue(j);
     for (int j = 0; j < my_tiles; j++) {
         issue(j + STG - 1);
         asm volatile("cp.async.wait_group %0;\n" ::"n"(STG - 1));
         __syncwarp();
-        { /* dequantize the stage into the BF16 tiles (16-byte chunk ^ row % 8 swizzle) */
-            const unsigned char *st = raw + (j % STG) * RAW;
-            const float *sst = (const float *)(st + 2 * TQ * CB);
+        const unsigned char *st = raw + (j % STG) * RAW;
+        const float *sst = (const float *)(st + 2 * TQ * CB);
 #pragma unroll
-            for (int k = 0; k < TQ * HD / 8 * 2 / 32; k++) {
-                int c = lane + 32 * k, w = c / (TQ * HD / 8), rem = c % (TQ * HD / 8);
-                int row = rem / (HD / 8), ch = rem % (HD / 8);
-                float f[8];
-                deq8<FMT, HD>(st + (w * TQ + row) * CB, sst + (w * TQ + row) * SF,
-                              w ? fsv : fsk, ch * 8, f);
-                uint4 u = {pack_bf16(f[0], f[1]), pack_bf16(f[2], f[3]), pack_bf16(f[4], f[5]),
-                           pack_bf16(f[6], f[7])};
-                *(uint4 *)((w ? vt : kt) + row * HD + ((ch ^ (row & 7)) * 8)) = u;
-            }
+        for (int k = 0; k < TQ * HD / 8 * 2 / 32; k++) { /* codes -> F16 tiles (swizzled) */
+            int c = lane + 32 * k, w = c / (TQ * HD / 8), rem = c % (TQ * HD / 8);
+            int row = rem / (HD / 8), ch = rem % (HD / 8);
+            *(uint4 *)((w ? vt : kt) + row * HD + ((ch ^ (row & 7)) * 8)) =
+                codes_f16<FMT>(st + (w * TQ + row) * CB, ch);
         }
         __syncwarp();
-        float s0[4] = {0, 0, 0, 0}, s1[4] = {0, 0, 0, 0};
+        float acc[NG][2][4];
+#pragma unroll
+        for (int k = 0; k < NG; k++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) acc[k][0][i] = acc[k][1][i] = 0.0f;
         {
             int jj = lane >> 3, pos = (jj >> 1) * 8 + (lane & 7);
 #pragma unroll
             for (int ks = 0; ks < KS; ks++) {
-                int ch = 2 * ks + (jj & 1);
+                int ch = 2 * ks + (jj & 1), gq = FMT == F_INT4 ? ks / 2 : 0;
                 uint32_t b[4];
                 ldsm_x4(smem_u32(kt + pos * HD + ((ch ^ (pos & 7)) * 8)), b);
-                const uint32_t qa[4] = {qh[ks][0], ql[ks][0], qh[ks][1], ql[ks][1]};
-                mma_full(s0, qa, b[0], b[1]);
-                mma_full(s1, qa, b[2], b[3]);
+                mma_full_h(acc[gq][0], qa[ks], b[0], b[1]);
+                mma_full_h(acc[gq][1], qa[ks], b[2], b[3]);
             }
         }
         int p0 = start + (warp + j * WARPS) * TQ;
-        float sc[4] = {s0[0] + s0[2], s0[1] + s0[3], s1[0] + s1[2], s1[1] + s1[3]};
-        if (p0 + TQ > end) {
-            if (p0 + 2 * t >= end) sc[0] = -INFINITY;
-            if (p0 + 2 * t + 1 >= end) sc[1] = -INFINITY;
-            if (p0 + 8 + 2 * t >= end) sc[2] = -INFINITY;
-            if (p0 + 9 + 2 * t >= end) sc[3] = -INFINITY;
+        const int pr[4] = {2 * t, 2 * t + 1, 8 + 2 * t, 9 + 2 * t}; /* tile rows of sc[0..3] */
+        float sc[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) {
+            int nt = i >> 1, e = i & 1;
+            if (FMT == F_INT4) {
+                const float *ks_ = sst + pr[i] * SF;
+                float v = 0.0f;
+#pragma unroll
+                for (int k = 0; k < NG; k++)
+                    v += (acc[k][nt][e] + acc[k][nt][e + 2]) * ks_[k] + ks_[NG + k] * qsum[k];
+                sc[i] = v;
+            } else {
+                float raw_s = acc[0][nt][e] + acc[0][nt][e + 2];
+                sc[i] = raw_s * (FMT == F_INT8 ? sst[pr[i]] : fsk);
+            }
+            if (p0 + pr[i] >= end) sc[i] = -INFINITY;
         }
         float mx = fmaxf(fmaxf(sc[0], sc[1]), fmaxf(sc[2], sc[3]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -390,30 +442,72 @@ attnq_tc_kernel(qargs a, int region, float sl2, int chunk, int n_splits, int spl
 #pragma unroll
         for (int i = 0; i < 4; i++) p[i] = exp2f(sc[i] - mn);
         l = l * cfac + (p[0] + p[1]) + (p[2] + p[3]);
-        uint32_t pa0 = pack_bf16(p[0], p[1]), pa2 = pack_bf16(p[2], p[3]);
+        /* P times the V scale of its position, over the running maximum of that scale */
+        uint32_t pa0[NG], pa2[NG];
+        float fac[NG];
+#pragma unroll
+        for (int k = 0; k < NG; k++) {
+            float vsc[4];
+            if (FMT == F_FP8) {
+                vsc[0] = vsc[1] = vsc[2] = vsc[3] = 1.0f;
+            } else {
+#pragma unroll
+                for (int i = 0; i < 4; i++) vsc[i] = FMT == F_INT8 ? sst[TQ + pr[i]] : sst[(TQ + pr[i]) * SF + k];
+            }
+            float rn = rv[k];
+            if (FMT != F_FP8) {
+                float tm = fmaxf(fmaxf(vsc[0], vsc[1]), fmaxf(vsc[2], vsc[3]));
+                tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 1));
+                tm = fmaxf(tm, __shfl_xor_sync(0xffffffffu, tm, 2));
+                rn = fmaxf(rn, tm);
+            } else {
+                rn = 1.0f;
+            }
+            fac[k] = cfac * (rn > 0.0f ? rv[k] / rn : 0.0f);
+            if (FMT == F_FP8) fac[k] = cfac;
+            float inv = rn > 0.0f ? 1.0f / rn : 0.0f;
+            rv[k] = rn;
+            pa0[k] = pack_h(p[0] * vsc[0] * inv, p[1] * vsc[1] * inv);
+            pa2[k] = pack_h(p[2] * vsc[2] * inv, p[3] * vsc[3] * inv);
+            if (FMT == F_INT4) {
+                const float *zs = sst + NG;
+                zacc[k] = zacc[k] * cfac + p[0] * zs[(TQ + pr[0]) * SF + k] + p[1] * zs[(TQ + pr[1]) * SF + k] +
+                          p[2] * zs[(TQ + pr[2]) * SF + k] + p[3] * zs[(TQ + pr[3]) * SF + k];
+            }
+        }
         int jj = lane >> 3, pos = (jj & 1) * 8 + (lane & 7);
 #pragma unroll
         for (int n = 0; n < HD / 8; n += 2) {
-            int ch = n + (jj >> 1);
+            int ch = n + (jj >> 1), k = FMT == F_INT4 ? (n * 8) / 32 : 0;
             uint32_t b[4];
             ldsm_x4_t(smem_u32(vt + pos * HD + ((ch ^ (pos & 7)) * 8)), b);
 #pragma unroll
-            for (int i = 0; i < 4; i++) o[n][i] *= cfac, o[n + 1][i] *= cfac;
-            mma_top(o[n], pa0, pa2, b[0], b[1]);
-            mma_top(o[n + 1], pa0, pa2, b[2], b[3]);
+            for (int i = 0; i < 4; i++) o[n][i] *= fac[k], o[n + 1][i] *= fac[k];
+            mma_top_h(o[n], pa0[k], pa2[k], b[0], b[1]);
+            mma_top_h(o[n + 1], pa0[k], pa2[k], b[2], b[3]);
         }
         __syncwarp();
     }
     asm volatile("cp.async.wait_group 0;\n" ::);
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
+#pragma unroll
+    for (int k = 0; k < NG; k++) {
+        zacc[k] += __shfl_xor_sync(0xffffffffu, zacc[k], 1);
+        zacc[k] += __shfl_xor_sync(0xffffffffu, zacc[k], 2);
+    }
     __syncthreads();
     float *sm_o = (float *)tq_sm;
     float *sm_ml = sm_o + WARPS * 8 * HD;
     if (g < G) {
         float *row = sm_o + (warp * 8 + g) * HD;
 #pragma unroll
-        for (int n = 0; n < HD / 8; n++) row[n * 8 + 2 * t] = o[n][0], row[n * 8 + 2 * t + 1] = o[n][1];
+        for (int n = 0; n < HD / 8; n++) {
+            int k = FMT == F_INT4 ? (n * 8) / 32 : 0;
+            float f = FMT == F_FP8 ? fsv : rv[k], z = FMT == F_INT4 ? zacc[k] : 0.0f;
+            row[n * 8 + 2 * t] = o[n][0] * f + z;
+            row[n * 8 + 2 * t + 1] = o[n][1] * f + z;
+        }
         if (t == 0) sm_ml[(warp * 8 + g) * 2] = mrun, sm_ml[(warp * 8 + g) * 2 + 1] = l;
     }
     __syncthreads();
@@ -508,14 +602,14 @@ static void launch_tcq_st(const qargs &a, dim3 grid, int region, float sl2, int 
     attnq_tc_kernel<HD, FMT, STG><<<grid, WARPS * 32, bytes, st>>>(a, region, sl2, chunk, ns, off, sh);
 }
 
-/* QRL_ATTNQ_STAGES (2|3) selects the cp.async depth (A/B timing; default 3). */
+/* QRL_ATTNQ_STAGES (2|3) selects the cp.async depth (A/B timing; default 2). */
 template <int HD, int FMT>
 static void launch_tcq(const qargs &a, dim3 grid, int region, float sl2, int chunk, int ns, int off,
                        int sh, cudaStream_t st) {
-    if (env_int("QRL_ATTNQ_STAGES", 3) == 2)
-        launch_tcq_st<HD, FMT, 2>(a, grid, region, sl2, chunk, ns, off, sh, st);
-    else
+    if (env_int("QRL_ATTNQ_STAGES", 2) == 3)
         launch_tcq_st<HD, FMT, 3>(a, grid, region, sl2, chunk, ns, off, sh, st);
+    else
+        launch_tcq_st<HD, FMT, 2>(a, grid, region, sl2, chunk, ns, off, sh, st);
 }
 
 template <int FMT>

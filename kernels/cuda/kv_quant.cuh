@@ -79,9 +79,11 @@ qrl_status qrl_cuda_kv_store(const qrl_cuda_kvq_layer *c, const float *kv, const
 /* Attention of n rows over the quantized cache: row r's n_heads query heads (q [n, n_heads *
  * head_dim] F32, rotated) over positions [0, row_pos[r]] of row_seq[r]; out [n, n_heads *
  * head_dim] BF16.  scale: usually 1/sqrt(head_dim); max_len: bound on row_pos + 1.
- * head_dim 64 and 128 dequantize 16-position tiles into BF16 in shared memory and use
- * mma.sync (so K and V enter the products rounded to BF16: relative 2^-9 on top of the
- * format's own error); other head dims dequantize in registers on CUDA cores (F32).
+ * head_dim 64 and 128 turn 16-position tiles of codes into F16 values equal to the codes
+ * and use mma.sync F16 (F32 accumulation) with the scales applied to the scores and to P
+ * outside the MMA: K and V enter exactly; the rounding is Q split into F16 hi + lo
+ * (~2^-22 relative) and P * V-scale in F16 (2^-11 relative; normalized by the running
+ * maximum scale); other head dims dequantize in registers on CUDA cores (F32).
  * work: qrl_cuda_attention_q_work_floats floats.  Errors: UNSUPPORTED (head_dim, GQA group
  * > 8), INVALID_ARGUMENT, CUDA. */
 /* Benchmarks: fill a layer with valid random records (codes uniform; fp8 codes without
