@@ -602,14 +602,20 @@ static void launch_tcq_st(const qargs &a, dim3 grid, int region, float sl2, int 
     attnq_tc_kernel<HD, FMT, STG><<<grid, WARPS * 32, bytes, st>>>(a, region, sl2, chunk, ns, off, sh);
 }
 
-/* QRL_ATTNQ_STAGES (2|3) selects the cp.async depth (A/B timing; default 2). */
+/* cp.async depth: the decode attention is bound by bytes in flight (Little's law: the
+ * first version, 2 stages of ~4 KB per warp, read ~1.1-1.9 TB/s where the BF16 kernel's
+ * 2 stages of 8 KB read ~4), so a quantized tile, 2-2.7x smaller, gets 4 stages (int8,
+ * fp8) or 5 (int4): ~100 KB in flight per SM at 2 blocks per SM.  QRL_ATTNQ_STAGES
+ * (2..5) overrides (A/B timing). */
 template <int HD, int FMT>
 static void launch_tcq(const qargs &a, dim3 grid, int region, float sl2, int chunk, int ns, int off,
                        int sh, cudaStream_t st) {
-    if (env_int("QRL_ATTNQ_STAGES", 2) == 3)
-        launch_tcq_st<HD, FMT, 3>(a, grid, region, sl2, chunk, ns, off, sh, st);
-    else
-        launch_tcq_st<HD, FMT, 2>(a, grid, region, sl2, chunk, ns, off, sh, st);
+    switch (env_int("QRL_ATTNQ_STAGES", FMT == F_INT4 ? 5 : 4)) {
+    case 2: launch_tcq_st<HD, FMT, 2>(a, grid, region, sl2, chunk, ns, off, sh, st); break;
+    case 3: launch_tcq_st<HD, FMT, 3>(a, grid, region, sl2, chunk, ns, off, sh, st); break;
+    case 5: launch_tcq_st<HD, FMT, 5>(a, grid, region, sl2, chunk, ns, off, sh, st); break;
+    default: launch_tcq_st<HD, FMT, 4>(a, grid, region, sl2, chunk, ns, off, sh, st); break;
+    }
 }
 
 template <int FMT>
