@@ -355,23 +355,46 @@ attnq_tc_kernel(qargs a, int region, float sl2, int chunk, int n_splits, int spl
             }
     }
 
-    auto issue = [&](int j) { /* lane: record (row lane % 16, K if lane < 16 else V) */
+    /* Consecutive lanes copy consecutive 16-byte chunks of a record (and a tile inside one
+     * block is one contiguous run of records): a warp instruction reads whole lines and
+     * writes shared memory without bank conflicts.  Each lane looks up its chunk's record
+     * (the block table read hits L1). */
+    auto issue = [&](int j) {
         if (j < my_tiles) {
             int i0 = start + (warp + j * WARPS) * TQ;
             unsigned char *st = raw + (j % STG) * RAW;
-            int w = lane >> 4, row = lane & 15, i = i0 + row;
-            bool ok = i < end;
-            const uint8_t *cp;
-            const float *sp;
-            rec_ptr<FMT, HD>(a, m, table, seq, kvh, bs_shift, ok ? i : start, w, &cp, &sp);
-            uint32_t dst = smem_u32(st + (w * TQ + row) * CB);
+            constexpr int CPR = CB / 16;
 #pragma unroll
-            for (int k = 0; k < CB / 16; k++) cp_async16(dst + k * 16, cp + k * 16, ok);
+            for (int k = 0; k < TQ * CPR * 2 / 32; k++) {
+                int c = lane + 32 * k, w = c / (TQ * CPR), rem = c % (TQ * CPR);
+                int row = rem / CPR, ch = rem % CPR, i = i0 + row;
+                bool ok = i < end;
+                const uint8_t *cp;
+                const float *sp;
+                rec_ptr<FMT, HD>(a, m, table, seq, kvh, bs_shift, ok ? i : start, w, &cp, &sp);
+                cp_async16(smem_u32(st + (w * TQ + row) * CB + ch * 16), cp + ch * 16, ok);
+            }
             float *sst = (float *)(st + 2 * TQ * CB);
-            if (SF == 1) cp_async4(smem_u32(sst + w * TQ + row), sp, ok);
+            if (SF == 1) { /* lanes 0-15: K scales, 16-31: V scales */
+                int w = lane >> 4, row = lane & 15, i = i0 + row;
+                bool ok = i < end;
+                const uint8_t *cp;
+                const float *sp;
+                rec_ptr<FMT, HD>(a, m, table, seq, kvh, bs_shift, ok ? i : start, w, &cp, &sp);
+                cp_async4(smem_u32(sst + w * TQ + row), sp, ok);
+            } else if (SF > 1) {
+                constexpr int SPR = SF > 4 ? SF / 4 : 1;
 #pragma unroll
-            for (int k = 0; SF > 1 && k < SF / 4; k++)
-                cp_async16(smem_u32(sst + (w * TQ + row) * SF + 4 * k), sp + 4 * k, ok);
+                for (int k = 0; k < (TQ * SPR * 2 + 31) / 32; k++) {
+                    int c = lane + 32 * k, w = c / (TQ * SPR), rem = c % (TQ * SPR);
+                    int row = rem / SPR, ch = rem % SPR, i = i0 + row;
+                    bool ok = i < end;
+                    const uint8_t *cp;
+                    const float *sp;
+                    rec_ptr<FMT, HD>(a, m, table, seq, kvh, bs_shift, ok ? i : start, w, &cp, &sp);
+                    cp_async16(smem_u32(sst + (w * TQ + row) * SF + ch * 4), sp + ch * 4, ok);
+                }
+            }
         }
         asm volatile("cp.async.commit_group;\n" ::);
     };
