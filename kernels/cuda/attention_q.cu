@@ -355,46 +355,23 @@ attnq_tc_kernel(qargs a, int region, float sl2, int chunk, int n_splits, int spl
             }
     }
 
-    /* Consecutive lanes copy consecutive 16-byte chunks of a record (and a tile inside one
-     * block is one contiguous run of records): a warp instruction reads whole lines and
-     * writes shared memory without bank conflicts.  Each lane looks up its chunk's record
-     * (the block table read hits L1). */
-    auto issue = [&](int j) {
+    auto issue = [&](int j) { /* lane: record (row lane % 16, K if lane < 16 else V) */
         if (j < my_tiles) {
             int i0 = start + (warp + j * WARPS) * TQ;
             unsigned char *st = raw + (j % STG) * RAW;
-            constexpr int CPR = CB / 16;
+            int w = lane >> 4, row = lane & 15, i = i0 + row;
+            bool ok = i < end;
+            const uint8_t *cp;
+            const float *sp;
+            rec_ptr<FMT, HD>(a, m, table, seq, kvh, bs_shift, ok ? i : start, w, &cp, &sp);
+            uint32_t dst = smem_u32(st + (w * TQ + row) * CB);
 #pragma unroll
-            for (int k = 0; k < TQ * CPR * 2 / 32; k++) {
-                int c = lane + 32 * k, w = c / (TQ * CPR), rem = c % (TQ * CPR);
-                int row = rem / CPR, ch = rem % CPR, i = i0 + row;
-                bool ok = i < end;
-                const uint8_t *cp;
-                const float *sp;
-                rec_ptr<FMT, HD>(a, m, table, seq, kvh, bs_shift, ok ? i : start, w, &cp, &sp);
-                cp_async16(smem_u32(st + (w * TQ + row) * CB + ch * 16), cp + ch * 16, ok);
-            }
+            for (int k = 0; k < CB / 16; k++) cp_async16(dst + k * 16, cp + k * 16, ok);
             float *sst = (float *)(st + 2 * TQ * CB);
-            if (SF == 1) { /* lanes 0-15: K scales, 16-31: V scales */
-                int w = lane >> 4, row = lane & 15, i = i0 + row;
-                bool ok = i < end;
-                const uint8_t *cp;
-                const float *sp;
-                rec_ptr<FMT, HD>(a, m, table, seq, kvh, bs_shift, ok ? i : start, w, &cp, &sp);
-                cp_async4(smem_u32(sst + w * TQ + row), sp, ok);
-            } else if (SF > 1) {
-                constexpr int SPR = SF > 4 ? SF / 4 : 1;
+            if (SF == 1) cp_async4(smem_u32(sst + w * TQ + row), sp, ok);
 #pragma unroll
-                for (int k = 0; k < (TQ * SPR * 2 + 31) / 32; k++) {
-                    int c = lane + 32 * k, w = c / (TQ * SPR), rem = c % (TQ * SPR);
-                    int row = rem / SPR, ch = rem % SPR, i = i0 + row;
-                    bool ok = i < end;
-                    const uint8_t *cp;
-                    const float *sp;
-                    rec_ptr<FMT, HD>(a, m, table, seq, kvh, bs_shift, ok ? i : start, w, &cp, &sp);
-                    cp_async16(smem_u32(sst + (w * TQ + row) * SF + ch * 4), sp + ch * 4, ok);
-                }
-            }
+            for (int k = 0; SF > 1 && k < SF / 4; k++)
+                cp_async16(smem_u32(sst + (w * TQ + row) * SF + 4 * k), sp + 4 * k, ok);
         }
         asm volatile("cp.async.commit_group;\n" ::);
     };
@@ -625,19 +602,19 @@ static void launch_tcq_st(const qargs &a, dim3 grid, int region, float sl2, int 
     attnq_tc_kernel<HD, FMT, STG><<<grid, WARPS * 32, bytes, st>>>(a, region, sl2, chunk, ns, off, sh);
 }
 
-/* cp.async depth: the decode attention is bound by bytes in flight (Little's law: the
- * first version, 2 stages of ~4 KB per warp, read ~1.1-1.9 TB/s where the BF16 kernel's
- * 2 stages of 8 KB read ~4), so a quantized tile, 2-2.7x smaller, gets 4 stages (int8,
- * fp8) or 5 (int4): ~100 KB in flight per SM at 2 blocks per SM.  QRL_ATTNQ_STAGES
- * (2..5) overrides (A/B timing). */
+/* cp.async depth, QRL_ATTNQ_STAGES (2..5, A/B timing).  Default 2: measured on the H200
+ * (docs/performance.md), 3-5 stages were slower at every replay shape (int8 late-stage
+ * mean 0.89x bf16 at 2 stages, 0.82x at 3, 0.71-0.82x at 4; int4-protected 0.71x at 2,
+ * 0.61x at 5): more shared memory per block costs resident warps, and bytes in flight
+ * are not what bounds this kernel. */
 template <int HD, int FMT>
 static void launch_tcq(const qargs &a, dim3 grid, int region, float sl2, int chunk, int ns, int off,
                        int sh, cudaStream_t st) {
-    switch (env_int("QRL_ATTNQ_STAGES", FMT == F_INT4 ? 5 : 4)) {
-    case 2: launch_tcq_st<HD, FMT, 2>(a, grid, region, sl2, chunk, ns, off, sh, st); break;
+    switch (env_int("QRL_ATTNQ_STAGES", 2)) {
+    case 4: launch_tcq_st<HD, FMT, 4>(a, grid, region, sl2, chunk, ns, off, sh, st); break;
     case 3: launch_tcq_st<HD, FMT, 3>(a, grid, region, sl2, chunk, ns, off, sh, st); break;
     case 5: launch_tcq_st<HD, FMT, 5>(a, grid, region, sl2, chunk, ns, off, sh, st); break;
-    default: launch_tcq_st<HD, FMT, 4>(a, grid, region, sl2, chunk, ns, off, sh, st); break;
+    default: launch_tcq_st<HD, FMT, 2>(a, grid, region, sl2, chunk, ns, off, sh, st); break;
     }
 }
 
