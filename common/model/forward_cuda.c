@@ -1,4 +1,4 @@
-/* CUDA forward pass, BF16 path (see forward_cuda.h). */
+/* CUDA forward pass: BF16 weights, BF16 or quantized paged KV (see forward_cuda.h). */
 #ifdef QRL_HAVE_CUDA
 #include "model/forward_cuda.h"
 
