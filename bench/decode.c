@@ -1,17 +1,22 @@
-/* BF16 CUDA decode step against the HBM floor (SPEC §10): a random-weight
+/* CUDA decode step against the HBM floor (SPEC §10), per KV cache format: a random-weight
  * Qwen3-4B-shaped model (hidden 2560, 36 layers, 32 q / 8 kv heads, head_dim 128,
- * intermediate 9728, vocab 151936, tied LM head, QK-norm), BF16 weights and BF16 paged
- * KV (block 16) with random contents, at batch x context shapes.
+ * intermediate 9728, vocab 151936, tied LM head, QK-norm), BF16 weights, paged KV (block
+ * 16) in bf16, int8, fp8, int4 and int4-protected (sink 16, recent 128) with random
+ * contents, at KV4-RL's replay shapes for Qwen3-4B (early / mid / late, 5 phases each)
+ * and batch 1/8/64 x context 1K/8K/32K.  A shape whose BF16 cache does not fit the GPU
+ * has its batch halved until it does (the same batch for every format; printed).
  *
- * Per shape: 3 warm-up steps, then REPEATS steps, each timed with CUDA events around
- * qrl_cuda_forward_decode (greedy tokens back to the host); the median is reported.
- * Bytes per step = weight bytes (all layers + norms + LM head) + KV bytes read
- * (sum over rows of (len + 1) * 2 * layers * kv_heads * head_dim * 2).  The floor is
- * bytes / the device-to-device copy bandwidth measured in the same run (cudaMemcpy of a
- * 2 GiB buffer, read + write counted).  Layers are reduced when device memory cannot hold
- * the largest shape's KV cache (printed).
+ * Per shape and format: 3 warm-up steps, then REPEATS steps, each timed with CUDA events
+ * around qrl_cuda_forward_decode (greedy tokens back to the host); the median is reported.
+ * Bytes per step = weight bytes (all layers + norms + LM head) + the KV bytes the
+ * attention reads (qrl_cuda_forward_kv_bytes_read: codes and scales; int4-protected reads
+ * its protected positions from the INT8 side cache).  Floor = bytes / the device-to-device
+ * copy bandwidth measured in the same run (cudaMemcpy of 2 GiB, read + write counted).
+ * Speedup = BF16 ms / format ms at the same shape in the same run; stage means are the
+ * equal-weighted means over the 5 phases (as KV4-RL reports).
  *
- *   build/bench/decode [--out FILE] [--layers N]          (GPU only) */
+ *   build/bench/decode [--out FILE] [--formats bf16,int8,...] [--grid 0|1] [--breakdown]
+ *   (GPU only) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,9 +38,18 @@ int main(void) {
 #define WARMUP 3
 #define BS 16
 
-typedef struct shape { int batch, ctx; } shape;
-static const shape SHAPES[] = {{1, 1024}, {8, 1024}, {64, 1024}, {64, 4096}, {304, 1384}, {176, 4767}};
+typedef struct shape { const char *stage; int batch, ctx; } shape;
+static shape SHAPES[] = {
+    {"early", 608, 621}, {"early", 576, 798}, {"early", 448, 1033}, {"early", 304, 1384},
+    {"early", 168, 1963}, {"mid", 640, 874}, {"mid", 576, 1170}, {"mid", 464, 1506},
+    {"mid", 336, 1968}, {"mid", 200, 2627}, {"late", 640, 1463}, {"late", 544, 1895},
+    {"late", 400, 2568}, {"late", 272, 3518}, {"late", 176, 4767}, {"grid", 1, 1024},
+    {"grid", 8, 1024}, {"grid", 64, 1024}, {"grid", 1, 8192}, {"grid", 8, 8192},
+    {"grid", 64, 8192}, {"grid", 1, 32768}, {"grid", 8, 32768}, {"grid", 64, 32768}};
 #define N_SHAPES (int)(sizeof SHAPES / sizeof *SHAPES)
+#define N_REPLAY 15
+static const char *const FMT_NAMES[] = {"bf16", "int8", "fp8", "int4", "int4-protected"};
+#define N_FMTS 5
 
 static int cmp_f(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
@@ -145,64 +159,47 @@ static void breakdown(int layers, int B, int ctx, double *gemm_ms, double *attn_
     cudaEventDestroy(e2);
 }
 
-int main(int argc, char **argv) {
-    const char *out = "bench/results/decode-h200.json";
-    int layers = 36;
-    for (int i = 1; i + 1 < argc; i += 2) {
-        if (!strcmp(argv[i], "--out")) out = argv[i + 1];
-        else if (!strcmp(argv[i], "--layers")) layers = atoi(argv[i + 1]);
-    }
-    qrl_error err;
-    struct cudaDeviceProp prop;
-    CK(cudaGetDeviceProperties(&prop, 0));
-    double bw = copy_bandwidth();
-    printf("device: %s, %d SMs, %.1f GiB; copy bandwidth (read+write) %.0f GB/s\n", prop.name,
-           prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, bw / 1e9);
+typedef struct result { double ms, tok_s, gb, gbps, floor_ms, floor_frac, speedup; bool done; } result;
 
-    qrl_model_config cfg = {.arch = QRL_MODEL_ARCH_QWEN3, .dim = 2560, .hidden_dim = 9728,
-                            .n_layers = layers, .n_heads = 32, .n_kv_heads = 8, .head_dim = 128,
-                            .vocab_size = 151936, .max_seq_len = 40960, .norm_eps = 1e-6f,
-                            .rope = {.theta = 1000000, .layout = QRL_ROPE_LAYOUT_HALF},
-                            .qk_norm = true, .tie_embeddings = true};
+static qrl_model_config qwen3_4b(void) {
+    return (qrl_model_config){.arch = QRL_MODEL_ARCH_QWEN3, .dim = 2560, .hidden_dim = 9728,
+                              .n_layers = 36, .n_heads = 32, .n_kv_heads = 8, .head_dim = 128,
+                              .vocab_size = 151936, .max_seq_len = 40960, .norm_eps = 1e-6f,
+                              .rope = {.theta = 1000000, .layout = QRL_ROPE_LAYOUT_HALF},
+                              .qk_norm = true, .tie_embeddings = true};
+}
+
+static long shape_blocks(const shape *s) {
+    return (long)s->batch * ((s->ctx + WARMUP + REPEATS + 1 + BS - 1) / BS);
+}
+
+/* Time shapes [s0, s1) with one engine of format fmt; res[s] filled. */
+static void run_format(qrl_kv_format fmt, int s0, int s1, double bw, result *res) {
+    qrl_error err;
+    qrl_model_config cfg = qwen3_4b();
     int max_rows = 0, max_ctx = 0;
     long blocks = 0;
-    for (int s = 0; s < N_SHAPES; s++) {
-        int ctx = SHAPES[s].ctx + WARMUP + REPEATS + 1;
-        long b = (long)SHAPES[s].batch * ((ctx + BS - 1) / BS);
-        if (b > blocks) blocks = b;
+    for (int s = s0; s < s1; s++) {
+        if (shape_blocks(&SHAPES[s]) > blocks) blocks = shape_blocks(&SHAPES[s]);
         if (SHAPES[s].batch > max_rows) max_rows = SHAPES[s].batch;
-        if (ctx > max_ctx) max_ctx = ctx;
+        if (SHAPES[s].ctx + WARMUP + REPEATS + 1 > max_ctx) max_ctx = SHAPES[s].ctx + WARMUP + REPEATS + 1;
     }
-    /* Fit the KV pool: weights ~8 GB + activations ~1 GB + the pool, with 3 GiB spare. */
-    size_t free_b, total_b;
-    CK(cudaMemGetInfo(&free_b, &total_b));
-    for (;;) {
-        double kv = (double)blocks * BS * cfg.n_layers * 2 * 8 * 128 * 2;
-        double w = 2.0 * ((double)cfg.n_layers * 100.9e6 + 389e6);
-        if (kv + w + 1.5e9 + 3.0 * (1 << 30) < (double)free_b) break;
-        cfg.n_layers--;
-    }
-    if (cfg.n_layers != layers)
-        printf("NOTE: %d layers instead of %d so the largest KV cache fits (%.1f GiB free)\n",
-               cfg.n_layers, layers, free_b / 1073741824.0);
     qrl_cuda_forward_desc d = {.max_rows = max_rows, .max_ctx = max_ctx, .block_size = BS,
-                               .n_blocks = (int)blocks, .max_seqs = max_rows};
+                               .n_blocks = (int)blocks, .max_seqs = max_rows, .kv_format = fmt,
+                               .protected_sink = QRL_KV_PROTECTED_DEFAULT_SINK,
+                               .protected_recent = QRL_KV_PROTECTED_DEFAULT_RECENT};
     qrl_cuda_forward *f;
     QK(qrl_cuda_forward_new(&cfg, &d, &f, &err));
     QK(qrl_cuda_forward_init_random(f, 1234, &err));
     cudaStream_t st = (cudaStream_t)qrl_cuda_forward_stream(f);
-    size_t wbytes = qrl_cuda_forward_weight_bytes(f), kvpos = qrl_cuda_forward_kv_bytes_per_pos(f);
-    printf("model: %d layers, weights read per step %.2f GB, KV %zu bytes/position\n",
-           cfg.n_layers, wbytes / 1e9, kvpos);
-
+    size_t wbytes = qrl_cuda_forward_weight_bytes(f);
     int *seqs = malloc(max_rows * sizeof(int));
     int32_t *tok = malloc(max_rows * 4), *gt = malloc(max_rows * 4);
     float *lp = malloc(max_rows * 4);
     cudaEvent_t e0, e1;
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
-    double res[N_SHAPES][7]; /* ms, GB moved, GB/s, floor ms, floor/ms, gemm ms, attn ms */
-    for (int s = 0; s < N_SHAPES; s++) {
+    for (int s = s0; s < s1; s++) {
         int B = SHAPES[s].batch, ctx = SHAPES[s].ctx;
         for (int i = 0; i < B; i++) {
             QK(qrl_cuda_forward_seq_new(f, &seqs[i], &err));
@@ -213,7 +210,8 @@ int main(int argc, char **argv) {
         double bytes[REPEATS];
         for (int it = -WARMUP; it < REPEATS; it++) {
             double b = (double)wbytes;
-            for (int i = 0; i < B; i++) b += (double)(qrl_cuda_forward_seq_len(f, seqs[i]) + 1) * kvpos;
+            for (int i = 0; i < B; i++)
+                b += (double)qrl_cuda_forward_kv_bytes_read(f, qrl_cuda_forward_seq_len(f, seqs[i]) + 1);
             CK(cudaEventRecord(e0, st));
             QK(qrl_cuda_forward_decode(f, seqs, tok, B, NULL, gt, lp, &err));
             CK(cudaEventRecord(e1, st));
@@ -224,48 +222,166 @@ int main(int argc, char **argv) {
             }
             memcpy(tok, gt, B * 4);
         }
+        double bmed = bytes[REPEATS / 2];
         qsort(ms, REPEATS, sizeof *ms, cmp_f);
-        double m = ms[REPEATS / 2], gb = bytes[REPEATS / 2] / 1e9;
-        res[s][0] = m;
-        res[s][1] = gb;
-        res[s][2] = gb / (m * 1e-3);
-        res[s][3] = bytes[REPEATS / 2] / bw * 1e3;
-        res[s][4] = res[s][3] / m;
-        fprintf(stderr, "shape %dx%d: min %.3f median %.3f max %.3f ms\n", B, ctx, ms[0], m,
-                ms[REPEATS - 1]);
+        result *r = &res[s];
+        r->ms = ms[REPEATS / 2];
+        r->tok_s = B / (r->ms * 1e-3);
+        r->gb = bmed / 1e9;
+        r->gbps = r->gb / (r->ms * 1e-3);
+        r->floor_ms = bmed / bw * 1e3;
+        r->floor_frac = r->floor_ms / r->ms;
+        r->done = true;
+        fprintf(stderr, "%s %s %dx%d: min %.3f median %.3f max %.3f ms\n", qrl_kv_format_name(fmt),
+                SHAPES[s].stage, B, ctx, ms[0], r->ms, ms[REPEATS - 1]);
         for (int i = 0; i < B; i++) qrl_cuda_forward_seq_free(f, seqs[i]);
     }
     qrl_cuda_forward_free(f);
-    /* Breakdown (device memory free again): the GEMMs alone and the attention alone. */
-    for (int s = 0; s < N_SHAPES; s++)
-        breakdown(cfg.n_layers, SHAPES[s].batch, SHAPES[s].ctx, &res[s][5], &res[s][6]);
+    free(seqs); free(tok); free(gt); free(lp);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+}
+
+int main(int argc, char **argv) {
+    const char *out = "bench/results/decode-h200.json", *fmts = "bf16,int8,fp8,int4,int4-protected";
+    int grid = 1, bd = 0;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+        else if (!strcmp(argv[i], "--formats") && i + 1 < argc) fmts = argv[++i];
+        else if (!strcmp(argv[i], "--grid") && i + 1 < argc) grid = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--breakdown")) bd = 1;
+    }
+    struct cudaDeviceProp prop;
+    CK(cudaGetDeviceProperties(&prop, 0));
+    double bw = copy_bandwidth();
+    printf("device: %s, %d SMs, %.1f GiB; copy bandwidth (read+write) %.0f GB/s\n", prop.name,
+           prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, bw / 1e9);
+    /* halve a shape's batch until its BF16 cache fits next to the weights and activations */
+    size_t free_b, total_b;
+    CK(cudaMemGetInfo(&free_b, &total_b));
+    int requested[N_SHAPES];
+    for (int s = 0; s < N_SHAPES; s++) {
+        requested[s] = SHAPES[s].batch;
+        for (;;) {
+            double kv = (double)shape_blocks(&SHAPES[s]) * BS * 36 * 2 * 8 * 128 * 2;
+            double rows = SHAPES[s].batch, ctx = SHAPES[s].ctx + 16;
+            double act = 8.1e9 + rows * (151936.0 * 4 + 32 * 130 * 4 * (ctx / 64 + 2)) + 1.0e9;
+            if (kv + act + 3.0 * (1 << 30) < (double)free_b || SHAPES[s].batch == 1) break;
+            SHAPES[s].batch /= 2;
+        }
+        if (SHAPES[s].batch != requested[s])
+            printf("NOTE: %s %dx%d runs at batch %d (the BF16 cache of batch %d does not fit)\n",
+                   SHAPES[s].stage, requested[s], SHAPES[s].ctx, SHAPES[s].batch, requested[s]);
+    }
+    static result res[N_FMTS][N_SHAPES];
+    bool on[N_FMTS] = {0};
+    for (int k = 0; k < N_FMTS; k++) {
+        const char *p = strstr(fmts, FMT_NAMES[k]);
+        /* "int4" must not match inside "int4-protected" */
+        while (p && ((p != fmts && p[-1] != ',') || (p[strlen(FMT_NAMES[k])] && p[strlen(FMT_NAMES[k])] != ',')))
+            p = strstr(p + 1, FMT_NAMES[k]);
+        on[k] = p != NULL;
+    }
+    qrl_error err;
+    for (int k = 0; k < N_FMTS; k++) {
+        if (!on[k]) continue;
+        qrl_kv_format fmt;
+        QK(qrl_kv_format_parse(FMT_NAMES[k], &fmt, &err));
+        run_format(fmt, 0, N_REPLAY, bw, res[k]);
+        if (grid) run_format(fmt, N_REPLAY, N_SHAPES, bw, res[k]);
+    }
+    for (int k = 0; k < N_FMTS; k++)
+        for (int s = 0; s < N_SHAPES; s++)
+            if (res[k][s].done && res[0][s].done) res[k][s].speedup = res[0][s].ms / res[k][s].ms;
+    /* stage means (equal weight per phase) */
+    static const char *const STAGES[] = {"early", "mid", "late"};
+    double mean[3][N_FMTS][3] = {{{0}}}; /* ms, tok/s, speedup */
+    for (int g = 0; g < 3; g++)
+        for (int k = 0; k < N_FMTS; k++)
+            for (int s = g * 5; s < g * 5 + 5; s++) {
+                mean[g][k][0] += res[k][s].ms / 5;
+                mean[g][k][1] += res[k][s].tok_s / 5;
+                mean[g][k][2] += res[k][s].speedup / 5;
+            }
     FILE *jf = fopen(out, "w");
     if (jf) {
+        qrl_model_config cfg = qwen3_4b();
         fprintf(jf, "{\n  \"device\": \"%s\",\n  \"copy_bandwidth_gbps\": %.1f,\n  \"layers\": %d,\n"
-                "  \"weight_bytes\": %zu,\n  \"kv_bytes_per_position\": %zu,\n  \"repeats\": %d,\n"
-                "  \"shapes\": [\n", prop.name, bw / 1e9, cfg.n_layers, wbytes, kvpos, REPEATS);
-        for (int s = 0; s < N_SHAPES; s++)
-            fprintf(jf, "    {\"batch\": %d, \"context\": %d, \"ms_per_step\": %.4f, \"gb_per_step\": %.3f, "
-                    "\"achieved_gbps\": %.1f, \"floor_ms\": %.4f, \"fraction_of_floor_speed\": %.3f, "
-                    "\"gemm_only_ms\": %.4f, \"attention_only_ms\": %.4f}%s\n",
-                    SHAPES[s].batch, SHAPES[s].ctx, res[s][0], res[s][1], res[s][2], res[s][3],
-                    res[s][4], res[s][5], res[s][6], s + 1 < N_SHAPES ? "," : "");
-        fprintf(jf, "  ]\n}\n");
+                "  \"repeats\": %d,\n  \"block_size\": %d,\n  \"protected_sink\": %d,\n  \"protected_recent\": %d,\n"
+                "  \"shapes\": [\n", prop.name, bw / 1e9, cfg.n_layers, REPEATS, BS,
+                QRL_KV_PROTECTED_DEFAULT_SINK, QRL_KV_PROTECTED_DEFAULT_RECENT);
+        bool first = true;
+        for (int s = 0; s < N_SHAPES; s++) {
+            if (!res[0][s].done && !res[1][s].done && !res[4][s].done) continue;
+            fprintf(jf, "%s    {\"stage\": \"%s\", \"batch\": %d, \"batch_requested\": %d, \"context\": %d, \"formats\": {",
+                    first ? "" : ",\n", SHAPES[s].stage, SHAPES[s].batch, requested[s], SHAPES[s].ctx);
+            first = false;
+            bool f1 = true;
+            for (int k = 0; k < N_FMTS; k++) {
+                const result *r = &res[k][s];
+                if (!r->done) continue;
+                fprintf(jf, "%s\n      \"%s\": {\"ms_per_step\": %.4f, \"tokens_per_s\": %.1f, \"gb_per_step\": %.3f, "
+                        "\"achieved_gbps\": %.1f, \"floor_ms\": %.4f, \"fraction_of_floor_speed\": %.3f, "
+                        "\"speedup_vs_bf16\": %.3f}", f1 ? "" : ",", FMT_NAMES[k], r->ms, r->tok_s, r->gb,
+                        r->gbps, r->floor_ms, r->floor_frac, r->speedup);
+                f1 = false;
+            }
+            fprintf(jf, "}}");
+        }
+        fprintf(jf, "\n  ],\n  \"stage_means\": {");
+        for (int g = 0; g < 3; g++) {
+            fprintf(jf, "%s\n    \"%s\": {", g ? "," : "", STAGES[g]);
+            bool f1 = true;
+            for (int k = 0; k < N_FMTS; k++) {
+                if (!res[k][g * 5].done) continue;
+                fprintf(jf, "%s\"%s\": {\"ms_per_step\": %.4f, \"tokens_per_s\": %.1f, \"speedup_vs_bf16\": %.3f}",
+                        f1 ? "" : ", ", FMT_NAMES[k], mean[g][k][0], mean[g][k][1], mean[g][k][2]);
+                f1 = false;
+            }
+            fprintf(jf, "}");
+        }
+        fprintf(jf, "\n  }\n}\n");
         fclose(jf);
     } else {
         fprintf(stderr, "cannot write %s\n", out);
     }
-    printf("%-10s %9s %8s %7s %9s %8s %9s %8s %9s %8s\n", "batch×ctx", "ms/step", "GB/step",
-           "GB/s", "floor ms", "floor/t", "gemm ms", "GB/s", "attn ms", "GB/s");
-    for (int s = 0; s < N_SHAPES; s++) {
-        char name[32];
-        snprintf(name, sizeof name, "%dx%d", SHAPES[s].batch, SHAPES[s].ctx);
-        double kvgb = res[s][1] - wbytes / 1e9;
-        printf("%-10s %9.3f %8.2f %7.0f %9.3f %7.1f%% %9.3f %8.0f %9.3f %8.0f\n", name, res[s][0],
-               res[s][1], res[s][2], res[s][3], 100 * res[s][4], res[s][5],
-               wbytes / 1e9 / (res[s][5] * 1e-3), res[s][6], kvgb / (res[s][6] * 1e-3));
+    for (int k = 0; k < N_FMTS; k++) {
+        if (!on[k]) continue;
+        printf("\nkv %s\n%-6s %-11s %9s %9s %8s %7s %9s %7s %8s\n", FMT_NAMES[k], "stage", "batch×ctx",
+               "ms/step", "tok/s", "GB/step", "GB/s", "floor ms", "floor/t", "vs bf16");
+        for (int s = 0; s < N_SHAPES; s++) {
+            const result *r = &res[k][s];
+            if (!r->done) continue;
+            char name[32];
+            snprintf(name, sizeof name, "%dx%d", SHAPES[s].batch, SHAPES[s].ctx);
+            printf("%-6s %-11s %9.3f %9.0f %8.2f %7.0f %9.3f %6.1f%% %7.2fx\n", SHAPES[s].stage, name,
+                   r->ms, r->tok_s, r->gb, r->gbps, r->floor_ms, 100 * r->floor_frac, r->speedup);
+        }
     }
-    free(seqs); free(tok); free(gt); free(lp);
+    if (bd) { /* BF16 breakdown: the GEMMs alone and the attention alone, per replay shape */
+        for (int s = 0; s < N_REPLAY; s++) {
+            double g, a;
+            breakdown(36, SHAPES[s].batch, SHAPES[s].ctx, &g, &a);
+            printf("breakdown %dx%d: gemm %.3f ms, bf16 attention %.3f ms\n", SHAPES[s].batch, SHAPES[s].ctx, g, a);
+        }
+    }
+    printf("\nstage means (5 phases, equal weight): ms/step | tokens/s | speedup over bf16\n%-6s", "stage");
+    for (int k = 0; k < N_FMTS; k++) if (on[k]) printf(" %26s", FMT_NAMES[k]);
+    printf("\n");
+    for (int g = 0; g < 3; g++) {
+        printf("%-6s", STAGES[g]);
+        for (int k = 0; k < N_FMTS; k++)
+            if (on[k]) printf(" %8.2f %9.0f %6.2fx", mean[g][k][0], mean[g][k][1], mean[g][k][2]);
+        printf("\n");
+    }
+    if (on[0]) {
+        if (on[4]) printf("target int4-protected >= 2.0x bf16 at late shapes: %.2fx %s\n", mean[2][4][2],
+                          mean[2][4][2] >= 2.0 ? "MET" : "MISSED");
+        if (on[1]) printf("target int8 >= 1.6x bf16 at late shapes: %.2fx %s\n", mean[2][1][2],
+                          mean[2][1][2] >= 1.6 ? "MET" : "MISSED");
+        if (on[2]) printf("target fp8 >= 1.6x bf16 at late shapes: %.2fx %s\n", mean[2][2][2],
+                          mean[2][2][2] >= 1.6 ? "MET" : "MISSED");
+    }
     return 0;
 }
 #endif

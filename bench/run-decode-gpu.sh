@@ -9,8 +9,8 @@ out=${OUT:-/tmp}
 bench/run-gpu.sh > "$out/run-gpu.log" 2>&1; rc_t=$?
 grep -E '^(ok|FAIL|skip) |passed,|summary' "$out/run-gpu.log"
 cp build-gpu/test-logs/test_cuda_*.log "$out/" 2>/dev/null
-grep -hE '^(rmsnorm|gemm|swiglu|rope_kv|attention|stories|qwen|llama|mistral)' build-gpu/test-logs/test_cuda_*.log | sort | uniq | awk '{print}' > "$out/errors.txt"
-grep -hE 'worst|greedy equals' build-gpu/test-logs/test_cuda_forward.log
+grep -hE '^(rmsnorm|gemm|swiglu|rope_kv|attention|kv store|rescore|random-hd128|stories|qwen|llama|mistral)' build-gpu/test-logs/test_cuda_*.log | sort | uniq | awk '{print}' > "$out/errors.txt"
+grep -hE 'worst|greedy equals|rescore' build-gpu/test-logs/test_cuda_forward*.log
 grep -hE 'FAIL|Assert|CRASH' build-gpu/test-logs/test_cuda_*.log | head -20
 source .device-deps/env.sh
 export PATH=/opt/qrl-deps/usr/bin:$PATH

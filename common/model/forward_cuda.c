@@ -1,4 +1,4 @@
-/* CUDA forward pass, BF16 path (see forward_cuda.h). */
+/* CUDA forward pass: BF16 weights, BF16 or quantized paged KV (see forward_cuda.h). */
 #ifdef QRL_HAVE_CUDA
 #include "model/forward_cuda.h"
 
@@ -10,6 +10,7 @@
 #include "cpu/ops.h"
 #include "cuda/attention.cuh"
 #include "cuda/gemm.cuh"
+#include "cuda/kv_quant.cuh"
 #include "cuda/norm.cuh"
 #include "cuda/pointwise.cuh"
 #include "cuda/rope_kv.cuh"
@@ -29,8 +30,15 @@ struct qrl_cuda_forward {
     layer_dev *layers;
     uint16_t *embed, *final_norm, *lm_head;
     float *cos_tab, *sin_tab;       /* [max_ctx, head_dim / 2] */
-    uint16_t *kv;                   /* [layers][2][n_blocks, bs, KVH, hd] */
-    size_t kv_layer_elems;          /* one of K or V for one layer */
+    uint16_t *kv;                   /* bf16: [layers][2][n_blocks, bs, KVH, hd]; quantized: the
+                                     * arena of kvq's arrays */
+    size_t kv_layer_elems;          /* bf16: one of K or V for one layer */
+    bool quant;                     /* a quantized KV format (kvq, kv_quant.cuh) */
+    qrl_cuda_kvq_layer *kvq;        /* [layers] */
+    size_t kv_pool_bytes;
+    float *kvf;                     /* [max_rows, 2 KV] F32 K/V rows before quantization */
+    int32_t *d_runs;                /* [3, max_rows] fp8 calibration runs */
+    unsigned char *fp8_ready;       /* [max_seqs] host: the sequence's fp8 scales are set */
     int32_t *d_tables;              /* [max_seqs, max_blocks] */
     int32_t *d_meta;                /* [3, max_rows]: tokens, row_seq, row_pos */
     int32_t *d_tok;                 /* [max_rows] greedy outputs */
@@ -51,11 +59,31 @@ static qrl_status cuda_st(cudaError_t e, const char *what, qrl_error *err) {
 
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
+/* Sub-arrays of the quantized arena start 256-byte aligned (cp.async needs 16). */
+static size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
+
 void *qrl_cuda_forward_stream(const qrl_cuda_forward *f) { return f->stream; }
 
-size_t qrl_cuda_forward_kv_bytes_per_pos(const qrl_cuda_forward *f) {
-    return (size_t)f->cfg.n_layers * 2 * f->cfg.n_kv_heads * f->cfg.head_dim * 2;
+/* Bytes of one token-head record (codes + F32 fields) of the main store. */
+static size_t rec_bytes(const qrl_cuda_forward *f) {
+    int fmt = f->d.kv_format, hd = f->cfg.head_dim;
+    if (!f->quant) return (size_t)hd * 2;
+    return (size_t)qrl_cuda_kvq_code_bytes(fmt, hd) + 4 * (size_t)qrl_cuda_kvq_scale_floats(fmt, hd);
 }
+
+size_t qrl_cuda_forward_kv_bytes_per_pos(const qrl_cuda_forward *f) {
+    return (size_t)f->cfg.n_layers * 2 * f->cfg.n_kv_heads * rec_bytes(f);
+}
+
+size_t qrl_cuda_forward_kv_bytes_read(const qrl_cuda_forward *f, int n_ctx) {
+    size_t per = (size_t)f->cfg.n_layers * 2 * f->cfg.n_kv_heads;
+    if (f->d.kv_format != QRL_KV_FORMAT_INT4_PROTECTED) return per * rec_bytes(f) * (size_t)n_ctx;
+    int a = f->d.protected_sink < n_ctx ? f->d.protected_sink : n_ctx;
+    int b = n_ctx - f->d.protected_recent > a ? n_ctx - f->d.protected_recent : a;
+    return per * (rec_bytes(f) * (size_t)(b - a) + ((size_t)f->cfg.head_dim + 4) * (size_t)(a + n_ctx - b));
+}
+
+qrl_kv_format qrl_cuda_forward_kv_format(const qrl_cuda_forward *f) { return f->d.kv_format; }
 
 size_t qrl_cuda_forward_weight_bytes(const qrl_cuda_forward *f) {
     const qrl_model_config *c = &f->cfg;
@@ -92,22 +120,57 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
     size_t per_layer = 2 * D + W * D + (cfg->qkv_bias ? W : 0) + D * Q + (cfg->o_bias ? D : 0) +
                        (cfg->qk_norm ? 2 * (size_t)hd : 0) + 2 * F * D + D * F;
     f->warena_elems = V * D + D + (cfg->tie_embeddings ? 0 : V * D) + L * per_layer;
+    if (f->d.kv_format == QRL_KV_FORMAT_F32) f->d.kv_format = QRL_KV_FORMAT_BF16;
+    int fmt = f->d.kv_format;
+    f->quant = fmt != QRL_KV_FORMAT_BF16;
+    if (f->quant && qrl_cuda_kvq_code_bytes(fmt, hd) == 0) {
+        free(f);
+        return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
+                             "cuda forward: kv format '%s' (supported: bf16, fp8, int8, int4, "
+                             "int4-protected)", qrl_kv_format_name(d->kv_format));
+    }
+    if (fmt == QRL_KV_FORMAT_INT4_PROTECTED &&
+        (d->protected_sink < 0 || d->protected_recent < 0 || d->protected_sink > f->d.max_ctx ||
+         d->protected_recent > f->d.max_ctx)) {
+        int mc = f->d.max_ctx;
+        free(f);
+        return qrl_error_set(err, QRL_STATUS_OUT_OF_RANGE,
+                             "cuda forward: int4-protected sink=%d and recent=%d must be in [0, %d]",
+                             d->protected_sink, d->protected_recent, mc);
+    }
+    if (fmt != QRL_KV_FORMAT_INT4_PROTECTED) f->d.protected_sink = f->d.protected_recent = 0;
     f->kv_layer_elems = (size_t)d->n_blocks * d->block_size * KV;
     f->work_floats = qrl_cuda_attention_work_floats((int)R, cfg->n_heads, hd, f->d.max_ctx);
+    /* quantized pool per layer: K and V codes, F32 fields, fp8 scales, side cache */
+    size_t recs = (size_t)d->n_blocks * d->block_size * cfg->n_kv_heads;
+    int ring = f->d.protected_recent > 0 ? f->d.protected_recent + QRL_CUDA_KV_RING_SLACK : 0;
+    size_t side_recs = (size_t)d->max_seqs * (f->d.protected_sink + ring) * cfg->n_kv_heads;
+    size_t q_layer = 0;
+    if (f->quant) {
+        size_t cb = (size_t)qrl_cuda_kvq_code_bytes(fmt, hd), sf = qrl_cuda_kvq_scale_floats(fmt, hd);
+        q_layer = 2 * (up256(recs * cb) + up256(recs * sf * 4)) +
+                  up256((size_t)d->max_seqs * cfg->n_kv_heads * 2 * 4) +
+                  2 * (up256(side_recs * hd) + up256(side_recs * 4));
+        size_t wq = qrl_cuda_attention_q_work_floats((int)R, cfg->n_heads, hd, f->d.max_ctx);
+        if (wq > f->work_floats) f->work_floats = wq;
+    }
+    f->kv_pool_bytes = f->quant ? L * q_layer : L * 2 * f->kv_layer_elems * 2;
     size_t act_floats = R * D + R * max_sz(max_sz(W, 2 * F), D) + R * Q + R * V + f->work_floats +
-                        R;
+                        R + R * 2 * KV;
     size_t act_bf16 = R * max_sz(D, F) + R * Q;
     size_t half = hd / 2;
 
     f->layers = calloc(L, sizeof *f->layers);
     f->h_tables = malloc((size_t)d->max_seqs * f->max_blocks * sizeof(int32_t));
-    f->h_meta = malloc(3 * R * sizeof(int32_t));
+    f->h_meta = malloc(6 * R * sizeof(int32_t));
+    f->fp8_ready = calloc(d->max_seqs, 1);
+    f->kvq = calloc(L, sizeof *f->kvq);
     f->seq_len = calloc(d->max_seqs, sizeof(int32_t));
     f->seq_blocks = calloc(d->max_seqs, sizeof(int32_t));
     f->seq_used = calloc(d->max_seqs, 1);
     f->free_blocks = malloc((size_t)d->n_blocks * sizeof(int32_t));
     if (!f->layers || !f->h_tables || !f->h_meta || !f->seq_len || !f->seq_blocks ||
-        !f->seq_used || !f->free_blocks) {
+        !f->seq_used || !f->free_blocks || !f->fp8_ready || !f->kvq) {
         st = qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: out of host memory");
         goto fail;
     }
@@ -120,10 +183,10 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
     QRL_TRY_GOTO(qrl_cuda_gemm_new(&f->gemm, err), fail);
     struct { void **p; size_t bytes; const char *what; } allocs[] = {
         {(void **)&f->warena, f->warena_elems * 2, "weights"},
-        {(void **)&f->kv, L * 2 * f->kv_layer_elems * 2, "kv pool"},
+        {(void **)&f->kv, f->kv_pool_bytes, "kv pool"},
         {(void **)&f->cos_tab, 2 * (size_t)f->d.max_ctx * half * 4, "rope tables"},
         {(void **)&f->d_tables, (size_t)d->max_seqs * f->max_blocks * 4, "block tables"},
-        {(void **)&f->d_meta, 3 * R * 4 + R * 4, "row metadata"},
+        {(void **)&f->d_meta, 7 * R * 4, "row metadata"},
         {(void **)&f->x, act_floats * 4, "activations"},
         {(void **)&f->xb, act_bf16 * 2, "bf16 activations"},
     };
@@ -142,6 +205,34 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
     f->logits = f->q + R * Q;
     f->work = f->logits + R * V;
     f->d_lp = f->work + f->work_floats;
+    f->kvf = f->d_lp + R;
+    f->d_runs = f->d_meta + 4 * R;
+    if (f->quant) { /* carve the quantized arena, layer by layer */
+        unsigned char *qp = (unsigned char *)f->kv;
+        size_t cb = (size_t)qrl_cuda_kvq_code_bytes(fmt, hd), sf = qrl_cuda_kvq_scale_floats(fmt, hd);
+        for (size_t l = 0; l < L; l++) {
+            qrl_cuda_kvq_layer *c = &f->kvq[l];
+            c->format = fmt;
+            for (int w = 0; w < 2; w++) {
+                c->codes[w] = qp; qp += up256(recs * cb);
+                c->scales[w] = sf ? (float *)qp : NULL; qp += up256(recs * sf * 4);
+            }
+            c->fp8_scale = (float *)qp; qp += up256((size_t)d->max_seqs * cfg->n_kv_heads * 2 * 4);
+            for (int w = 0; w < 2; w++) {
+                c->side_codes[w] = (int8_t *)qp; qp += up256(side_recs * hd);
+                c->side_scales[w] = (float *)qp; qp += up256(side_recs * 4);
+            }
+            c->sink = f->d.protected_sink;
+            c->recent = f->d.protected_recent;
+            c->ring = ring;
+            c->block_tables = f->d_tables;
+            c->max_blocks_per_seq = f->max_blocks;
+            c->block_size = d->block_size;
+            c->n_kv_heads = cfg->n_kv_heads;
+            c->head_dim = hd;
+        }
+        QRL_CHECK((size_t)(qp - (unsigned char *)f->kv) <= f->kv_pool_bytes);
+    }
     f->att = f->xb + R * max_sz(D, F);
     QRL_TRY_GOTO(cuda_st(cudaMemset(f->d_tables, 0, (size_t)d->max_seqs * f->max_blocks * 4),
                          "memset", err), fail);
@@ -178,7 +269,7 @@ void qrl_cuda_forward_free(qrl_cuda_forward *f) {
     qrl_cuda_gemm_free(f->gemm);
     if (f->stream) cudaStreamDestroy(f->stream);
     free(f->layers); free(f->h_tables); free(f->h_meta); free(f->seq_len); free(f->seq_blocks);
-    free(f->seq_used); free(f->free_blocks);
+    free(f->seq_used); free(f->free_blocks); free(f->fp8_ready); free(f->kvq);
     free(f);
 }
 
@@ -258,8 +349,18 @@ qrl_status qrl_cuda_forward_init_random(qrl_cuda_forward *f, uint64_t seed, qrl_
             QRL_TRY(qrl_cuda_fill_random_bf16(f->layers[l].q_norm, 2 * (size_t)c->head_dim,
                                               seed + 7 * l, 1.0f, 0.1f, f->stream, err));
     }
-    QRL_TRY(qrl_cuda_fill_random_bf16(f->kv, (size_t)c->n_layers * 2 * f->kv_layer_elems,
-                                      seed + 99, 0.0f, 1.0f, f->stream, err));
+    if (!f->quant) {
+        QRL_TRY(qrl_cuda_fill_random_bf16(f->kv, (size_t)c->n_layers * 2 * f->kv_layer_elems,
+                                          seed + 99, 0.0f, 1.0f, f->stream, err));
+    } else {
+        size_t recs = (size_t)f->d.n_blocks * f->d.block_size * c->n_kv_heads;
+        size_t side = (size_t)f->d.max_seqs * (f->kvq[0].sink + f->kvq[0].ring) * c->n_kv_heads;
+        for (int l = 0; l < c->n_layers; l++)
+            QRL_TRY(qrl_cuda_kvq_fill_random(&f->kvq[l], recs, side, f->d.max_seqs, seed + 99 + l,
+                                             f->stream, err));
+        /* the random head scales stand: decode does not recalibrate them */
+        memset(f->fp8_ready, 1, (size_t)f->d.max_seqs);
+    }
     float *inv = malloc(c->head_dim / 2 * sizeof(float));
     if (!inv) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: inv_freq");
     qrl_cpu_rope_inv_freq(inv, c->head_dim, &c->rope);
@@ -276,6 +377,7 @@ qrl_status qrl_cuda_forward_seq_new(qrl_cuda_forward *f, int *seq, qrl_error *er
         if (!f->seq_used[s]) {
             f->seq_used[s] = 1;
             f->seq_len[s] = 0;
+            f->fp8_ready[s] = 0;
             f->seq_blocks[s] = 0;
             *seq = s;
             return QRL_OK;
@@ -336,6 +438,24 @@ static qrl_status run_rows(qrl_cuda_forward *f, int n, int max_len, int from, qr
     QRL_TRY(cuda_st(cudaMemcpyAsync(f->d_meta, f->h_meta, (size_t)3 * n * 4,
                                     cudaMemcpyHostToDevice, f->stream), "meta upload", err));
     const int32_t *tok = f->d_meta, *rseq = f->d_meta + n, *rpos = f->d_meta + 2 * n;
+    /* fp8: runs of rows of sequences without scales yet calibrate them (as the CPU's
+     * qrl_kv_cache_calibrate on the sequence's first pass) */
+    int n_runs = 0;
+    if (f->d.kv_format == QRL_KV_FORMAT_FP8) {
+        int32_t *runs = f->h_meta + 3 * R;
+        for (int r = 0; r < n;) {
+            int e = r + 1, sq = f->h_meta[n + r]; /* packed: seqs at [n, 2n) */
+            while (e < n && f->h_meta[n + e] == sq) e++;
+            if (!f->fp8_ready[sq]) runs[n_runs] = r, runs[R + n_runs] = e - r, runs[2 * R + n_runs++] = sq;
+            r = e;
+        }
+        if (n_runs) {
+            memmove(runs + n_runs, runs + R, (size_t)n_runs * 4);
+            memmove(runs + 2 * n_runs, runs + 2 * R, (size_t)n_runs * 4);
+            QRL_TRY(cuda_st(cudaMemcpyAsync(f->d_runs, runs, (size_t)3 * n_runs * 4,
+                                            cudaMemcpyHostToDevice, f->stream), "runs upload", err));
+        }
+    }
     QRL_TRY(qrl_cuda_embed(f->x, f->embed, tok, n, D, s, err));
     for (int l = 0; l < c->n_layers; l++) {
         const layer_dev *w = &f->layers[l];
@@ -349,8 +469,16 @@ static qrl_status run_rows(qrl_cuda_forward *f, int n, int max_len, int from, qr
             .interleaved = c->rope.layout == QRL_ROPE_LAYOUT_INTERLEAVED, .row_seq = rseq,
             .row_pos = rpos, .block_tables = f->d_tables, .max_blocks_per_seq = f->max_blocks,
             .block_size = f->d.block_size, .k_cache = kc, .v_cache = vc, .q_out = f->q, .n = n,
-            .n_heads = H, .n_kv_heads = KVH, .head_dim = hd};
+            .n_heads = H, .n_kv_heads = KVH, .head_dim = hd, .kv_out = f->quant ? f->kvf : NULL};
         QRL_TRY(qrl_cuda_rope_kv(&ra, s, err));
+        if (f->quant) {
+            const qrl_cuda_kvq_layer *kq = &f->kvq[l];
+            if (n_runs) QRL_TRY(qrl_cuda_kv_fp8_calibrate(kq, f->kvf, f->d_runs, n_runs, s, err));
+            QRL_TRY(qrl_cuda_kv_store(kq, f->kvf, rseq, rpos, n, s, err));
+            QRL_TRY(qrl_cuda_attention_q(kq, f->att, f->q, rseq, rpos, n, H, 1.0f / sqrtf((float)hd),
+                                         max_len, f->work, f->work_floats, s, err));
+            goto post_attention;
+        }
         qrl_cuda_attention_args aa = {
             .out = f->att, .q = f->q, .k_cache = kc, .v_cache = vc, .block_tables = f->d_tables,
             .max_blocks_per_seq = f->max_blocks, .block_size = f->d.block_size, .row_seq = rseq,
@@ -358,6 +486,7 @@ static qrl_status run_rows(qrl_cuda_forward *f, int n, int max_len, int from, qr
             .scale = 1.0f / sqrtf((float)hd), .max_len = max_len, .work = f->work,
             .work_floats = f->work_floats};
         QRL_TRY(qrl_cuda_attention(&aa, s, err));
+    post_attention:
         QRL_TRY(qrl_cuda_gemm_bf16(f->gemm, f->proj, f->att, w->wo, n, Q, D, s, err));
         QRL_TRY(qrl_cuda_rmsnorm(f->xb, f->x, f->proj, w->bo, w->ffn_norm, n, D, c->norm_eps, s,
                                  err));
@@ -365,6 +494,7 @@ static qrl_status run_rows(qrl_cuda_forward *f, int n, int max_len, int from, qr
         QRL_TRY(qrl_cuda_swiglu(f->xb, f->proj, n, F, s, err));
         QRL_TRY(qrl_cuda_gemm_bf16(f->gemm, f->proj, f->xb, w->wdown, n, F, D, s, err));
     }
+    for (int r = 0; r < n; r++) f->fp8_ready[f->h_meta[n + r]] = 1;
     QRL_TRY(qrl_cuda_rmsnorm(f->xb, f->x, f->proj, NULL, f->final_norm, n, D, c->norm_eps, s, err));
     if (from < n)
         QRL_TRY(qrl_cuda_gemm_bf16(f->gemm, f->logits, f->xb + (size_t)from * D, f->lm_head,
@@ -390,8 +520,13 @@ qrl_status qrl_cuda_forward_prefill(qrl_cuda_forward *f, int seq, const int32_t 
                              "prefill: %d tokens at position %d exceed the context of %d", n, len,
                              f->d.max_ctx);
     QRL_TRY(reserve(f, seq, len + n, err));
-    for (int c0 = 0; c0 < n; c0 += R) {
-        int rows = n - c0 < R ? n - c0 : R;
+    /* int4-protected: a pass may hold at most RING_SLACK + 1 rows of a sequence (the side
+     * ring's slack, kv_quant.cuh) */
+    int chunk = R;
+    if (f->d.kv_format == QRL_KV_FORMAT_INT4_PROTECTED && chunk > QRL_CUDA_KV_RING_SLACK + 1)
+        chunk = QRL_CUDA_KV_RING_SLACK + 1;
+    for (int c0 = 0; c0 < n; c0 += chunk) {
+        int rows = n - c0 < chunk ? n - c0 : chunk;
         for (int r = 0; r < rows; r++) {
             f->h_meta[r] = tokens[c0 + r];
             f->h_meta[R + r] = seq;

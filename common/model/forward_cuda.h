@@ -1,8 +1,9 @@
-/* CUDA forward pass, BF16 path (SPEC §2, §3 `bf16`, §10): the same computation as
+/* CUDA forward pass, BF16 weights (SPEC §2, §3, §10): the same computation as
  * model/forward.h on the GPU, with BF16 weights, a paged BF16 KV cache in device memory
  * and F32 accumulation.  Compiled only when QRL_HAVE_CUDA is defined.
  *
- * Precision: weights and the KV cache BF16; GEMM inputs (normed activations, attention
+ * Precision: weights BF16; the KV cache BF16 or a quantized format (desc.kv_format: the
+ * CPU encoders' codes, kernels/cuda/kv_quant.cuh); GEMM inputs (normed activations, attention
  * output, SwiGLU output) BF16; GEMM outputs, the residual stream, q, softmax state and
  * logits F32.  Logits therefore differ from the CPU reference by BF16 rounding (relative
  * ~1e-2 of their spread), not bit for bit.
@@ -18,6 +19,7 @@
 #include <stdint.h>
 
 #include "core/status.h"
+#include "model/kv_cache.h"
 #include "model/model.h"
 
 typedef struct qrl_cuda_forward qrl_cuda_forward; /* opaque */
@@ -28,6 +30,11 @@ typedef struct qrl_cuda_forward_desc {
     int block_size;  /* KV positions per block */
     int n_blocks;    /* KV blocks in the pool (shared by all sequences) */
     int max_seqs;    /* sequence slots */
+    /* KV cache format, as the CPU path's qrl_kv_cache_desc.format: bf16, fp8, int8, int4,
+     * int4-protected (kernels/cuda/kv_quant.cuh); f32 (0, what a zeroed desc holds) means
+     * bf16, the GPU keeps no f32 cache; fp4 is UNSUPPORTED. */
+    qrl_kv_format kv_format;
+    int protected_sink, protected_recent; /* int4-protected, as qrl_kv_cache_desc */
 } qrl_cuda_forward_desc;
 
 /* Allocate weights (uninitialized), KV pool, tables and activations on the current device
@@ -74,7 +81,13 @@ void *qrl_cuda_forward_stream(const qrl_cuda_forward *f);
 /* Weight bytes one decode step reads (all layers, final norm, LM head; not the embedding
  * table, of which only the batch's rows are read). */
 size_t qrl_cuda_forward_weight_bytes(const qrl_cuda_forward *f);
-/* KV cache bytes per position (all layers, K and V). */
+/* KV cache bytes per position of the main store (all layers, K and V; quantized formats
+ * with their scales). */
 size_t qrl_cuda_forward_kv_bytes_per_pos(const qrl_cuda_forward *f);
+/* Bytes the attention of one row reads over n_ctx positions, all layers (int4-protected:
+ * the protected positions at the side cache's INT8 record size, the rest at INT4). */
+size_t qrl_cuda_forward_kv_bytes_read(const qrl_cuda_forward *f, int n_ctx);
+/* The engine's KV format (bf16 when the desc said f32). */
+qrl_kv_format qrl_cuda_forward_kv_format(const qrl_cuda_forward *f);
 
 #endif

@@ -14,7 +14,7 @@ static __global__ void rope_kv_kernel(qrl_cuda_rope_kv_args a) {
     int hd = a.head_dim, half = hd / 2, H = a.n_heads, KVH = a.n_kv_heads;
     int Q = H * hd, KV = KVH * hd, W = Q + 2 * KV;
     int pos = a.row_pos[r];
-    int blk = a.block_tables[(size_t)a.row_seq[r] * a.max_blocks_per_seq + pos / a.block_size];
+    int blk = a.kv_out ? 0 : a.block_tables[(size_t)a.row_seq[r] * a.max_blocks_per_seq + pos / a.block_size];
     size_t slot = ((size_t)blk * a.block_size + pos % a.block_size) * KV;
     const float *cs = a.cos_tab + (size_t)pos * half, *sn = a.sin_tab + (size_t)pos * half;
     float *b = buf[warp];
@@ -27,8 +27,10 @@ static __global__ void rope_kv_kernel(qrl_cuda_rope_kv_args a) {
         }
         __syncwarp();
         if (h >= H + KVH) { /* v head: store as is */
-            for (int j = lane; j < hd; j += 32)
-                a.v_cache[slot + (h - H - KVH) * hd + j] = qrl_bf16_st_(b[j]);
+            for (int j = lane; j < hd; j += 32) {
+                if (a.kv_out) a.kv_out[(size_t)r * 2 * KV + KV + (h - H - KVH) * hd + j] = b[j];
+                else a.v_cache[slot + (h - H - KVH) * hd + j] = qrl_bf16_st_(b[j]);
+            }
             __syncwarp();
             continue;
         }
@@ -68,6 +70,7 @@ static __global__ void rope_kv_kernel(qrl_cuda_rope_kv_args a) {
             int j = lane + 32 * c;
             if (j >= hd) break;
             if (h < H) a.q_out[(size_t)r * Q + off + j] = y[c];
+            else if (a.kv_out) a.kv_out[(size_t)r * 2 * KV + (h - H) * hd + j] = y[c];
             else a.k_cache[slot + (h - H) * hd + j] = qrl_bf16_st_(y[c]);
         }
         __syncwarp();

@@ -1,6 +1,6 @@
 /* Post-QKV stage of a decoder layer, fused (host launchers only, STYLE 7): bias add,
  * optional Qwen3 per-head RMSNorm on q and k (QK-norm), RoPE, and the write of K and V
- * into the paged BF16 KV cache.  References: qrl_cpu_rmsnorm per head, qrl_cpu_rope_apply,
+ * into the paged BF16 KV cache (or out as F32 rows for a quantized cache).  References: qrl_cpu_rmsnorm per head, qrl_cpu_rope_apply,
  * qrl_kv_cache_write (kernels/cpu/ops.h, model/kv_cache.h). */
 #ifndef QRL_CUDA_ROPE_KV_CUH
 #define QRL_CUDA_ROPE_KV_CUH
@@ -31,6 +31,9 @@ typedef struct qrl_cuda_rope_kv_args {
     uint16_t *k_cache;       /* this layer: [n_blocks, block_size, n_kv_heads, head_dim] BF16 */
     uint16_t *v_cache;
     float *q_out;            /* [n, Q] F32: normed, rotated q */
+    float *kv_out;           /* NULL, or [n, 2 KV] F32: rotated k heads then v heads, written
+                              * here instead of the BF16 cache (quantized caches store them
+                              * with qrl_cuda_kv_store; k_cache / v_cache are then unused) */
     int n, n_heads, n_kv_heads, head_dim;
 } qrl_cuda_rope_kv_args;
 

@@ -1,0 +1,221 @@
+/* Quantized KV writes: fp8 calibration and the quantize-and-store kernel (kv_quant.cuh).
+ * Every encoder is the CPU one's exact operation sequence (kernels/cpu/quant_kv.c,
+ * quant_rows.c, quant_scalar.c; model/kv_cache.c fp8_pow2_scale): IEEE division (nvcc's
+ * default -prec-div), rintf = round half to even, double where the CPU uses double, and no
+ * contractible a*b+c anywhere, so the codes are bit-identical. */
+#include "cuda/kv_quant.cuh"
+
+#include <math.h>
+
+#include "cuda/kv_quant_dev.cuh"
+#include "cuda/launch.cuh"
+
+int qrl_cuda_kvq_code_bytes(int format, int hd) {
+    if (hd <= 0 || hd > 256 || hd % 2) return 0;
+    switch (format) {
+    case QRL_CUDA_KVQ_FP8:
+    case QRL_CUDA_KVQ_INT8: return hd;
+    case QRL_CUDA_KVQ_INT4:
+    case QRL_CUDA_KVQ_INT4_PROTECTED: return hd / 2;
+    default: return 0;
+    }
+}
+
+int qrl_cuda_kvq_scale_floats(int format, int hd) {
+    switch (format) {
+    case QRL_CUDA_KVQ_INT8: return 1;
+    case QRL_CUDA_KVQ_INT4:
+    case QRL_CUDA_KVQ_INT4_PROTECTED: return 2 * ((hd + 31) / 32);
+    default: return 0;
+    }
+}
+
+static __device__ int qrl_cuda_kvq_code_bytes_d(int format, int hd) {
+    return format == QRL_CUDA_KVQ_FP8 || format == QRL_CUDA_KVQ_INT8 ? hd : hd / 2;
+}
+
+static __device__ __forceinline__ float warp_max(float v) {
+    for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+static __device__ __forceinline__ float warp_min(float v) {
+    for (int o = 16; o; o >>= 1) v = fminf(v, __shfl_xor_sync(0xffffffffu, v, o));
+    return v;
+}
+
+/* |x| over finite elements (qrl_quant_absmax): 0 for NaN/Inf and padding lanes. */
+static __device__ __forceinline__ float fin_abs(float x) {
+    float a = fabsf(x);
+    return isfinite(a) ? a : 0.0f;
+}
+
+/* qrl_int8_encode */
+static __device__ __forceinline__ int8_t enc_i8(float x, float s) {
+    if (isnan(x) || s == 0.0f) return 0;
+    float q = rintf(x / s);
+    if (q > 127.0f) q = 127.0f;
+    if (q < -127.0f) q = -127.0f;
+    return (int8_t)q;
+}
+
+/* One token-head vector held as x[c] = element lane + 32c: INT8 codes + absmax/127 scale
+ * (qrl_int8_quantize_rows with one row). */
+static __device__ void store_int8(const float x[8], int hd, int lane, int8_t *codes, float *scale) {
+    float a = 0.0f;
+#pragma unroll
+    for (int c = 0; c < 8; c++) a = fmaxf(a, fin_abs(x[c]));
+    float s = warp_max(a) / 127.0f;
+#pragma unroll
+    for (int c = 0; c < 8; c++) {
+        int j = lane + 32 * c;
+        if (j < hd) codes[j] = enc_i8(x[c], s);
+    }
+    if (lane == 0) *scale = s;
+}
+
+static __global__ void kv_store_kernel(qrl_cuda_kvq_layer c, const float *kv, const int32_t *row_seq,
+                                       const int32_t *row_pos) {
+    int r = blockIdx.x, h = blockIdx.y, w = blockIdx.z, lane = threadIdx.x;
+    int hd = c.head_dim, KVH = c.n_kv_heads;
+    const float *src = kv + (size_t)r * 2 * KVH * hd + (size_t)(w * KVH + h) * hd;
+    float x[8];
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        int j = lane + 32 * k;
+        x[k] = j < hd ? src[j] : 0.0f;
+    }
+    int seq = row_seq[r], pos = row_pos[r];
+    int blk = c.block_tables[(size_t)seq * c.max_blocks_per_seq + pos / c.block_size];
+    size_t rec = ((size_t)blk * c.block_size + pos % c.block_size) * KVH + h;
+    if (c.format == QRL_CUDA_KVQ_INT8) {
+        store_int8(x, hd, lane, (int8_t *)c.codes[w] + rec * hd, c.scales[w] + rec);
+        return;
+    }
+    if (c.format == QRL_CUDA_KVQ_FP8) {
+        float s = c.fp8_scale[((size_t)seq * KVH + h) * 2 + w];
+        uint8_t *codes = c.codes[w] + rec * hd;
+#pragma unroll
+        for (int k = 0; k < 8; k++) {
+            int j = lane + 32 * k;
+            if (j < hd) codes[j] = (uint8_t)__nv_cvt_float_to_fp8(x[k] / s, __NV_SATFINITE, __NV_E4M3);
+        }
+        return;
+    }
+    /* int4 asymmetric, group 32 = the 32 lanes of one k (qrl_kv_int4_quantize) */
+    int ng = (hd + 31) / 32;
+    uint8_t *codes = c.codes[w] + rec * (hd / 2);
+    float *sc = c.scales[w] + rec * 2 * ng;
+#pragma unroll
+    for (int k = 0; k < 8; k++) {
+        if (k >= ng) break;
+        int j = lane + 32 * k;
+        bool valid = j < hd && isfinite(x[k]);
+        float mn = warp_min(valid ? x[k] : INFINITY), mx = warp_max(valid ? x[k] : -INFINITY);
+        if (mn > mx) mn = mx = 0.0f;
+        float s = (float)(((double)mx - mn) / 15.0);
+        unsigned q = 0;
+        if (!isnan(x[k]) && s != 0.0f) {
+            double v = ((double)x[k] - mn) / s;
+            v = v > 15.0 ? 15.0 : (v < 0.0 ? 0.0 : v);
+            q = (unsigned)rintf((float)v);
+        }
+        unsigned hi = __shfl_down_sync(0xffffffffu, q, 1);
+        if (!(lane & 1) && j < hd) codes[j >> 1] = (uint8_t)(q | (j + 1 < hd ? hi << 4 : 0u));
+        if (lane == 0) sc[k] = s, sc[ng + k] = mn;
+    }
+    if (c.format != QRL_CUDA_KVQ_INT4_PROTECTED) return;
+    int slot = pos < c.sink ? pos : c.recent > 0 ? kvq_side_slot(c, pos) : -1;
+    if (slot < 0) return;
+    size_t srec = kvq_side_rec(c, seq, slot, h);
+    store_int8(x, hd, lane, c.side_codes[w] + srec * hd, c.side_scales[w] + srec);
+}
+
+/* model/kv_cache.c fp8_pow2_scale */
+static __device__ float fp8_pow2_scale(float amax) {
+    if (amax == 0.0f) return 1.0f;
+    int e;
+    float m = frexpf(4.0f * amax / 448.0f, &e);
+    return m == 0.5f ? ldexpf(1.0f, e - 1) : ldexpf(1.0f, e);
+}
+
+static __global__ void fp8_calibrate_kernel(qrl_cuda_kvq_layer c, const float *kv, const int32_t *runs,
+                                            int n_runs) {
+    int i = blockIdx.x, h = blockIdx.y, w = blockIdx.z, lane = threadIdx.x;
+    int hd = c.head_dim, KVH = c.n_kv_heads;
+    int first = runs[i], len = runs[n_runs + i], seq = runs[2 * n_runs + i];
+    float a = 0.0f;
+    for (int r = first; r < first + len; r++) {
+        const float *src = kv + (size_t)r * 2 * KVH * hd + (size_t)(w * KVH + h) * hd;
+        for (int j = lane; j < hd; j += 32) a = fmaxf(a, fin_abs(src[j]));
+    }
+    a = warp_max(a);
+    if (lane == 0) c.fp8_scale[((size_t)seq * KVH + h) * 2 + w] = fp8_pow2_scale(a);
+}
+
+static qrl_status check(const qrl_cuda_kvq_layer *c, const char *what, qrl_error *err) {
+    if (qrl_cuda_kvq_code_bytes(c->format, c->head_dim) == 0 || c->n_kv_heads <= 0 ||
+        c->block_size <= 0)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "%s: kv format %d with head_dim %d (fp8, int8, int4, int4-protected; "
+                             "even head_dim <= 256)", what, c->format, c->head_dim);
+    if (c->format == QRL_CUDA_KVQ_INT4_PROTECTED &&
+        (c->sink < 0 || c->recent < 0 || (c->recent > 0 && c->ring < c->recent)))
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "%s: sink=%d recent=%d ring=%d",
+                             what, c->sink, c->recent, c->ring);
+    return QRL_OK;
+}
+
+qrl_status qrl_cuda_kv_fp8_calibrate(const qrl_cuda_kvq_layer *c, const float *kv,
+                                     const int32_t *runs, int n_runs, void *stream,
+                                     qrl_error *err) {
+    QRL_TRY(check(c, "kv fp8 calibrate", err));
+    if (n_runs <= 0) return QRL_OK;
+    fp8_calibrate_kernel<<<dim3(n_runs, c->n_kv_heads, 2), 32, 0, (cudaStream_t)stream>>>(
+        *c, kv, runs, n_runs);
+    return qrl_cuda_launch_status_("kv fp8 calibrate", err);
+}
+
+qrl_status qrl_cuda_kv_store(const qrl_cuda_kvq_layer *c, const float *kv, const int32_t *row_seq,
+                             const int32_t *row_pos, int n, void *stream, qrl_error *err) {
+    QRL_TRY(check(c, "kv store", err));
+    if (n <= 0 || n > 65535)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "kv store: n=%d rows", n);
+    kv_store_kernel<<<dim3(n, c->n_kv_heads, 2), 32, 0, (cudaStream_t)stream>>>(*c, kv, row_seq,
+                                                                                row_pos);
+    return qrl_cuda_launch_status_("kv store", err);
+}
+
+static __device__ uint32_t hash32(uint64_t x) {
+    x ^= x >> 33;
+    x *= 0xff51afd7ed558ccdull;
+    x ^= x >> 33;
+    x *= 0xc4ceb9fe1a85ec53ull;
+    return (uint32_t)(x >> 32);
+}
+
+static __global__ void fill_kernel(qrl_cuda_kvq_layer c, size_t n_recs, size_t side_recs, int n_seqs,
+                                   uint64_t seed) {
+    int cb = qrl_cuda_kvq_code_bytes_d(c.format, c.head_dim);
+    int sf = c.format == QRL_CUDA_KVQ_INT8 ? 1 : c.format == QRL_CUDA_KVQ_FP8 ? 0 : 2 * ((c.head_dim + 31) / 32);
+    size_t stride = (size_t)gridDim.x * blockDim.x, t0 = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
+    for (int w = 0; w < 2; w++) {
+        for (size_t i = t0; i < n_recs * cb; i += stride) {
+            uint32_t b = hash32(seed * 0x9E3779B97F4A7C15ull + (2 * i + w)) & 0xFFu;
+            c.codes[w][i] = (uint8_t)(c.format == QRL_CUDA_KVQ_FP8 ? b & 0xF7u : b);
+        }
+        for (size_t i = t0; sf && i < n_recs * sf; i += stride)
+            c.scales[w][i] = sf == 1 ? 0.02f : (i % sf < (size_t)sf / 2 ? 0.1f : -0.75f);
+        for (size_t i = t0; i < side_recs * c.head_dim; i += stride)
+            c.side_codes[w][i] = (int8_t)(hash32(seed + 77 + 2 * i + w) & 0xFFu);
+        for (size_t i = t0; i < side_recs; i += stride) c.side_scales[w][i] = 0.02f;
+    }
+    for (size_t i = t0; c.format == QRL_CUDA_KVQ_FP8 && i < (size_t)n_seqs * c.n_kv_heads * 2; i += stride)
+        c.fp8_scale[i] = 1.0f / 64.0f;
+}
+
+qrl_status qrl_cuda_kvq_fill_random(const qrl_cuda_kvq_layer *c, size_t n_recs, size_t side_recs,
+                                    int n_seqs, uint64_t seed, void *stream, qrl_error *err) {
+    QRL_TRY(check(c, "kv fill", err));
+    fill_kernel<<<1024, 256, 0, (cudaStream_t)stream>>>(*c, n_recs, side_recs, n_seqs, seed);
+    return qrl_cuda_launch_status_("kv fill", err);
+}
