@@ -189,13 +189,8 @@ static void heartbeat_age(uint64_t unix_ms, char *buf, size_t cap) {
     else snprintf(buf, cap, "%.1fs ago", unix_ms > now ? 0.0 : (double)(now - unix_ms) / 1000);
 }
 
-static int cmd_replicas(ctl *x) {
-    Qrl__ListReplicasResponse *l;
-    qrl_error err;
-    if (list_replicas(x, &l, &err) != QRL_OK) return fail_err(x, &err);
-    if (x->json) {
-        print_json(ctl_message_json(&l->base));
-    } else if (l->n_replicas == 0) {
+static void print_replica_table(const ctl *x, const Qrl__ListReplicasResponse *l) {
+    if (l->n_replicas == 0) {
         printf("no replicas registered with %s\n", x->learner);
     } else {
         ctl_table *t = ctl_table_new(10);
@@ -224,6 +219,14 @@ static int cmd_replicas(ctl *x) {
         ctl_table_print(t, stdout);
         ctl_table_free(t);
     }
+}
+
+static int cmd_replicas(ctl *x) {
+    Qrl__ListReplicasResponse *l;
+    qrl_error err;
+    if (list_replicas(x, &l, &err) != QRL_OK) return fail_err(x, &err);
+    if (x->json) print_json(ctl_message_json(&l->base));
+    else print_replica_table(x, l);
     qrl_wire_free(&l->base);
     return EXIT_OK;
 }
@@ -236,12 +239,33 @@ static int cmd_status(ctl *x) {
     qrl_error err;
     if (call(x, x->lc, QRL_RPC_LEARNER_STATUS, &rq.base, &resp, &err) != QRL_OK)
         return fail_err(x, &err);
+    /* each replica's state and numbers too; a learner without ListReplicas shows none */
+    Qrl__ListReplicasResponse *l = NULL;
+    if (list_replicas(x, &l, &err) != QRL_OK) {
+        if (err.status != QRL_STATUS_UNSUPPORTED) {
+            qrl_wire_free(resp);
+            return fail_err(x, &err);
+        }
+        l = NULL;
+    }
     if (x->json) {
-        print_json(ctl_message_json(resp));
+        json_t *o = ctl_message_json(resp);
+        /* "replicas" is LearnerStatus's count, so the entries go under another name */
+        if (l) {
+            json_t *lj = ctl_message_json(&l->base), *arr = json_object_get(lj, "replicas");
+            json_object_set_new(o, "replica_list", arr ? json_incref(arr) : json_array());
+            json_decref(lj);
+        }
+        print_json(o);
     } else {
         printf("learner %s\n", x->learner);
         ctl_print_fields(stdout, resp, "  ", false);
+        if (l) {
+            printf("\n");
+            print_replica_table(x, l);
+        }
     }
+    if (l) qrl_wire_free(&l->base);
     qrl_wire_free(resp);
     return EXIT_OK;
 }

@@ -58,7 +58,8 @@ static qrl_status do_heartbeat(rd_control *c, qrl_rpc_client_t *cl, bool *known,
     rd_engine_get_stats(c->engine, &es);
     Qrl__RolloutStatus st = QRL__ROLLOUT_STATUS__INIT;
     st.replica_id = c->info.id;
-    st.state = QRL__SERVICE_STATE__SERVICE_STATE_RUNNING;
+    st.state = (Qrl__ServiceState)c->state; /* the loop's: paused, draining */
+    st.max_concurrency = c->max_concurrency;
     st.version = es.sched.version;
     st.slots_total = c->info.slots;
     st.slots_in_use = (uint32_t)es.sched.running;
@@ -120,7 +121,9 @@ static void on_event(rd_control *c, const Qrl__VersionEvent *ev, session *s) {
 
 static void *control_main(void *arg) {
     rd_control *c = arg;
-    qrl_rpc_client_opts o = {.target = c->learner, .token = c->have_token ? c->token : NULL};
+    qrl_rpc_client_opts o = {.target = c->learner, .token = c->have_token ? c->token : NULL,
+                             .tls_ca_file = c->tls_ca, .tls_cert_file = c->tls_cert,
+                             .tls_key_file = c->tls_key};
     qrl_rpc_client_t *cl = NULL;
     qrl_error err;
     if (qrl_rpc_client_new(&o, &cl, &err) != QRL_OK) {

@@ -59,6 +59,7 @@ typedef struct rd_engine {
     bool paused, stop;
     int step_delay_ms;             /* test/debug throttle (rollout.step_delay_ms) */
     rd_engine_stats stats;         /* snapshot after each step, under mu */
+    double last_step_s;            /* monotonic time of the last step's snapshot, under mu */
     qrl_model *swap_model;         /* weights to swap in at the next step boundary (owned) */
     uint64_t swap_version;
     uv_async_t *done_async;        /* wakes the loop for out_* */
@@ -119,6 +120,9 @@ typedef struct rd_control {
     rd_engine *engine;
     const qrl_model *model;
     uv_async_t *drain_async;      /* a SHUTDOWN event asks the loop to drain */
+    const char *tls_ca, *tls_cert, *tls_key; /* learner.tls_* (NULL: plaintext), from cfg */
+    _Atomic int state;            /* Qrl__ServiceState the loop is in (for heartbeats) */
+    _Atomic uint32_t max_concurrency; /* rollout.max_concurrency now (the loop copies it) */
 } rd_control;
 qrl_status rd_control_start(rd_control *c, qrl_error *err);
 void rd_control_stop(rd_control *c);
