@@ -22,7 +22,7 @@ pkgs=(build-essential pkg-config git python3 python3-pip python3-venv
       libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev librdkafka-dev
       libjansson-dev libyaml-dev libpcre2-dev libutf8proc-dev libcriterion-dev
       libmicrohttpd-dev gnuplot-nox clang libclang-rt-14-dev openssl
-      openjdk-17-jre-headless maven curl ca-certificates)
+      openjdk-17-jre-headless maven curl ca-certificates jq)
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

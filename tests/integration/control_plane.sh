@@ -18,8 +18,9 @@
 #      both daemons still answer with sane values and the cluster still trains;
 #   8. kill -9 r1: marked LOST by `qrlctl replicas` within the heartbeat timeout; the learner
 #      keeps training (version advances) with r0;
+#      r1 started again with the same id registers cleanly and is RUNNING again;
 #   9. drain r0: it finishes its groups, exits 0, and every result it produced reached the
-#      learner; then `qrlctl shutdown` stops the learner (exit 0).
+#      learner; then `qrlctl shutdown` stops the learner (exit 0) and r1 (exit 0).
 # Whatever it started is stopped on every exit path.  Skips (77) without java or the
 # Kafka jars unless QRL_REQUIRE_KAFKA=1.
 set -euo pipefail
@@ -114,16 +115,18 @@ pid_learner=$!
 wait_log "$tmp/learner.log" "rpc listening port=" 1 30
 port=$(sed -n 's/.*rpc listening port=\([0-9]*\).*/\1/p' "$tmp/learner.log")
 addr=127.0.0.1:$port
-for r in r0 r1; do
-  extra=(); [ $r = r1 ] && extra=(--rpc.token_for_reads true)
+start_replica() { # ID LOG: r1 closes its reads (rpc.token_for_reads)
+  local extra=(); [ "$1" = r1 ] && extra=(--rpc.token_for_reads true)
   "$rollout" --rollout.model "$model" --rollout.tokenizer "$tokenizer" --kafka.bootstrap "$bootstrap" \
-    --rollout.replica_id $r --rollout.slots 4 --rollout.max_concurrency 2 --rollout.threads 1 \
+    --rollout.replica_id "$1" --rollout.slots 4 --rollout.max_concurrency 2 --rollout.threads 1 \
     --rollout.step_delay_ms 20 --kafka.session_timeout_ms 6000 --rpc.token_file "$tmp/token" \
     "${tls[@]}" "${extra[@]}" --learner.addr "$addr" --learner.tls_ca_file "$tmp/cert.pem" \
-    --metrics.jsonl "$tmp/$r.jsonl" >"$tmp/$r.log" 2>&1 &
+    --metrics.jsonl "$tmp/$1.jsonl" >"$2" 2>&1 &
   pids+=($!)
-  eval "pid_$r=$!"
-done
+  eval "pid_$1=$!"
+}
+start_replica r0 "$tmp/r0.log"
+start_replica r1 "$tmp/r1.log"
 
 # qrlctl over TLS with the token (q), without it (qn); out/err/rc of the last call
 q()  { rc=0; out=$("$ctl" --learner "$addr" --tls-ca "$tmp/cert.pem" --token-file "$tmp/token" "$@" 2>"$tmp/err") || rc=$?; err=$(cat "$tmp/err"); }
@@ -295,6 +298,12 @@ grep -q "replica r1 lost: silent for" "$tmp/learner.log" || fail "the learner di
 lstatus; js '.replicas == 1' "live replicas after the kill"
 until_true 45 "training to go on with r0 alone" ".version >= $v_kill + 2"
 echo "kill -9 r1: LOST after $lost_s s (heartbeat timeout ${hb_timeout_ms} ms); version $v_kill -> $(jq .version <<<"$out") with r0 alone"
+# the same id comes back: a clean registration, RUNNING, counted again, gets the current version
+start_replica r1 "$tmp/r1b.log"
+until_true 30 "r1 to register again" '.replicas == 2 and any(.replica_list[]; .info.id == "r1" and
+  .status.state == "RUNNING" and .status.version >= 1)'
+grep -q "registered with learner=" "$tmp/r1b.log" || fail "r1 did not register again"
+echo "r1 restarted: registered again, RUNNING with version $(rep r1 version)"
 
 # ---- 9. drain r0, shut the learner down ---------------------------------------------------
 q drain r0; expect_rc 0 "drain r0"; [ "$out" = "r0: DRAINING - 1 replica(s) draining" ] || fail "drain: $out"
@@ -320,5 +329,10 @@ rc=0; timeout 20 tail --pid="$pid_learner" -f /dev/null || rc=$?
 [ $rc -eq 0 ] || fail "learner still running 20 s after shutdown"
 rc=0; wait "$pid_learner" || rc=$?
 [ $rc -eq 0 ] || fail "learner exited $rc after shutdown"
+rc=0; timeout 30 tail --pid="$pid_r1" -f /dev/null || rc=$?
+[ $rc -eq 0 ] || fail "r1 did not drain after the learner's shutdown"
+rc=0; wait "$pid_r1" || rc=$?
+[ $rc -eq 0 ] || fail "r1 exited $rc after the learner's shutdown"
+grep -q "learner announced shutdown" "$tmp/r1b.log" || fail "r1 never saw SHUTDOWN"
 echo "drain r0: exit 0, consumed=$consumed produced=$produced, all $(wc -l <"$tmp/r0.jsonl") results reached the learner; learner shut down (exit 0)"
 echo "control plane test passed in $(secs "$t_all") s"
