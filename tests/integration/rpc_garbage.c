@@ -35,7 +35,10 @@
 #define CALL_MS 5000
 
 enum { F_NO_MESSAGE = 1, F_TWO_MESSAGES = 2, F_CANCEL = 4 };
-enum { TOK_NONE, TOK_WRONG, TOK_GOOD };
+/* What the authorization header carries: nothing, a wrong token, the right one, the
+ * right one plus a byte, the right one less its last byte, "Bearer " alone, another
+ * scheme with the right token. */
+enum { TOK_NONE, TOK_WRONG, TOK_GOOD, TOK_LONGER, TOK_SHORTER, TOK_EMPTY, TOK_BASIC, TOK_KINDS };
 
 static uint64_t rng_state;
 static uint64_t rnd(void) { /* splitmix64 */
@@ -46,7 +49,7 @@ static uint64_t rnd(void) { /* splitmix64 */
 }
 
 static grpc_channel *ch;
-static char good_auth[QRL_RPC_TOKEN_MAX + 8];
+static char auth[TOK_KINDS][QRL_RPC_TOKEN_MAX + 16];
 static long counts[NCODES];
 static int violations;
 
@@ -93,7 +96,7 @@ static grpc_status_code do_call(const char *path, const uint8_t *body, size_t le
     grpc_metadata md;
     memset(&md, 0, sizeof md);
     md.key = grpc_slice_from_static_string("authorization");
-    md.value = grpc_slice_from_static_string(tok == TOK_GOOD ? good_auth : "Bearer not-the-token");
+    md.value = grpc_slice_from_static_string(auth[tok]);
     grpc_slice sl = grpc_slice_from_copied_buffer((const char *)body, len);
     grpc_byte_buffer *bb = grpc_raw_byte_buffer_create(&sl, 1);
     grpc_slice_unref(sl);
@@ -212,7 +215,12 @@ int main(int argc, char **argv) {
     char token[QRL_RPC_TOKEN_MAX + 1] = "";
     qrl_error err;
     if (token_file && qrl_rpc_token_read(token_file, token, &err) != QRL_OK) die(err.msg);
-    snprintf(good_auth, sizeof good_auth, "Bearer %s", token);
+    snprintf(auth[TOK_WRONG], sizeof auth[0], "Bearer not-the-token");
+    snprintf(auth[TOK_GOOD], sizeof auth[0], "Bearer %s", token);
+    snprintf(auth[TOK_LONGER], sizeof auth[0], "Bearer %sx", token);
+    snprintf(auth[TOK_SHORTER], sizeof auth[0], "Bearer %.*s", (int)(strlen(token) ? strlen(token) - 1 : 0), token);
+    snprintf(auth[TOK_EMPTY], sizeof auth[0], "Bearer ");
+    snprintf(auth[TOK_BASIC], sizeof auth[0], "Basic %s", token);
 
     grpc_init();
     grpc_channel_credentials *creds;
@@ -259,9 +267,10 @@ int main(int argc, char **argv) {
                         strcmp(m->method, "Heartbeat") == 0 || strcmp(m->method, "WatchVersions") == 0;
         bool token_needed = m->needs_token || reads_need_token;
         int kind = (int)(i % 20 == 7 ? 100 : rnd() % 10); /* every 20th: oversized */
-        int tok = (int)(rnd() % 3);
+        int tok = (int)(rnd() % 8);
+        if (tok >= TOK_KINDS) tok = TOK_GOOD; /* a little more often: reach the decoder */
         size_t len;
-        unsigned refused = tok == TOK_NONE ? B(UNAUTHENTICATED) : B(PERMISSION_DENIED);
+        unsigned refused = tok == TOK_NONE || tok == TOK_BASIC ? B(UNAUTHENTICATED) : B(PERMISSION_DENIED);
         switch (kind) {
         case 100: /* over the limit: refused by gRPC before anything is decoded */
             len = MAX_BODY + 1 + rnd() % 4096;
