@@ -161,10 +161,16 @@ static qrl_status replica_client(const ctl *x, const char *id, qrl_rpc_client_t 
     QRL_TRY(list_replicas(x, &l, err));
     char known[256] = "";
     const char *addr = NULL;
+    bool lost = false;
     for (size_t i = 0; i < l->n_replicas; i++) {
         const Qrl__ReplicaInfo *info = l->replicas[i]->info;
         if (!info || !info->id) continue;
-        if (strcmp(info->id, id) == 0) addr = info->control_addr;
+        if (strcmp(info->id, id) == 0) {
+            addr = info->control_addr;
+            const Qrl__RolloutStatus *st = l->replicas[i]->status;
+            lost = st && (st->state == QRL__SERVICE_STATE__SERVICE_STATE_LOST ||
+                          st->state == QRL__SERVICE_STATE__SERVICE_STATE_STOPPED);
+        }
         size_t n = strlen(known);
         snprintf(known + n, sizeof known - n, "%s%s", n ? ", " : "", info->id);
     }
@@ -173,6 +179,9 @@ static qrl_status replica_client(const ctl *x, const char *id, qrl_rpc_client_t 
         st = qrl_error_set(err, QRL_STATUS_NOT_FOUND,
                            "replica '%s' is not registered with the learner at %s (registered: %s)",
                            id, x->learner, *known ? known : "none");
+    else if (lost) /* refused here: its address answers nothing (or someone else) */
+        st = qrl_error_set(err, QRL_STATUS_NOT_FOUND,
+                           "replica '%s' is lost or stopped (no heartbeat within the learner's timeout)", id);
     else if (!*addr)
         st = qrl_error_set(err, QRL_STATUS_NOT_FOUND, "replica '%s' has no control address", id);
     else
@@ -306,6 +315,8 @@ static int cmd_pause_resume(ctl *x, bool pause, const char *replica) {
 }
 
 static int cmd_drain(ctl *x, const char *replica) {
+    /* the RPC reads "" as every replica: never from a stray empty argument */
+    if (!*replica) return usage_error("%s", "drain wants a replica id, got ''");
     Qrl__DrainRequest rq = QRL__DRAIN_REQUEST__INIT;
     rq.replica_id = (char *)replica;
     rq.timeout_ms = x->drain_timeout_ms;

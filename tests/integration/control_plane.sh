@@ -299,6 +299,8 @@ silent=$(sed -n 's/.*replica r1 lost: silent for \([0-9]*\) ms.*/\1/p' "$tmp/lea
 # marked as soon as the silence passes the timeout (the check runs every kafka.poll_ms tick)
 [ "$silent" -le $((hb_timeout_ms + 200)) ] || fail "r1 marked lost only after $silent ms of silence"
 lstatus; js '.replicas == 1' "live replicas after the kill"
+q pause r1; expect_rc 2 "pause of a lost replica"; grep -q "replica 'r1' is lost" <<<"$err" || fail "pause lost r1: $err"
+q drain ""; expect_rc 1 "drain of an empty replica id"
 until_true 45 "training to go on with r0 alone" ".version >= $v_kill + 2"
 echo "kill -9 r1: LOST after $lost_s s, $silent ms after its last heartbeat (timeout ${hb_timeout_ms} ms); version $v_kill -> $(jq .version <<<"$out") with r0 alone"
 # the same id comes back: a clean registration, RUNNING, counted again, gets the current version
