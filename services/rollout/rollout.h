@@ -22,6 +22,7 @@
 #include "kafka/offsets.h"
 #include "qrl.pb-c.h"
 #include "rollout/scheduler.h"
+#include "rpc/rpc.h"
 #include "wire/wire.h"
 
 
@@ -121,9 +122,12 @@ typedef struct rd_control {
     const qrl_model *model;
     uv_async_t *drain_async;      /* a SHUTDOWN event asks the loop to drain */
     const char *tls_ca, *tls_cert, *tls_key; /* learner.tls_* (NULL: plaintext), from cfg */
+    qrl_rpc_client_t *client;     /* the learner's, made by rd_control_start */
     _Atomic int state;            /* Qrl__ServiceState the loop is in (for heartbeats) */
     _Atomic uint32_t max_concurrency; /* rollout.max_concurrency now (the loop copies it) */
 } rd_control;
+/* Make the learner client (errors: those of qrl_rpc_client_new, e.g. an unreadable
+ * learner.tls_ca_file: IO) and start the thread (INTERNAL). */
 qrl_status rd_control_start(rd_control *c, qrl_error *err);
 void rd_control_stop(rd_control *c);
 

@@ -2,6 +2,7 @@
 # The control plane end to end with real daemons (issue 9 "Done when"): a real Kafka
 # broker, qrl-learner, two qrl-rollout replicas (r0, r1) on stories260K and qrlctl, all
 # over TLS (a self-signed certificate made here with openssl) with a bearer token.
+#   0. half a TLS pair (learner) or a missing learner.tls_ca_file (replica): exit 1 at start;
 #   1. status: `qrlctl status` lists both replicas with live numbers (tokens/s > 0,
 #      tokens generated, weights version >= 1 once the learner has trained); --json parses;
 #   2. TLS: a plaintext client and a client trusting another CA cannot connect (exit 3);
@@ -45,6 +46,22 @@ for f in "$learner" "$rollout" "$ctl" "$garbage" "$QRL_KAFKA_ADMIN"; do
 done
 [ -f "$model" ] && [ -f "$tokenizer" ] || fail "$model or $tokenizer missing"
 for t in jq openssl; do command -v $t >/dev/null || fail "$t missing (deploy/setup.sh installs it)"; done
+
+# ---- 0. bad TLS settings stop a daemon at start (no broker needed) --------------------------
+t0=$(mktemp -d "${TMPDIR:-/tmp}/qrl-ctl-start.XXXXXX")
+printf '{"prompt":"Once upon a time","answer":"the"}\n' >"$t0/data.jsonl"
+rc=0; "$learner" --learner.model "$model" --learner.tokenizer "$tokenizer" --dataset.path "$t0/data.jsonl" \
+  --dataset.task contains --dataset.chat_template none --learner.threads 1 --kafka.bootstrap 127.0.0.1:1 \
+  --rpc.tls_cert_file "$t0/cert.pem" >"$t0/out" 2>&1 || rc=$?
+[ $rc -eq 1 ] && grep -q "qrl-learner: error: .*TLS needs both tls_cert_file and tls_key_file" "$t0/out" ||
+  { rm -rf "$t0"; fail "learner with half a TLS pair: exit $rc"; }
+rc=0; "$rollout" --rollout.model "$model" --rollout.tokenizer "$tokenizer" --kafka.bootstrap 127.0.0.1:1 \
+  --learner.addr 127.0.0.1:1 --learner.tls_ca_file "$t0/nope.pem" >"$t0/out" 2>&1 || rc=$?
+[ $rc -eq 1 ] && grep -q "qrl-rollout: error: tls_ca_file $t0/nope.pem" "$t0/out" ||
+  { rm -rf "$t0"; fail "rollout with a missing learner.tls_ca_file: exit $rc"; }
+rm -rf "$t0"
+echo "bad TLS settings refused at start (exit 1, naming the file)"
+
 if ! command -v java >/dev/null || [ ! -f "$home/libs/.stamp" ]; then
   [ "${QRL_REQUIRE_KAFKA:-0}" = 1 ] && fail "no java / Kafka jars, and QRL_REQUIRE_KAFKA=1"
   echo "skipped: no java or Kafka jars (run deploy/setup.sh)"; exit 77
