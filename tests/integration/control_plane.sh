@@ -282,12 +282,20 @@ echo "pause/resume learner: cursor $pos2 and $prev tokens held while paused, bot
 # ---- 7. garbage over the wire -------------------------------------------------------------
 lstatus; v_before=$(jq .version <<<"$out")
 t=$(date +%s.%N)
+# all three at once: the daemons also see concurrent connections
 "$garbage" --target "$addr" --tls-ca "$tmp/cert.pem" --token-file "$tmp/token" --service learner \
-  --count 1000 --seed 11 || fail "garbage to the learner"
+  --count 1000 --seed 11 >"$tmp/garbage-learner.out" 2>&1 & g1=$!
 "$garbage" --target "$r0_addr" --tls-ca "$tmp/cert.pem" --token-file "$tmp/token" --service rollout \
-  --count 1000 --seed 12 || fail "garbage to r0"
+  --count 1000 --seed 12 >"$tmp/garbage-r0.out" 2>&1 & g2=$!
 "$garbage" --target "$r1_addr" --tls-ca "$tmp/cert.pem" --token-file "$tmp/token" --service rollout \
-  --count 300 --seed 13 --token-for-reads || fail "garbage to r1"
+  --count 300 --seed 13 --token-for-reads >"$tmp/garbage-r1.out" 2>&1 & g3=$!
+grc=0
+for g in "$g1 learner" "$g2 r0" "$g3 r1"; do
+  set -- $g; rc=0; wait "$1" || rc=$?
+  cat "$tmp/garbage-$2.out"
+  [ $rc -eq 0 ] || { echo "garbage to $2: exit $rc"; grc=1; }
+done
+[ $grc -eq 0 ] || fail "garbage requests got answers they should not have"
 echo "garbage: 2,300 requests in $(secs "$t") s"
 for p in $pid_learner $pid_r0 $pid_r1; do kill -0 "$p" || fail "a daemon died from garbage"; done
 until_true 30 "training to go on after the garbage" ".version > $v_before"
