@@ -217,3 +217,12 @@ const char *qrl_rpc_grpc_code_name(grpc_status_code code) {
         "UNAUTHENTICATED"};
     return (unsigned)code < sizeof names / sizeof *names ? names[code] : "UNKNOWN_CODE";
 }
+
+static const char *nonempty(const char *s) { return s && *s ? s : NULL; }
+
+void qrl_rpc_server_opts_tls(qrl_rpc_server_opts *o, const qrl_config_t *cfg) {
+    o->tls_cert_file = nonempty(qrl_config_get_string(cfg, "rpc.tls_cert_file"));
+    o->tls_key_file = nonempty(qrl_config_get_string(cfg, "rpc.tls_key_file"));
+    o->tls_client_ca_file = nonempty(qrl_config_get_string(cfg, "rpc.tls_client_ca_file"));
+    o->token_for_reads = qrl_config_get_bool(cfg, "rpc.token_for_reads");
+}

@@ -118,6 +118,11 @@ typedef struct qrl_rpc_server_stats {
     uint64_t streams_dropped;/* streams dropped for a full queue */
 } qrl_rpc_server_stats;
 
+/* Fill o's TLS files and token_for_reads from a daemon's config keys rpc.tls_cert_file,
+ * rpc.tls_key_file, rpc.tls_client_ca_file (empty = unset) and rpc.token_for_reads; the
+ * table must have all four (both daemons do).  Strings are borrowed from cfg. */
+void qrl_rpc_server_opts_tls(qrl_rpc_server_opts *o, const qrl_config_t *cfg);
+
 /* Create a server for `loop` and bind opts->addr (nothing is served until
  * qrl_rpc_server_start).  Call on the loop thread or before the loop runs.  Errors:
  * INVALID_ARGUMENT (no token and !allow_no_token, half a TLS pair, a bad token), IO

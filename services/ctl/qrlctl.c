@@ -36,9 +36,9 @@ static void usage(FILE *f) {
             "commands naming a replica, that replica's control service).\n"
             "\n"
             "commands:\n"
-            "  status                   learner state, version, step, throughput\n"
+            "  status                   learner state, version, step, throughput, and the replicas\n"
             "  replicas                 registered rollout replicas, one per line\n"
-            "  pause [REPLICA]          pause the learner (dispatch and training), or one replica\n"
+            "  pause [REPLICA]          stop the learner dispatching prompts, or pause one replica\n"
             "  resume [REPLICA]         resume the learner, or one replica\n"
             "  drain REPLICA            let a replica finish its work and take no more\n"
             "  checkpoint [TAG]         write a checkpoint now; prints its path\n"
@@ -161,10 +161,16 @@ static qrl_status replica_client(const ctl *x, const char *id, qrl_rpc_client_t 
     QRL_TRY(list_replicas(x, &l, err));
     char known[256] = "";
     const char *addr = NULL;
+    bool lost = false;
     for (size_t i = 0; i < l->n_replicas; i++) {
         const Qrl__ReplicaInfo *info = l->replicas[i]->info;
         if (!info || !info->id) continue;
-        if (strcmp(info->id, id) == 0) addr = info->control_addr;
+        if (strcmp(info->id, id) == 0) {
+            addr = info->control_addr;
+            const Qrl__RolloutStatus *st = l->replicas[i]->status;
+            lost = st && (st->state == QRL__SERVICE_STATE__SERVICE_STATE_LOST ||
+                          st->state == QRL__SERVICE_STATE__SERVICE_STATE_STOPPED);
+        }
         size_t n = strlen(known);
         snprintf(known + n, sizeof known - n, "%s%s", n ? ", " : "", info->id);
     }
@@ -173,6 +179,9 @@ static qrl_status replica_client(const ctl *x, const char *id, qrl_rpc_client_t 
         st = qrl_error_set(err, QRL_STATUS_NOT_FOUND,
                            "replica '%s' is not registered with the learner at %s (registered: %s)",
                            id, x->learner, *known ? known : "none");
+    else if (lost) /* refused here: its address answers nothing (or someone else) */
+        st = qrl_error_set(err, QRL_STATUS_NOT_FOUND,
+                           "replica '%s' is lost or stopped (no heartbeat within the learner's timeout)", id);
     else if (!*addr)
         st = qrl_error_set(err, QRL_STATUS_NOT_FOUND, "replica '%s' has no control address", id);
     else
@@ -189,13 +198,8 @@ static void heartbeat_age(uint64_t unix_ms, char *buf, size_t cap) {
     else snprintf(buf, cap, "%.1fs ago", unix_ms > now ? 0.0 : (double)(now - unix_ms) / 1000);
 }
 
-static int cmd_replicas(ctl *x) {
-    Qrl__ListReplicasResponse *l;
-    qrl_error err;
-    if (list_replicas(x, &l, &err) != QRL_OK) return fail_err(x, &err);
-    if (x->json) {
-        print_json(ctl_message_json(&l->base));
-    } else if (l->n_replicas == 0) {
+static void print_replica_table(const ctl *x, const Qrl__ListReplicasResponse *l) {
+    if (l->n_replicas == 0) {
         printf("no replicas registered with %s\n", x->learner);
     } else {
         ctl_table *t = ctl_table_new(10);
@@ -224,6 +228,14 @@ static int cmd_replicas(ctl *x) {
         ctl_table_print(t, stdout);
         ctl_table_free(t);
     }
+}
+
+static int cmd_replicas(ctl *x) {
+    Qrl__ListReplicasResponse *l;
+    qrl_error err;
+    if (list_replicas(x, &l, &err) != QRL_OK) return fail_err(x, &err);
+    if (x->json) print_json(ctl_message_json(&l->base));
+    else print_replica_table(x, l);
     qrl_wire_free(&l->base);
     return EXIT_OK;
 }
@@ -236,12 +248,33 @@ static int cmd_status(ctl *x) {
     qrl_error err;
     if (call(x, x->lc, QRL_RPC_LEARNER_STATUS, &rq.base, &resp, &err) != QRL_OK)
         return fail_err(x, &err);
+    /* each replica's state and numbers too; a learner without ListReplicas shows none */
+    Qrl__ListReplicasResponse *l = NULL;
+    if (list_replicas(x, &l, &err) != QRL_OK) {
+        if (err.status != QRL_STATUS_UNSUPPORTED) {
+            qrl_wire_free(resp);
+            return fail_err(x, &err);
+        }
+        l = NULL;
+    }
     if (x->json) {
-        print_json(ctl_message_json(resp));
+        json_t *o = ctl_message_json(resp);
+        /* "replicas" is LearnerStatus's count, so the entries go under another name */
+        if (l) {
+            json_t *lj = ctl_message_json(&l->base), *arr = json_object_get(lj, "replicas");
+            json_object_set_new(o, "replica_list", arr ? json_incref(arr) : json_array());
+            json_decref(lj);
+        }
+        print_json(o);
     } else {
         printf("learner %s\n", x->learner);
         ctl_print_fields(stdout, resp, "  ", false);
+        if (l) {
+            printf("\n");
+            print_replica_table(x, l);
+        }
     }
+    if (l) qrl_wire_free(&l->base);
     qrl_wire_free(resp);
     return EXIT_OK;
 }
@@ -282,6 +315,8 @@ static int cmd_pause_resume(ctl *x, bool pause, const char *replica) {
 }
 
 static int cmd_drain(ctl *x, const char *replica) {
+    /* the RPC reads "" as every replica: never from a stray empty argument */
+    if (!*replica) return usage_error("%s", "drain wants a replica id, got ''");
     Qrl__DrainRequest rq = QRL__DRAIN_REQUEST__INIT;
     rq.replica_id = (char *)replica;
     rq.timeout_ms = x->drain_timeout_ms;

@@ -11,7 +11,6 @@
 #include "rpc/rpc.h"
 
 enum { GS_NONE = 0, GS_DISPATCHED, GS_BUFFERED, GS_TRAINING, GS_TRAINED, GS_DROPPED };
-#define MAX_REPLICAS 256
 
 typedef struct ld_out { /* one produced record, kept until acknowledged */
     struct ld_out *next;
@@ -31,12 +30,6 @@ typedef struct ld_ginfo { /* what a checkpoint needs of a dispatched group */
     uint64_t dispatch_version;
     bool delivered; /* the broker acknowledged its PromptGroup */
 } ld_ginfo;
-
-typedef struct ld_replica {
-    char id[128];
-    uint64_t version, last_seen_ms;
-    qrl_rpc_call_t *watch;
-} ld_replica;
 
 typedef struct ld_daemon {
     uv_loop_t loop;
@@ -71,8 +64,7 @@ typedef struct ld_daemon {
     size_t n_training;
     uint64_t results, duplicates, dead_letters, other_run;
     /* membership */
-    ld_replica replicas[MAX_REPLICAS];
-    int n_replicas;
+    ld_members members;
     bool paused, stopping, closing, finished;
     double last_reward, last_accuracy, last_train_tps;
     uint64_t warned_ms;

@@ -3,7 +3,8 @@
  * Threads:
  *   - loop (main): one libuv loop: the Kafka producer (prompts, dead letters) and the
  *     results consumer, polled from a uv_timer with zero timeouts; the gRPC Learner
- *     service (Register, Heartbeat, WatchVersions, Status, Set, Pause, Resume, Shutdown);
+ *     service (Register, Heartbeat, WatchVersions, Status, ListReplicas, Set, Pause, Resume,
+ *     Drain, Shutdown; membership table in members.c);
  *     signals; offset commits; the config;
  *   - trainer: owns the model's parameters and the qrl_learner; runs one update per job
  *     and builds the BF16 weight snapshot of the new version; writes checkpoint jobs
@@ -26,6 +27,7 @@
 #include "learner/update.h"
 #include "model/model.h"
 #include "qrl.pb-c.h"
+#include "rpc/rpc.h"
 #include "tokenizer/tokenizer.h"
 
 /* ---- dataset (dataset.c) ------------------------------------------------------------- */
@@ -166,6 +168,47 @@ qrl_status ld_ckpt_restore_trainer(ld_trainer *t, const char *dir, const qrl_ckp
                                    qrl_error *err);
 /* `qrl-learner export ...` (argv[0] = "export"); returns the exit status. */
 int ld_export_main(int argc, char **argv);
+
+/* ---- membership (members.c) ---------------------------------------------------------- */
+
+#define LD_MAX_REPLICAS 256
+
+/* One replica as the learner knows it (loop thread only). */
+typedef struct ld_replica {
+    char id[128];
+    uint64_t version;              /* weights version it holds (Register, heartbeats) */
+    uint64_t registered_ms, last_seen_ms;
+    qrl_rpc_call_t *watch;         /* its WatchVersions stream, or NULL */
+    Qrl__ReplicaInfo *info;        /* copy of its registration (owned) */
+    Qrl__RolloutStatus *status;    /* copy of its last heartbeat's status (owned), or NULL */
+    bool lost;                     /* silent past the heartbeat timeout: no more events;
+                                      heartbeats get known=false until it registers again */
+    bool draining;                 /* told to drain (Learner.Drain) */
+} ld_replica;
+
+typedef struct ld_members {
+    ld_replica r[LD_MAX_REPLICAS];
+    int n;
+} ld_members;
+
+/* The replica called `id` (lost ones included), or NULL. */
+ld_replica *ld_members_find(ld_members *m, const char *id);
+/* Register `info` (id checked: 1..127 bytes): a new entry, or the same id refreshed (a
+ * lost or restarted replica comes back clean: lost/draining cleared, old status dropped).
+ * A full table reuses a lost entry.  Errors: INVALID_ARGUMENT (id), BUSY (full). */
+qrl_status ld_members_register(ld_members *m, const Qrl__ReplicaInfo *info, uint64_t have_version,
+                               uint64_t now_ms, ld_replica **out, qrl_error *err);
+/* A heartbeat from `r` with its status (may be NULL; copied). */
+void ld_members_heartbeat(ld_replica *r, const Qrl__RolloutStatus *st, uint64_t now_ms);
+/* Mark replicas silent for more than timeout_ms lost (their stream is finished); returns
+ * how many were marked now. */
+int ld_members_expire(ld_members *m, uint64_t now_ms, uint64_t timeout_ms);
+/* Replicas not lost. */
+int ld_members_live(const ld_members *m);
+/* Answer Learner.ListReplicas: every entry in registration order, with its last status;
+ * a lost replica shows state LOST, one told to drain that went silent STOPPED. */
+void ld_members_reply_list(qrl_rpc_call_t *call, const ld_members *m);
+void ld_members_free(ld_members *m);
 
 /* ---- the daemon (loop.c) -------------------------------------------------------------- */
 

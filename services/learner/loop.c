@@ -297,8 +297,8 @@ static void maybe_train(ld_daemon *d) {
     /* alternate mode (SPEC §4.6): replicas decode nothing while the update runs; the next
      * quota's prompts wait at the replicas for the new version */
     if (alternate_mode(d))
-        for (int i = 0; i < d->n_replicas; i++)
-            push_event(d, &d->replicas[i], QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_PAUSE);
+        for (int i = 0; i < d->members.n; i++)
+            push_event(d, &d->members.r[i], QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_PAUSE);
     dispatch(d); /* the quota left the window: refill it */
 }
 
@@ -391,16 +391,16 @@ static void on_trained(uv_async_t *h) {
     free(d->training);
     d->training = NULL;
     d->n_training = 0;
-    for (int i = 0; i < d->n_replicas; i++)
-        push_event(d, &d->replicas[i], QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_NEW_VERSION);
+    for (int i = 0; i < d->members.n; i++)
+        push_event(d, &d->members.r[i], QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_NEW_VERSION);
     if (d->ckpt_root && (d->step % d->ckpt_every == 0 || d->n_ckpt_calls || d->stopping ||
                          (d->max_updates && d->step >= d->max_updates)))
         ld_ckpt_start(d);
     if (d->max_updates && d->step >= d->max_updates) {
         QRL_LOG_INFO("learner", "max_updates=%" PRIu64 " reached: telling replicas to shut down", d->max_updates);
         d->finished = true;
-        for (int i = 0; i < d->n_replicas; i++)
-            push_event(d, &d->replicas[i], QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_SHUTDOWN);
+        for (int i = 0; i < d->members.n; i++)
+            push_event(d, &d->members.r[i], QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_SHUTDOWN);
         /* give the events (and the last weight streams) a moment to leave */
         uv_timer_start(&d->exit_timer, on_exit_timer, 1500, 0);
         return;
@@ -435,7 +435,7 @@ static void begin_close(ld_daemon *d) {
                  " results=%" PRIu64 " duplicates=%" PRIu64 " dead_letters=%" PRIu64, d->step, d->version,
                  d->next_id - 1, d->results, d->duplicates, d->dead_letters);
     uv_timer_stop(&d->tick);
-    for (int i = 0; i < d->n_replicas; i++) d->replicas[i].watch = NULL; /* the server cancels them */
+    for (int i = 0; i < d->members.n; i++) d->members.r[i].watch = NULL; /* the server cancels them */
     qrl_rpc_server_close(d->rpc, on_rpc_closed, d);
 }
 
@@ -456,14 +456,7 @@ static void on_signal(uv_signal_t *h, int sig) {
 /* ---- tick ----------------------------------------------------------------------------- */
 
 static void expire_replicas(ld_daemon *d) {
-    uint64_t now = unix_ms(), timeout = (uint64_t)qrl_config_get_int(d->cfg, "learner.heartbeat_timeout_ms");
-    for (int i = 0; i < d->n_replicas;) {
-        ld_replica *r = &d->replicas[i];
-        if (now - r->last_seen_ms <= timeout) { i++; continue; }
-        QRL_LOG_WARN("learner", "replica %s silent for %" PRIu64 " ms: removed", r->id, now - r->last_seen_ms);
-        if (r->watch) qrl_rpc_call_finish(r->watch, QRL_STATUS_CANCELLED, "heartbeat timeout");
-        d->replicas[i] = d->replicas[--d->n_replicas];
-    }
+    ld_members_expire(&d->members, unix_ms(), (uint64_t)qrl_config_get_int(d->cfg, "learner.heartbeat_timeout_ms"));
 }
 
 static void publish_metrics(ld_daemon *d);
@@ -508,10 +501,10 @@ static void on_tick(uv_timer_t *t) {
 
 /* ---- rpc ------------------------------------------------------------------------------ */
 
+/* A registered replica that is not lost, or NULL. */
 static ld_replica *replica_find(ld_daemon *d, const char *id) {
-    for (int i = 0; i < d->n_replicas; i++)
-        if (strcmp(d->replicas[i].id, id) == 0) return &d->replicas[i];
-    return NULL;
+    ld_replica *r = ld_members_find(&d->members, id);
+    return r && !r->lost ? r : NULL;
 }
 
 static Qrl__ServiceState service_state(const ld_daemon *d) {
@@ -524,22 +517,12 @@ static Qrl__ServiceState service_state(const ld_daemon *d) {
 static void h_register(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
     ld_daemon *d = user;
     const Qrl__RegisterRequest *rq = (const Qrl__RegisterRequest *)req;
-    const char *id = rq->replica && rq->replica->id ? rq->replica->id : "";
-    if (!*id || strlen(id) >= sizeof d->replicas[0].id)
-        return qrl_rpc_call_finish(call, QRL_STATUS_INVALID_ARGUMENT, "RegisterRequest.replica.id: empty or "
-                                   "longer than %zu bytes", sizeof d->replicas[0].id - 1);
-    ld_replica *r = replica_find(d, id);
-    if (!r) {
-        if (d->n_replicas == MAX_REPLICAS)
-            return qrl_rpc_call_finish(call, QRL_STATUS_BUSY, "%d replicas registered already", MAX_REPLICAS);
-        r = &d->replicas[d->n_replicas++];
-        memset(r, 0, sizeof *r);
-        snprintf(r->id, sizeof r->id, "%s", id);
-    }
-    r->version = rq->have_version;
-    r->last_seen_ms = unix_ms();
-    QRL_LOG_INFO("learner", "replica registered id=%s have_version=%" PRIu64 " replicas=%d", id,
-                 rq->have_version, d->n_replicas);
+    ld_replica *r;
+    qrl_error err;
+    if (ld_members_register(&d->members, rq->replica, rq->have_version, unix_ms(), &r, &err) != QRL_OK)
+        return qrl_rpc_call_finish(call, err.status, "%s", err.msg);
+    QRL_LOG_INFO("learner", "replica registered id=%s have_version=%" PRIu64 " control=%s replicas=%d", r->id,
+                 rq->have_version, r->info->control_addr, ld_members_live(&d->members));
     Qrl__RegisterResponse resp = QRL__REGISTER_RESPONSE__INIT;
     resp.replica_id = r->id;
     resp.run_id = d->run_id;
@@ -559,10 +542,7 @@ static void h_heartbeat(qrl_rpc_call_t *call, const ProtobufCMessage *req, void 
     ld_daemon *d = user;
     const Qrl__HeartbeatRequest *rq = (const Qrl__HeartbeatRequest *)req;
     ld_replica *r = replica_find(d, rq->replica_id ? rq->replica_id : "");
-    if (r) {
-        r->last_seen_ms = unix_ms();
-        if (rq->status) r->version = rq->status->version;
-    }
+    if (r) ld_members_heartbeat(r, rq->status, unix_ms());
     Qrl__HeartbeatResponse resp = QRL__HEARTBEAT_RESPONSE__INIT;
     resp.known = r != NULL;
     resp.current_version = d->version;
@@ -571,8 +551,8 @@ static void h_heartbeat(qrl_rpc_call_t *call, const ProtobufCMessage *req, void 
 
 static void on_watch_close(qrl_rpc_call_t *call, void *user) {
     ld_daemon *d = user;
-    for (int i = 0; i < d->n_replicas; i++)
-        if (d->replicas[i].watch == call) d->replicas[i].watch = NULL;
+    for (int i = 0; i < d->members.n; i++)
+        if (d->members.r[i].watch == call) d->members.r[i].watch = NULL;
     qrl_rpc_call_finish(call, QRL_STATUS_CANCELLED, "client went away");
 }
 
@@ -603,8 +583,10 @@ static void h_status(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *us
     s.step = d->step;
     s.run_id = d->run_id;
     s.mode = (char *)qrl_config_get_string(d->cfg, "learner.mode");
-    s.replicas = (uint32_t)d->n_replicas;
-    for (int i = 0; i < d->n_replicas; i++) s.replicas_synced += d->replicas[i].version == d->version;
+    s.replicas = (uint32_t)ld_members_live(&d->members);
+    for (int i = 0; i < d->members.n; i++)
+        s.replicas_synced += !d->members.r[i].lost && d->members.r[i].version == d->version;
+    s.lr = qrl_config_get_double(d->cfg, "learner.lr");
     s.groups_in_flight = d->in_flight - d->n_buf;
     s.groups_buffered = d->n_buf;
     s.quota = d->T;
@@ -619,8 +601,10 @@ static void publish_metrics(ld_daemon *d) {
     if (!d->lm) return;
     ld_metrics_state s = {.groups_dispatched = d->next_id - 1, .groups_in_flight = d->in_flight - d->n_buf,
                           .groups_buffered = d->n_buf, .results = d->results, .duplicates = d->duplicates,
-                          .dead_letters = d->dead_letters, .replicas = d->n_replicas, .state = service_state(d)};
-    for (int i = 0; i < d->n_replicas; i++) s.replicas_synced += d->replicas[i].version == d->version;
+                          .dead_letters = d->dead_letters, .replicas = ld_members_live(&d->members),
+                          .state = service_state(d)};
+    for (int i = 0; i < d->members.n; i++)
+        s.replicas_synced += !d->members.r[i].lost && d->members.r[i].version == d->version;
     ld_metrics_tick(d->lm, &s);
 }
 
@@ -650,11 +634,43 @@ static void h_set(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user)
     qrl_rpc_call_config_set(call, d->cfg, (const Qrl__SetRequest *)req);
 }
 
+static void h_list_replicas(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
+    ld_members_reply_list(call, &((ld_daemon *)user)->members);
+}
+
+/* Drain one replica ("" = every one): its SHUTDOWN event makes it finish the groups it
+ * holds, deliver their results and exit (docs/rollout-daemon.md "Drain"). */
+static void h_drain(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
+    ld_daemon *d = user;
+    const char *id = ((const Qrl__DrainRequest *)req)->replica_id;
+    id = id ? id : "";
+    int told = 0;
+    for (int i = 0; i < d->members.n; i++) {
+        ld_replica *r = &d->members.r[i];
+        if (r->lost || (*id && strcmp(r->id, id) != 0)) continue;
+        if (!r->watch)
+            return qrl_rpc_call_finish(call, QRL_STATUS_BUSY, "replica '%s' has no open WatchVersions "
+                                       "stream yet; try again", r->id);
+        push_event(d, r, QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_SHUTDOWN);
+        r->draining = true;
+        told++;
+    }
+    if (*id && !told)
+        return qrl_rpc_call_finish(call, QRL_STATUS_NOT_FOUND, "replica '%s' is not registered (or lost)", id);
+    QRL_LOG_INFO("learner", "drain %s: %d replica(s) told to finish their groups and stop", *id ? id : "all", told);
+    Qrl__ControlResponse r = QRL__CONTROL_RESPONSE__INIT;
+    r.state = QRL__SERVICE_STATE__SERVICE_STATE_DRAINING;
+    char msg[200];
+    snprintf(msg, sizeof msg, "%d replica(s) draining", told);
+    r.message = msg;
+    qrl_rpc_call_reply(call, &r.base);
+}
+
 static void h_shutdown(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
     ld_daemon *d = user;
     reply_control(d, call, "shutting down");
-    for (int i = 0; i < d->n_replicas; i++)
-        push_event(d, &d->replicas[i], QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_SHUTDOWN);
+    for (int i = 0; i < d->members.n; i++)
+        push_event(d, &d->members.r[i], QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_SHUTDOWN);
     d->stopping = true;
     if (!d->training) uv_timer_start(&d->exit_timer, on_exit_timer, 500, 0);
 }
@@ -682,6 +698,7 @@ static qrl_status setup(ld_daemon *d, const qrl_learner_config *lc, qrl_error *e
     if (!have) QRL_LOG_WARN("learner", "no rpc token (rpc.token_file): mutating calls are refused");
     qrl_rpc_server_opts ro = {.addr = qrl_config_get_string(cfg, "rpc.listen"), .token = have ? token : NULL,
                               .allow_no_token = !have};
+    qrl_rpc_server_opts_tls(&ro, cfg);
     QRL_TRY(qrl_rpc_server_new(&d->loop, &ro, &d->rpc, err));
     qrl_rpc_server_handle(d->rpc, QRL_RPC_LEARNER_REGISTER, h_register, d);
     qrl_rpc_server_handle(d->rpc, QRL_RPC_LEARNER_HEARTBEAT, h_heartbeat, d);
@@ -692,6 +709,8 @@ static qrl_status setup(ld_daemon *d, const qrl_learner_config *lc, qrl_error *e
     qrl_rpc_server_handle(d->rpc, QRL_RPC_LEARNER_SET, h_set, d);
     qrl_rpc_server_handle(d->rpc, QRL_RPC_LEARNER_SHUTDOWN, h_shutdown, d);
     qrl_rpc_server_handle(d->rpc, QRL_RPC_LEARNER_CHECKPOINT, ld_ckpt_h_checkpoint, d);
+    qrl_rpc_server_handle(d->rpc, QRL_RPC_LEARNER_LIST_REPLICAS, h_list_replicas, d);
+    qrl_rpc_server_handle(d->rpc, QRL_RPC_LEARNER_DRAIN, h_drain, d);
     QRL_TRY(qrl_rpc_server_start(d->rpc, err));
     QRL_LOG_INFO("learner", "rpc listening port=%d", qrl_rpc_server_port(d->rpc));
     const char *mp = qrl_config_get_string(cfg, "metrics.jsonl");
@@ -773,6 +792,7 @@ int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok,
     for (size_t i = 0; i < d->n_buf; i++) qrl_wire_free(&d->buf[i].r->base);
     ld_chunks_free(&d->chunks);
     qrl_kafka_offsets_free(d->offsets);
+    ld_members_free(&d->members);
     while (d->resend) {
         ld_out *n = d->resend->next;
         free(d->resend->buf);

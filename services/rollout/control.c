@@ -58,7 +58,8 @@ static qrl_status do_heartbeat(rd_control *c, qrl_rpc_client_t *cl, bool *known,
     rd_engine_get_stats(c->engine, &es);
     Qrl__RolloutStatus st = QRL__ROLLOUT_STATUS__INIT;
     st.replica_id = c->info.id;
-    st.state = QRL__SERVICE_STATE__SERVICE_STATE_RUNNING;
+    st.state = (Qrl__ServiceState)c->state; /* the loop's: paused, draining */
+    st.max_concurrency = c->max_concurrency;
     st.version = es.sched.version;
     st.slots_total = c->info.slots;
     st.slots_in_use = (uint32_t)es.sched.running;
@@ -131,13 +132,8 @@ static void on_event(rd_control *c, const Qrl__VersionEvent *ev, session *s) {
 
 static void *control_main(void *arg) {
     rd_control *c = arg;
-    qrl_rpc_client_opts o = {.target = c->learner, .token = c->have_token ? c->token : NULL};
-    qrl_rpc_client_t *cl = NULL;
+    qrl_rpc_client_t *cl = c->client;
     qrl_error err;
-    if (qrl_rpc_client_new(&o, &cl, &err) != QRL_OK) {
-        QRL_LOG_ERROR("control", "learner client: %s", err.msg);
-        return NULL;
-    }
     session s = {0};
     bool registered = false;
     qrl_rpc_client_stream_t *watch = NULL;
@@ -189,13 +185,20 @@ static void *control_main(void *arg) {
         }
     }
     qrl_rpc_client_stream_close(watch);
-    qrl_rpc_client_destroy(cl);
     return NULL;
 }
 
 qrl_status rd_control_start(rd_control *c, qrl_error *err) {
-    if (pthread_create(&c->thread, NULL, control_main, c) != 0)
+    /* made here, not on the thread: a bad learner.tls_* file stops the daemon at start */
+    qrl_rpc_client_opts o = {.target = c->learner, .token = c->have_token ? c->token : NULL,
+                             .tls_ca_file = c->tls_ca, .tls_cert_file = c->tls_cert,
+                             .tls_key_file = c->tls_key};
+    QRL_TRY(qrl_rpc_client_new(&o, &c->client, err));
+    if (pthread_create(&c->thread, NULL, control_main, c) != 0) {
+        qrl_rpc_client_destroy(c->client);
+        c->client = NULL;
         return qrl_error_set(err, QRL_STATUS_INTERNAL, "control: cannot create the thread");
+    }
     c->started = true;
     return QRL_OK;
 }
@@ -205,4 +208,6 @@ void rd_control_stop(rd_control *c) {
     c->stop = 1;
     pthread_join(c->thread, NULL);
     c->started = false;
+    qrl_rpc_client_destroy(c->client);
+    c->client = NULL;
 }

@@ -280,6 +280,7 @@ static void *engine_main(void *arg) {
         e->stats.sched = st;
         e->stats.tokens_per_s = tps;
         e->stats.groups_in_engine = e->running_groups;
+        e->last_step_s = now;
         pthread_mutex_unlock(&e->mu);
     }
     return NULL;
@@ -358,6 +359,9 @@ rd_group *rd_engine_take_done(rd_engine *e) {
 void rd_engine_get_stats(rd_engine *e, rd_engine_stats *out) {
     pthread_mutex_lock(&e->mu);
     *out = e->stats;
+    /* The rate is computed at steps only: a paused or idle engine would otherwise report
+     * its last busy window forever.  No step for a window (plus the throttle): 0. */
+    if (mono_s() - e->last_step_s > 2.0 + 2e-3 * e->step_delay_ms) out->tokens_per_s = 0;
     pthread_mutex_unlock(&e->mu);
 }
 

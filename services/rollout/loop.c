@@ -372,6 +372,8 @@ static void on_tick(uv_timer_t *t) {
         send_group(d, r);
         r = next;
     }
+    d->control.state = (int)state_of(d); /* heartbeats report it (control thread) */
+    d->control.max_concurrency = (uint32_t)qrl_config_get_int(d->cfg, "rollout.max_concurrency");
     int delay = (int)qrl_config_get_int(d->cfg, "rollout.step_delay_ms");
     if (delay != d->step_delay_ms) {
         d->step_delay_ms = delay;
@@ -451,6 +453,7 @@ static void fill_status(rd_daemon *d, Qrl__RolloutStatus *rp) {
     r.tokens_generated = es.sched.tokens_generated;
     r.precision = d->precision;
     r.kv_format = d->kv_format;
+    r.max_concurrency = (uint32_t)qrl_config_get_int(d->cfg, "rollout.max_concurrency");
     *rp = r;
 }
 
@@ -513,6 +516,7 @@ static qrl_status setup(rd_daemon *d, qrl_error *err) {
         QRL_LOG_WARN("rollout", "no rpc token (rpc.token_file): Pause/Resume/Drain/Set are refused");
     qrl_rpc_server_opts ro = {.addr = qrl_config_get_string(cfg, "rpc.listen"),
                               .token = have_token ? token : NULL, .allow_no_token = !have_token};
+    qrl_rpc_server_opts_tls(&ro, cfg);
     QRL_TRY(qrl_rpc_server_new(&d->loop, &ro, &d->rpc, err));
     qrl_rpc_server_handle(d->rpc, QRL_RPC_ROLLOUT_STATUS, h_status, d);
     qrl_rpc_server_handle(d->rpc, QRL_RPC_ROLLOUT_PAUSE, h_pause, d);
@@ -548,6 +552,14 @@ static qrl_status setup(rd_daemon *d, qrl_error *err) {
         c->engine = &d->engine;
         c->model = d->model;
         c->drain_async = &d->drain_async;
+        c->state = QRL__SERVICE_STATE__SERVICE_STATE_RUNNING;
+        c->max_concurrency = (uint32_t)qrl_config_get_int(cfg, "rollout.max_concurrency");
+        const char *ca = qrl_config_get_string(cfg, "learner.tls_ca_file");
+        const char *cert = qrl_config_get_string(cfg, "learner.tls_cert_file");
+        const char *key = qrl_config_get_string(cfg, "learner.tls_key_file");
+        c->tls_ca = *ca ? ca : NULL;
+        c->tls_cert = *cert ? cert : NULL;
+        c->tls_key = *key ? key : NULL;
         QRL_TRY(rd_control_start(c, err));
     }
 

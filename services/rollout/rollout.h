@@ -22,6 +22,7 @@
 #include "kafka/offsets.h"
 #include "qrl.pb-c.h"
 #include "rollout/scheduler.h"
+#include "rpc/rpc.h"
 #include "wire/wire.h"
 
 
@@ -61,6 +62,7 @@ typedef struct rd_engine {
     uint64_t version;              /* the version of the weights in use */
     int step_delay_ms;             /* test/debug throttle (rollout.step_delay_ms) */
     rd_engine_stats stats;         /* snapshot after each step, under mu */
+    double last_step_s;            /* monotonic time of the last step's snapshot, under mu */
     qrl_model *swap_model;         /* weights to swap in at the next step boundary (owned) */
     uint64_t swap_version;
     uv_async_t *done_async;        /* wakes the loop for out_* */
@@ -124,7 +126,13 @@ typedef struct rd_control {
     rd_engine *engine;
     const qrl_model *model;
     uv_async_t *drain_async;      /* a SHUTDOWN event asks the loop to drain */
+    const char *tls_ca, *tls_cert, *tls_key; /* learner.tls_* (NULL: plaintext), from cfg */
+    qrl_rpc_client_t *client;     /* the learner's, made by rd_control_start */
+    _Atomic int state;            /* Qrl__ServiceState the loop is in (for heartbeats) */
+    _Atomic uint32_t max_concurrency; /* rollout.max_concurrency now (the loop copies it) */
 } rd_control;
+/* Make the learner client (errors: those of qrl_rpc_client_new, e.g. an unreadable
+ * learner.tls_ca_file: IO) and start the thread (INTERNAL). */
 qrl_status rd_control_start(rd_control *c, qrl_error *err);
 void rd_control_stop(rd_control *c);
 
