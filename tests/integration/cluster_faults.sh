@@ -104,13 +104,22 @@ wait_log "$tmp/learner.log" "update step=3 " 1 120
 echo "training went on after the restart: update 3 done $(secs "$t") s after the stop"
 
 # ---- 2. kill -9 a replica that holds groups ---------------------------------------------
-wait_log "$tmp/r1.log" "consumed group=" 1 60
-sleep 0.3
+ids_of() { sed -n "s/.*\[rollout\] $2 group=\([0-9]*\) .*/\1/p" "$tmp/$1.log" | sort -u; }
+held_now() { comm -23 <(ids_of r1 consumed) <(ids_of r1 produced) | wc -l; }
+# kill it at a moment it holds groups (consumed, result not yet produced): freeze it
+# (SIGSTOP), look, and kill it frozen, so it cannot finish them in between
+end=$((SECONDS + 60))
+while :; do
+  [ $SECONDS -lt $end ] || fail "r1 never held a group for 60 s"
+  kill -STOP "$pid_r1"
+  [ "$(held_now)" -ge 1 ] && break
+  kill -CONT "$pid_r1"
+  sleep 0.1
+done
 kill -KILL "$pid_r1"
 wait "$pid_r1" 2>/dev/null || true
 t=$(date +%s.%N)
-ids_of() { sed -n "s/.*\[rollout\] $2 group=\([0-9]*\) .*/\1/p" "$tmp/$1.log" | sort -u; }
-held=$(comm -23 <(ids_of r1 consumed) <(ids_of r1 produced) | wc -l)
+held=$(held_now)
 [ "$held" -ge 1 ] || fail "r1 held no group when killed (the test did not exercise takeover)"
 echo "r1 killed with -9 holding $held groups"
 
