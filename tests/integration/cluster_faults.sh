@@ -10,55 +10,11 @@
 # Whatever it started is stopped on every exit path.  Skips (77) without java or the
 # Kafka jars unless QRL_REQUIRE_KAFKA=1.
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$root"
-build=${BUILD:-build}
-kafka=deploy/kafka/kafka.sh
-home=${QRL_KAFKA_HOME:-$root/.deps/kafka}
-export QRL_KAFKA_ADMIN=$build/bin/qrl-kafka-admin
-learner=$build/bin/qrl-learner
-rollout=$build/bin/qrl-rollout
-data_dir=${QRL_DATA_DIR:-../shared/data}/llama2c_stories260K
-model=$data_dir/stories260K.bin
-tokenizer=$data_dir/tok512.bin
-
-fail() { echo "FAIL: $*"; exit 1; }
-for f in "$learner" "$rollout" "$QRL_KAFKA_ADMIN"; do
-  [ -x "$f" ] || fail "$f is not built (make test builds it)"
-done
-if ! command -v java >/dev/null || [ ! -f "$home/libs/.stamp" ]; then
-  [ "${QRL_REQUIRE_KAFKA:-0}" = 1 ] && fail "no java / Kafka jars, and QRL_REQUIRE_KAFKA=1"
-  echo "skipped: no java or Kafka jars (run deploy/setup.sh)"; exit 77
-fi
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/qrl-faults-test.XXXXXX")
-pids=()
-cleanup() {
-  local rc=$?
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  "$kafka" stop --dir "$tmp/kafka" --timeout 20 >/dev/null 2>&1 || true
-  if [ $rc -ne 0 ]; then
-    for l in "$tmp"/*.log; do [ -f "$l" ] && { echo "--- last lines of $l:"; tail -n 25 "$l"; }; done
-  fi
-  rm -rf "$tmp"
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-secs() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
-count() { local n; n=$(grep -c -- "$2" "$1" 2>/dev/null); echo "${n:-0}"; }
-wait_log() {
-  local end=$((SECONDS + $4))
-  while [ "$(count "$1" "$2")" -lt "$3" ]; do
-    [ $SECONDS -lt $end ] || fail "timed out waiting for '$2' x$3 in $1"
-    sleep 0.1
-  done
-}
+source "$(dirname "${BASH_SOURCE[0]}")/../support/cluster.sh" faults
+need_kafka
 t_all=$(date +%s.%N)
 
-bootstrap=$("$kafka" start --dir "$tmp/kafka" --port 0 | sed -n 's/^BOOTSTRAP=//p')
-[ -n "$bootstrap" ] || fail "kafka.sh start printed no BOOTSTRAP"
-"$kafka" create-topics --bootstrap "$bootstrap" --partitions 4 >/dev/null 2>&1
+start_broker 4
 bport=${bootstrap##*:}
 cport=$(sed -n 's/^controller.quorum.voters=1@127.0.0.1://p' "$tmp/kafka/server.properties")
 printf 'test-token-%s\n' "$$" >"$tmp/token"
@@ -79,9 +35,7 @@ QRL_LOG_LEVEL=info "$learner" --learner.model "$model" --learner.tokenizer "$tok
   --metrics.jsonl "$tmp/learner.jsonl" >"$tmp/learner.log" 2>&1 &
 pids+=($!)
 pid_learner=$!
-wait_log "$tmp/learner.log" "rpc listening port=[0-9]" 1 30
-sleep 0.2
-port=$(sed -n 's/.*rpc listening port=\([0-9]*\).*/\1/p' "$tmp/learner.log")
+port=$(log_port "$tmp/learner.log")
 for r in r0 r1; do
   QRL_LOG_LEVEL=info "$rollout" --rollout.model "$model" --rollout.tokenizer "$tokenizer" \
     --kafka.bootstrap "$bootstrap" --rollout.replica_id $r --rollout.slots 4 \

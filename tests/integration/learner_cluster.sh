@@ -15,51 +15,9 @@
 # Whatever it started is stopped on every exit path.  Skips (77) without java or the
 # Kafka jars unless QRL_REQUIRE_KAFKA=1.
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$root"
-build=${BUILD:-build}
-kafka=deploy/kafka/kafka.sh
-home=${QRL_KAFKA_HOME:-$root/.deps/kafka}
-export QRL_KAFKA_ADMIN=$build/bin/qrl-kafka-admin
-learner=$build/bin/qrl-learner
-rollout=$build/bin/qrl-rollout
+source "$(dirname "${BASH_SOURCE[0]}")/../support/cluster.sh" learner
 harness=$build/tests/integration/rollout_harness
-data_dir=${QRL_DATA_DIR:-../shared/data}/llama2c_stories260K
-model=$data_dir/stories260K.bin
-tokenizer=$data_dir/tok512.bin
-
-fail() { echo "FAIL: $*"; exit 1; }
-for f in "$learner" "$rollout" "$harness" "$QRL_KAFKA_ADMIN"; do
-  [ -x "$f" ] || fail "$f is not built (make test builds it)"
-done
-[ -f "$model" ] && [ -f "$tokenizer" ] || fail "$model or $tokenizer missing"
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/qrl-learner-test.XXXXXX")
-pids=()
-broker=0
-cleanup() {
-  local rc=$?
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  [ $broker = 1 ] && { "$kafka" stop --dir "$tmp/kafka" --timeout 20 >/dev/null 2>&1 || true; }
-  if [ $rc -ne 0 ]; then
-    for l in "$tmp"/*.log; do
-      [ -f "$l" ] && { echo "--- last lines of $l:"; tail -n 30 "$l"; }
-    done
-  fi
-  rm -rf "$tmp"
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-secs() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
-count() { grep -c -- "$2" "$1" 2>/dev/null || true; }
-wait_log() {
-  local end=$((SECONDS + $4))
-  while [ "$(count "$1" "$2")" -lt "$3" ]; do
-    [ $SECONDS -lt $end ] || fail "timed out waiting for '$2' x$3 in $1"
-    sleep 0.1
-  done
-}
+[ -x "$harness" ] || fail "$harness is not built (make test builds it)"
 t_all=$(date +%s.%N)
 
 # ---- 0. dataset errors name file:line ---------------------------------------------------
@@ -76,17 +34,11 @@ out=$("$learner" "${common[@]}" --dataset.path "$tmp/bad2.jsonl" --dataset.task 
 echo "$out" | grep -q "unknown verifier 'nope'" || fail "unknown task: $out"
 echo "bad datasets refused with file:line"
 
-if ! command -v java >/dev/null || [ ! -f "$home/libs/.stamp" ]; then
-  [ "${QRL_REQUIRE_KAFKA:-0}" = 1 ] && fail "no java / Kafka jars, and QRL_REQUIRE_KAFKA=1"
-  echo "skipped: no java or Kafka jars (run deploy/setup.sh)"; exit 77
-fi
+need_kafka
 
 # ---- 1. the cluster --------------------------------------------------------------------
 t=$(date +%s.%N)
-broker=1
-bootstrap=$("$kafka" start --dir "$tmp/kafka" --port 0 | sed -n 's/^BOOTSTRAP=//p')
-[ -n "$bootstrap" ] || fail "kafka.sh start printed no BOOTSTRAP"
-"$kafka" create-topics --bootstrap "$bootstrap" --partitions 4 >/dev/null 2>&1
+start_broker 4
 echo "broker at $bootstrap with topics in $(secs "$t") s"
 printf 'test-token-%s\n' "$$" >"$tmp/token"
 
@@ -106,9 +58,7 @@ QRL_LOG_LEVEL=info "$learner" "${common[@]}" --dataset.path "$tmp/data.jsonl" \
   --metrics.jsonl "$tmp/learner.jsonl" >"$tmp/learner.log" 2>&1 &
 pids+=($!)
 pid_learner=$!
-wait_log "$tmp/learner.log" "rpc listening port=[0-9]" 1 30
-sleep 0.2 # the line may still be half written when grep first sees it
-port=$(sed -n 's/.*rpc listening port=\([0-9]*\).*/\1/p' "$tmp/learner.log")
+port=$(log_port "$tmp/learner.log")
 fmt_r0=(--kafka.max_result_bytes 1024) fmt_r1=(--rollout.precision w8a8-int8 --rollout.kv_cache int4-protected --rollout.kv_recent 8)
 for r in r0 r1; do
   eval "fmt=(\"\${fmt_$r[@]}\")"
@@ -169,9 +119,7 @@ QRL_LOG_LEVEL=info "$learner" "${common[@]}" --dataset.path "$tmp/data.jsonl" \
   --metrics.jsonl "$tmp/alt.jsonl" >"$tmp/learner-alt.log" 2>&1 &
 pids+=($!)
 pid_learner=$!
-wait_log "$tmp/learner-alt.log" "rpc listening port=[0-9]" 1 30
-sleep 0.2
-port=$(sed -n 's/.*rpc listening port=\([0-9]*\).*/\1/p' "$tmp/learner-alt.log")
+port=$(log_port "$tmp/learner-alt.log")
 for r in a0 a1; do
   "$rollout" --rollout.model "$model" --rollout.tokenizer "$tokenizer" --kafka.bootstrap "$bootstrap" \
     --rollout.replica_id $r --rollout.slots 4 --rollout.max_concurrency 2 --rollout.threads 1 \

@@ -10,41 +10,15 @@
 #     sample a third into its life to its last sample);
 #   - the learner exits 0 when told to stop (SIGTERM) and the replicas drain.
 # Prints a table: per daemon RSS at warm-up / end and growth; updates and groups done.
+# QRL_KEEP_TMP=1 keeps the run folder (logs, rss.tsv).
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$root"
-build=${BUILD:-build}
-kafka=deploy/kafka/kafka.sh
-export QRL_KAFKA_ADMIN=$build/bin/qrl-kafka-admin
-learner=$build/bin/qrl-learner
-rollout=$build/bin/qrl-rollout
-data_dir=${QRL_DATA_DIR:-../shared/data}/llama2c_stories260K
-model=$data_dir/stories260K.bin
-tokenizer=$data_dir/tok512.bin
+source "$(dirname "${BASH_SOURCE[0]}")/../support/cluster.sh" soak
 minutes=${QRL_SOAK_MINUTES:-30}
 duration=$(awk -v m="$minutes" 'BEGIN { print int(m * 60) }')
 restart_every=$(awk -v m="${QRL_SOAK_RESTART_MINUTES:-5}" 'BEGIN { print int(m * 60) }')
-fail() { echo "FAIL: $*"; exit 1; }
-[ -f "$root/.deps/kafka/libs/.stamp" ] || { echo "skipped: no Kafka jars (deploy/setup.sh)"; exit 77; }
-
-tmp=${QRL_SOAK_DIR:-$(mktemp -d "${TMPDIR:-/tmp}/qrl-soak.XXXXXX")}
-mkdir -p "$tmp"
-pids=()
-cleanup() {
-  local rc=$?
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  "$kafka" stop --dir "$tmp/kafka" --timeout 20 >/dev/null 2>&1 || true
-  [ $rc -eq 0 ] || echo "soak failed; logs in $tmp"
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-count() { local n; n=$(grep -c -- "$2" "$1" 2>/dev/null); echo "${n:-0}"; }
 rss_kb() { local v; v=$(awk '/^VmRSS/ { print $2 }' "/proc/$1/status" 2>/dev/null); echo "${v:-0}"; }
-
-bootstrap=$("$kafka" start --dir "$tmp/kafka" --port 0 | sed -n 's/^BOOTSTRAP=//p')
-[ -n "$bootstrap" ] || fail "broker did not start"
-"$kafka" create-topics --bootstrap "$bootstrap" --partitions 6 >/dev/null 2>&1
+need_kafka
+start_broker 6
 printf 'soak-token-%s\n' "$$" >"$tmp/token"
 : >"$tmp/data.jsonl"
 names=(Lily Tom Sue Ben Max Mia) words=(the was and she he little girl boy day happy big play)
@@ -59,10 +33,7 @@ done
   --rpc.token_file "$tmp/token" --metrics.jsonl "$tmp/learner.jsonl" >"$tmp/learner.log" 2>&1 &
 pid_learner=$!
 pids+=($pid_learner)
-for _ in $(seq 300); do grep -q "rpc listening port=[0-9]" "$tmp/learner.log" 2>/dev/null && break; sleep 0.1; done
-sleep 0.2
-port=$(sed -n 's/.*rpc listening port=\([0-9]*\).*/\1/p' "$tmp/learner.log")
-[ -n "$port" ] || fail "learner did not start"
+port=$(log_port "$tmp/learner.log")
 declare -A rpid incarnation
 start_replica() { # $1 = name
   local n=${incarnation[$1]:-0}
