@@ -50,7 +50,7 @@ done
 {
   echo "| run | test avg@k before | after | greedy before | after | mean KL(behav‖prox) | TIS-truncated | ACR-widened | last train reward |"
   echo "|---|---|---|---|---|---|---|---|---|"
-  tail -n +2 "$out/compare.tsv" | awk -F'\t' '{ printf "| %s | %.3f | %.3f | %.3f | %.3f | %.2e | %.4f | %.4f | %.3f |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9 }'
+  tail -n +2 "$out/compare.tsv" | awk -F'\t' '{ printf "| %s | %.3f | %.3f | %.3f | %.3f | %.2e | %.2e | %.2e | %.3f |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9 }'
 } >"$out/compare.md"
 cat "$out/compare.md"
 if command -v gnuplot >/dev/null; then
@@ -61,9 +61,10 @@ set multiplot layout 1,2
 set title "training reward per update"
 set xlabel "update"; set ylabel "mean reward"; set yrange [0:1.05]; set grid; set key bottom right
 plot for [r in "bf16 w8a8-int8 int4-kv naive"] "< grep '^".r."\t' $out/curves.tsv" using 2:3 with linespoints title r
-set title "test avg@k after RL"
+set title "test avg@k before / after RL"
 set style data histograms; set style fill solid 0.7; set boxwidth 0.8; set ylabel "avg@k"; unset xlabel
-plot "$out/compare.tsv" using 3:xtic(1) title "after RL", "" using 2 title "before RL"
+set key top left horizontal
+plot "$out/compare.tsv" using 2:xtic(1) title "before RL", "" using 3 title "after RL"
 unset multiplot
 EOF
   echo "plot: $out/compare.png"

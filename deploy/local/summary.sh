@@ -36,7 +36,7 @@ set grid
 $( [ "$before" != - ] && echo "set arrow from graph 0, first $before to graph 1, first $before nohead dt 2 lc rgb 'gray40'
 set label 'test avg@k before RL $before' at graph 0.02, first $before offset 0,0.7" )
 $( [ "$after" != - ] && echo "set arrow from graph 0, first $after to graph 1, first $after nohead dt 2 lc rgb 'dark-green'
-set label 'test avg@k after RL $after' at graph 0.02, first $after offset 0,0.7" )
+set label 'test avg@k after RL $after' at graph 0.55, first $after offset 0,0.7" )
 plot "$run/curve.tsv" using 1:2 with linespoints title "train reward (mean)", \
      "$run/curve.tsv" using 1:3 with linespoints title "train accuracy"
 EOF
