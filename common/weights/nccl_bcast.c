@@ -30,6 +30,8 @@ struct qrl_nccl_comm {
     void *dev[2];                 /* staging slots */
     void *bounce[2];              /* page-locked bounce slots (pageable sources/targets) */
     size_t slot_bytes;
+    uint8_t *spare;               /* a recycled receive stream (page-locked), spare_bytes long */
+    size_t spare_bytes;
 };
 
 static uint64_t now_ns(void) {
@@ -128,14 +130,13 @@ static bool is_pinned(const void *p) {
     return a.type == cudaMemoryTypeHost;
 }
 
-typedef void (*chunk_fn)(void *user, uint32_t i, const uint8_t *bytes, uint64_t size);
-
 /* Move `len` bytes from rank 0's buf to every receiver's buf (NULL on a receiver: drain,
  * keeping the collective matched) in chunks of `chunk` bytes through the two staging slots.
- * Root: H2D of chunk i+1 (stream cs) overlaps the broadcast of chunk i (stream ns).
- * Receivers: broadcast of chunk i+1 overlaps the D2H of chunk i and on_chunk(i-1) on the CPU. */
+ * Root: the H2D of chunk i+1 (stream cs; with pageable memory also the bounce memcpy on the
+ * CPU) overlaps the broadcast of chunk i (stream ns).  Receivers: the broadcast of chunk
+ * i+1 overlaps the D2H of chunk i (and the bounce memcpy of chunk i-1). */
 static qrl_status pipe_bytes(qrl_nccl_comm_t *c, uint8_t *buf, uint64_t len, uint64_t chunk, uint64_t deadline,
-                             chunk_fn on_chunk, void *user, qrl_error *err) {
+                             qrl_error *err) {
     QRL_TRY(staging_ensure(c, chunk, err));
     bool root = c->rank == 0, pinned = buf && is_pinned(buf);
     uint32_t n = qrl_wsync_bucket_count(len, chunk);
@@ -174,7 +175,6 @@ static qrl_status pipe_bytes(qrl_nccl_comm_t *c, uint8_t *buf, uint64_t len, uin
             qrl_wsync_bucket_range(len, chunk, i - 1, &off, &size);
             QRL_TRY(wait_event(c, c->copied[s], deadline, "D2H", err));
             if (!pinned) memcpy(buf + off, c->bounce[s], size);
-            if (on_chunk) on_chunk(user, i - 1, buf + off, size);
         }
     }
     if (n) QRL_TRY(wait_event(c, c->bcast[(n - 1) & 1], deadline, "last broadcast", err));
@@ -272,6 +272,7 @@ void qrl_nccl_comm_destroy(qrl_nccl_comm_t *c) {
         if (c->cs) cudaStreamSynchronize(c->cs);
     }
     staging_free(c);
+    qrl_nccl_host_free(c->spare);
     for (int s = 0; s < 2; s++) {
         if (c->copied[s]) cudaEventDestroy(c->copied[s]);
         if (c->bcast[s]) cudaEventDestroy(c->bcast[s]);
@@ -317,23 +318,13 @@ qrl_status qrl_nccl_bcast_send(qrl_nccl_comm_t *c, const uint8_t *manifest, size
     qrl_wsync_header_encode(&h, hb);
     uint64_t deadline = deadline_after(timeout_ms);
     qrl_status st;
-    QRL_TRY_GOTO(pipe_bytes(c, hb, sizeof hb, sizeof hb, deadline, NULL, NULL, err), done);
-    QRL_TRY_GOTO(pipe_bytes(c, pre, pre_len, h.bucket_bytes, deadline, NULL, NULL, err), done);
-    QRL_TRY_GOTO(pipe_bytes(c, (uint8_t *)stream, total, h.bucket_bytes, deadline, NULL, NULL, err), done);
+    QRL_TRY_GOTO(pipe_bytes(c, hb, sizeof hb, sizeof hb, deadline, err), done);
+    QRL_TRY_GOTO(pipe_bytes(c, pre, pre_len, h.bucket_bytes, deadline, err), done);
+    QRL_TRY_GOTO(pipe_bytes(c, (uint8_t *)stream, total, h.bucket_bytes, deadline, err), done);
     st = QRL_OK;
 done:
     free(pre);
     return st;
-}
-
-typedef struct recv_check {
-    const uint32_t *crc;
-    long bad;          /* first bucket whose CRC differs, -1 none */
-} recv_check;
-
-static void check_bucket(void *user, uint32_t i, const uint8_t *bytes, uint64_t size) {
-    recv_check *k = user;
-    if (k->bad < 0 && qrl_wire_crc32c(0, bytes, size) != k->crc[i]) k->bad = (long)i;
 }
 
 qrl_status qrl_nccl_bcast_recv(qrl_nccl_comm_t *c, uint64_t expect_version, uint64_t max_total,
@@ -342,10 +333,11 @@ qrl_status qrl_nccl_bcast_recv(qrl_nccl_comm_t *c, uint64_t expect_version, uint
     QRL_TRY(check_live(c, err));
     if (c->rank == 0)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "nccl weight sync: rank 0 cannot receive");
-    uint64_t deadline = deadline_after(timeout_ms);
+    uint64_t t0 = now_ns(), deadline = deadline_after(timeout_ms);
     uint8_t hb[QRL_WSYNC_HEADER_BYTES];
     qrl_wsync_header h;
-    QRL_TRY(pipe_bytes(c, hb, sizeof hb, sizeof hb, deadline, NULL, NULL, err));
+    QRL_TRY(pipe_bytes(c, hb, sizeof hb, sizeof hb, deadline, err));
+    uint64_t t1 = now_ns();
     qrl_status st = qrl_wsync_header_decode(hb, max_total, &h, err);
     if (st == QRL_OK && h.sync_epoch != c->epoch)
         st = qrl_error_set(err, QRL_STATUS_CORRUPT, "weight sync header: epoch %llu on a communicator of "
@@ -357,11 +349,20 @@ qrl_status qrl_nccl_bcast_recv(qrl_nccl_comm_t *c, uint64_t expect_version, uint
     size_t pre_len = qrl_wsync_preamble_len(&h);
     uint8_t *pre = malloc(pre_len);
     uint32_t *crc = malloc(((size_t)h.bucket_count + 1) * sizeof *crc);
-    uint8_t *stream = h.total_bytes ? qrl_nccl_host_alloc(h.total_bytes) : NULL;
+    uint8_t *stream = NULL;
+    size_t cap = 0;
+    if (c->spare && c->spare_bytes >= h.total_bytes) {
+        stream = c->spare;
+        cap = c->spare_bytes;
+        c->spare = NULL;
+    } else if (h.total_bytes) {
+        stream = qrl_nccl_host_alloc(h.total_bytes);
+        cap = h.total_bytes;
+    }
     Qrl__WeightManifest *mf = NULL;
     qrl_status refuse = QRL_OK; /* a refusal found while the transfer must still be followed */
     qrl_error rerr;
-    QRL_TRY_GOTO(pipe_bytes(c, pre, pre_len, h.bucket_bytes, deadline, NULL, NULL, err), done);
+    QRL_TRY_GOTO(pipe_bytes(c, pre, pre_len, h.bucket_bytes, deadline, err), done);
     if (!pre || !crc || (h.total_bytes && !stream))
         refuse = qrl_error_set(&rerr, QRL_STATUS_NOMEM, "weight sync of version %llu: %llu bytes",
                                (unsigned long long)h.version, (unsigned long long)h.total_bytes);
@@ -370,28 +371,30 @@ qrl_status qrl_nccl_bcast_recv(qrl_nccl_comm_t *c, uint64_t expect_version, uint
                                (unsigned long long)h.version, (unsigned long long)expect_version);
     else
         refuse = qrl_wsync_preamble_parse(&h, pre, &mf, crc, &rerr);
-    recv_check k = {crc, -1};
-    QRL_TRY_GOTO(pipe_bytes(c, refuse == QRL_OK ? stream : NULL, h.total_bytes, h.bucket_bytes, deadline,
-                            check_bucket, &k, err), done);
+    QRL_TRY_GOTO(pipe_bytes(c, refuse == QRL_OK ? stream : NULL, h.total_bytes, h.bucket_bytes, deadline, err),
+                 done);
     if (refuse != QRL_OK) {
         *err = rerr;
         st = refuse;
         goto done;
     }
-    if (k.bad >= 0) {
-        st = qrl_error_set(err, QRL_STATUS_CORRUPT, "weight sync of version %llu: bucket %ld CRC-32C mismatch",
-                           (unsigned long long)h.version, k.bad);
-        goto done;
-    }
-    QRL_TRY_GOTO(qrl_wsync_verify_stream(mf, stream, h.total_bytes, err), done);
-    *out = (qrl_nccl_version){mf, stream, h.total_bytes, h.version, h.sync_epoch};
+    uint64_t t2 = now_ns();
+    /* every bucket against the sender's table, the whole stream, every tensor */
+    QRL_TRY_GOTO(qrl_wsync_verify_stream(mf, stream, h.total_bytes, crc, err), done);
+    *out = (qrl_nccl_version){mf, stream, h.total_bytes, h.version, h.sync_epoch, (double)(t1 - t0) * 1e-9,
+                              (double)(t2 - t1) * 1e-9, (double)(now_ns() - t2) * 1e-9, cap};
     mf = NULL;
     stream = NULL;
     st = QRL_OK;
 done:
     free(pre);
     free(crc);
-    qrl_nccl_host_free(stream);
+    if (stream && !c->spare) { /* keep the buffer for the retry */
+        c->spare = stream;
+        c->spare_bytes = cap;
+    } else {
+        qrl_nccl_host_free(stream);
+    }
     qrl_wire_free(mf ? &mf->base : NULL);
     return st;
 }
@@ -450,6 +453,19 @@ void *qrl_nccl_host_alloc(size_t bytes) { return malloc(bytes ? bytes : 1); }
 void qrl_nccl_host_free(void *p) { free(p); }
 
 #endif
+
+void qrl_nccl_version_recycle(qrl_nccl_comm_t *c, qrl_nccl_version *v) {
+    if (!v) return;
+#if QRL_HAVE_CUDA
+    if (c && v->stream && (!c->spare || c->spare_bytes < v->stream_cap)) {
+        qrl_nccl_host_free(c->spare);
+        c->spare = v->stream;
+        c->spare_bytes = v->stream_cap;
+        v->stream = NULL;
+    }
+#endif
+    qrl_nccl_version_free(v);
+}
 
 void qrl_nccl_version_free(qrl_nccl_version *v) {
     if (!v) return;

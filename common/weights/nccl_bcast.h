@@ -7,7 +7,8 @@
  * the new one.  One version moves as header, preamble (manifest + bucket CRCs) and the
  * BF16 stream in buckets of bucket_bytes (wsync.h), each through a double-buffered device
  * staging area: the copy of bucket i+1 (H2D on the root, D2H on receivers) overlaps the
- * broadcast of bucket i, and receivers check bucket i's CRC on the CPU meanwhile.
+ * broadcast of bucket i.  Receivers then check every bucket against the sender's CRC table,
+ * the whole stream and every tensor (qrl_wsync_verify_stream, in parallel on the CPU).
  *
  * Nothing here can hang: the communicator is non-blocking (ncclConfig_t.blocking = 0) and
  * every wait polls ncclCommGetAsyncError with a deadline; on a timeout or a NCCL error the
@@ -75,19 +76,26 @@ typedef struct qrl_nccl_version {
     uint8_t *stream;               /* total bytes, page-locked */
     uint64_t total;
     uint64_t version, sync_epoch;
+    double wait_s;                 /* from the call until the header arrived */
+    double xfer_s;                 /* header to last bucket on the host, bucket CRCs checked */
+    double verify_s;               /* whole-stream and per-tensor checks */
+    size_t stream_cap;             /* bytes allocated at stream (>= total) */
 } qrl_nccl_version;
 
 /* Rank > 0: receive the next version.  expect_version: the version announced in the
  * VersionEvent (0 accepts any).  max_total bounds the stream's size.  Verification is the
- * TCP receiver's: each bucket's CRC-32C against the preamble's table, then
- * qrl_wsync_verify_stream (whole stream and every tensor); a version is returned only when
- * complete and verified.  Errors: CORRUPT (a bucket, the preamble, a tensor or the whole
+ * TCP receiver's (qrl_wsync_verify_stream): each bucket's CRC-32C against the preamble's
+ * table, the whole stream's and every tensor's; a version is returned only when complete
+ * and verified.  Errors: CORRUPT (a bucket, the preamble, a tensor or the whole
  * stream; the communicator stays usable), OUT_OF_RANGE / UNSUPPORTED / CORRUPT in the header
  * (the header cannot be skipped: the communicator is aborted), NOMEM, CUDA, NETWORK,
  * TIMEOUT.  *out is filled on success only; free with qrl_nccl_version_free. */
 qrl_status qrl_nccl_bcast_recv(qrl_nccl_comm_t *c, uint64_t expect_version, uint64_t max_total,
                                int timeout_ms, qrl_nccl_version *out, qrl_error *err);
 void qrl_nccl_version_free(qrl_nccl_version *v);
+/* Free v but keep its page-locked stream in c for the next receive (page-locking a model's
+ * worth of memory per version costs more than the transfer); c may be NULL (= free). */
+void qrl_nccl_version_recycle(qrl_nccl_comm_t *c, qrl_nccl_version *v);
 
 /* Page-locked host memory (malloc without CUDA or when pinning fails); free with
  * qrl_nccl_host_free.  A snapshot built there skips the bounce copy. */

@@ -141,8 +141,46 @@ qrl_status qrl_wsync_preamble_parse(const qrl_wsync_header *h, const uint8_t *pr
     return QRL_OK;
 }
 
+/* GF(2) arithmetic modulo the reflected CRC-32C polynomial (zlib crc32.c, multmodp/x2nmodp). */
+#define CRC32C_POLY 0x82f63b78u
+static uint32_t multmodp(uint32_t a, uint32_t b) {
+    uint32_t m = (uint32_t)1 << 31, p = 0;
+    for (;;) {
+        if (a & m) {
+            p ^= b;
+            if ((a & (m - 1)) == 0) break;
+        }
+        m >>= 1;
+        b = b & 1 ? (b >> 1) ^ CRC32C_POLY : b >> 1;
+    }
+    return p;
+}
+
+/* x^(n * 2^k) mod p(x) */
+static uint32_t x2nmodp(uint64_t n, unsigned k) {
+    static uint32_t table[32];
+    static bool ready;
+    if (!ready) { /* idempotent: racing threads write the same values */
+        uint32_t p = (uint32_t)1 << 30; /* x^1 */
+        table[0] = p;
+        for (int i = 1; i < 32; i++) table[i] = p = multmodp(p, p);
+        __atomic_store_n(&ready, true, __ATOMIC_RELEASE);
+    }
+    uint32_t p = (uint32_t)1 << 31; /* x^0 */
+    while (n) {
+        if (n & 1) p = multmodp(table[k & 31], p);
+        n >>= 1;
+        k++;
+    }
+    return p;
+}
+
+uint32_t qrl_wsync_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b) {
+    return multmodp(x2nmodp(len_b, 3), crc_a) ^ crc_b;
+}
+
 qrl_status qrl_wsync_verify_stream(const Qrl__WeightManifest *mf, const uint8_t *stream, uint64_t total,
-                                   qrl_error *err) {
+                                   const uint32_t *bucket_crc, qrl_error *err) {
     if (mf->total_bytes != total)
         return qrl_error_set(err, QRL_STATUS_CORRUPT, "stream of %llu bytes, manifest says %llu",
                              (unsigned long long)total, (unsigned long long)mf->total_bytes);
@@ -154,27 +192,49 @@ qrl_status qrl_wsync_verify_stream(const Qrl__WeightManifest *mf, const uint8_t 
                                  (unsigned long long)t->byte_size, (unsigned long long)total);
     }
     if (mf->checksum_algorithm != QRL__CHECKSUM_ALGORITHM__CHECKSUM_ALGORITHM_CRC32C) return QRL_OK;
-    /* tensors in parallel (they are what the whole stream is made of; one pass each) */
-    long bad = -1;
+    uint32_t nb = bucket_crc ? qrl_wsync_bucket_count(total, mf->bucket_bytes) : 0;
+    long bad_bucket = -1, bad_tensor = -1;
+#pragma omp parallel for schedule(dynamic, 1)
+    for (uint32_t i = 0; i < nb; i++) {
+        uint64_t off, size;
+        qrl_wsync_bucket_range(total, mf->bucket_bytes, i, &off, &size);
+        if (qrl_wire_crc32c(0, stream + off, size) != bucket_crc[i]) {
+#pragma omp critical
+            if (bad_bucket < 0 || (long)i < bad_bucket) bad_bucket = (long)i;
+        }
+    }
+    if (bad_bucket >= 0)
+        return qrl_error_set(err, QRL_STATUS_CORRUPT, "bucket %ld CRC-32C mismatch (version %llu)", bad_bucket,
+                             (unsigned long long)mf->version);
     uint32_t whole = 0;
+    if (bucket_crc) { /* the buckets matched: fold their CRCs instead of another pass */
+        for (uint32_t i = 0; i < nb; i++) {
+            uint64_t off, size;
+            qrl_wsync_bucket_range(total, mf->bucket_bytes, i, &off, &size);
+            whole = i ? qrl_wsync_crc32c_combine(whole, bucket_crc[i], size) : bucket_crc[0];
+        }
+    }
 #pragma omp parallel
     {
+        if (!bucket_crc) {
 #pragma omp single nowait
-        whole = qrl_wire_crc32c(0, stream, total);
+            whole = qrl_wire_crc32c(0, stream, total);
+        }
 #pragma omp for schedule(dynamic, 1)
         for (size_t i = 0; i < mf->n_tensors; i++) {
             const Qrl__TensorMeta *t = mf->tensors[i];
             if (qrl_wire_crc32c(0, stream + t->byte_offset, t->byte_size) != (uint32_t)t->checksum) {
 #pragma omp critical
-                if (bad < 0 || (long)i < bad) bad = (long)i;
+                if (bad_tensor < 0 || (long)i < bad_tensor) bad_tensor = (long)i;
             }
         }
     }
     if (whole != (uint32_t)mf->checksum)
         return qrl_error_set(err, QRL_STATUS_CORRUPT, "whole-stream CRC-32C mismatch (version %llu)",
                              (unsigned long long)mf->version);
-    if (bad >= 0)
-        return qrl_error_set(err, QRL_STATUS_CORRUPT, "tensor '%s' CRC-32C mismatch", mf->tensors[bad]->name);
+    if (bad_tensor >= 0)
+        return qrl_error_set(err, QRL_STATUS_CORRUPT, "tensor '%s' CRC-32C mismatch",
+                             mf->tensors[bad_tensor]->name);
     return QRL_OK;
 }
 

@@ -71,10 +71,16 @@ qrl_status qrl_wsync_preamble_parse(const qrl_wsync_header *h, const uint8_t *pr
 
 /* The checks a receiver runs on a complete stream before using it (TCP and NCCL alike):
  * every tensor inside the stream (CORRUPT), and when the manifest's algorithm is CRC-32C,
- * the whole-stream CRC ("whole-stream CRC-32C mismatch") and each tensor's ("tensor 'NAME'
- * CRC-32C mismatch").  `total` is the stream's length. */
+ * with bucket_crc (the sender's per-bucket CRCs, manifest.bucket_count of them; NULL when
+ * the transport checked buckets already) each bucket's ("bucket I CRC-32C mismatch"), the
+ * whole stream's ("whole-stream CRC-32C mismatch"; folded from the bucket CRCs when given,
+ * so no second pass) and each tensor's ("tensor 'NAME' CRC-32C mismatch").  Buckets and
+ * tensors are checked in parallel (OpenMP).  `total` is the stream's length. */
 qrl_status qrl_wsync_verify_stream(const Qrl__WeightManifest *mf, const uint8_t *stream, uint64_t total,
-                                   qrl_error *err);
+                                   const uint32_t *bucket_crc, qrl_error *err);
+/* CRC-32C of A||B from crc(A), crc(B) and |B| (zlib's crc32_combine for the Castagnoli
+ * polynomial). */
+uint32_t qrl_wsync_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b);
 
 /* One tensor for qrl_wsync_manifest_encode. */
 typedef struct qrl_wsync_tensor {

@@ -36,6 +36,17 @@ Test(wsync, bucket_plan) {
     cr_assert_eq(crc[0], 0xE3069283u);
 }
 
+Test(wsync, crc32c_combine) {
+    uint8_t buf[3000];
+    for (int i = 0; i < 3000; i++) buf[i] = (uint8_t)(i * 7 + (i >> 3));
+    const size_t cuts[] = {0, 1, 5, 1000, 2999, 3000};
+    for (size_t k = 0; k < sizeof cuts / sizeof *cuts; k++) {
+        size_t c = cuts[k];
+        uint32_t a = qrl_wire_crc32c_sw(0, buf, c), b = qrl_wire_crc32c_sw(0, buf + c, 3000 - c);
+        cr_assert_eq(qrl_wsync_crc32c_combine(a, b, 3000 - c), qrl_wire_crc32c_sw(0, buf, 3000), "cut %zu", c);
+    }
+}
+
 static qrl_wsync_header sample_header(void) {
     return (qrl_wsync_header){.sync_epoch = 7, .version = 42, .total_bytes = 10000, .bucket_bytes = 3000,
                               .bucket_count = 4, .manifest_len = 123, .preamble_crc = 0xdeadbeef};
@@ -120,16 +131,29 @@ Test(wsync, manifest_encode_and_verify) {
     cr_assert_eq(mf->tensors[1]->byte_size, 20);
     cr_assert_eq((uint32_t)mf->checksum, qrl_wire_crc32c_sw(0, s, 32));
     cr_assert_eq((uint32_t)mf->tensors[1]->checksum, qrl_wire_crc32c_sw(0, s + 12, 20));
-    cr_assert_eq(qrl_wsync_verify_stream(mf, s, 32, &err), QRL_OK, "%s", err.msg);
+    cr_assert_eq(qrl_wsync_verify_stream(mf, s, 32, NULL, &err), QRL_OK, "%s", err.msg);
     s[20] ^= 0x10; /* inside the second tensor */
-    cr_assert_eq(qrl_wsync_verify_stream(mf, s, 32, &err), QRL_STATUS_CORRUPT);
+    cr_assert_eq(qrl_wsync_verify_stream(mf, s, 32, NULL, &err), QRL_STATUS_CORRUPT);
     cr_assert(strstr(err.msg, "whole-stream CRC-32C mismatch"), "%s", err.msg);
     /* whole checksum right, a tensor's wrong: the tensor is named */
     s[20] ^= 0x10;
     mf->tensors[0]->checksum ^= 1;
-    cr_assert_eq(qrl_wsync_verify_stream(mf, s, 32, &err), QRL_STATUS_CORRUPT);
+    cr_assert_eq(qrl_wsync_verify_stream(mf, s, 32, NULL, &err), QRL_STATUS_CORRUPT);
     cr_assert(strstr(err.msg, "tensor 'model.a.weight' CRC-32C mismatch"), "%s", err.msg);
-    cr_assert_eq(qrl_wsync_verify_stream(mf, s, 31, &err), QRL_STATUS_CORRUPT);
+    cr_assert_eq(qrl_wsync_verify_stream(mf, s, 31, NULL, &err), QRL_STATUS_CORRUPT);
+    mf->tensors[0]->checksum ^= 1;
+    /* with the sender's bucket CRCs (10-byte buckets): a flipped byte names its bucket, and
+     * the whole-stream CRC folded from the bucket CRCs equals the one-pass CRC */
+    uint32_t crc[4];
+    qrl_wsync_bucket_crcs(s, 32, 10, crc);
+    cr_assert_eq(qrl_wsync_verify_stream(mf, s, 32, crc, &err), QRL_OK, "%s", err.msg);
+    s[25] ^= 1;
+    cr_assert_eq(qrl_wsync_verify_stream(mf, s, 32, crc, &err), QRL_STATUS_CORRUPT);
+    cr_assert(strstr(err.msg, "bucket 2 CRC-32C mismatch"), "%s", err.msg);
+    s[25] ^= 1;
+    mf->checksum ^= 4; /* buckets fine, the manifest's whole CRC not */
+    cr_assert_eq(qrl_wsync_verify_stream(mf, s, 32, crc, &err), QRL_STATUS_CORRUPT);
+    cr_assert(strstr(err.msg, "whole-stream"), "%s", err.msg);
     qrl_wire_free(&mf->base);
     free(mb);
     /* sizes that do not add up are refused */
