@@ -135,8 +135,8 @@ static bool is_pinned(const void *p) {
  * Root: the H2D of chunk i+1 (stream cs; with pageable memory also the bounce memcpy on the
  * CPU) overlaps the broadcast of chunk i (stream ns).  Receivers: the broadcast of chunk
  * i+1 overlaps the D2H of chunk i (and the bounce memcpy of chunk i-1). */
-static qrl_status pipe_bytes(qrl_nccl_comm_t *c, uint8_t *buf, uint64_t len, uint64_t chunk, uint64_t deadline,
-                             qrl_error *err) {
+static qrl_status pipe_bytes_(qrl_nccl_comm_t *c, uint8_t *buf, uint64_t len, uint64_t chunk, uint64_t deadline,
+                              qrl_error *err) {
     QRL_TRY(staging_ensure(c, chunk, err));
     bool root = c->rank == 0, pinned = buf && is_pinned(buf);
     uint32_t n = qrl_wsync_bucket_count(len, chunk);
@@ -179,6 +179,15 @@ static qrl_status pipe_bytes(qrl_nccl_comm_t *c, uint8_t *buf, uint64_t len, uin
     }
     if (n) QRL_TRY(wait_event(c, c->bcast[(n - 1) & 1], deadline, "last broadcast", err));
     return QRL_OK;
+}
+
+/* A failure half-way leaves the ranks' broadcasts unmatched: the communicator cannot be
+ * trusted any more, so it is aborted whatever failed. */
+static qrl_status pipe_bytes(qrl_nccl_comm_t *c, uint8_t *buf, uint64_t len, uint64_t chunk, uint64_t deadline,
+                             qrl_error *err) {
+    qrl_status st = pipe_bytes_(c, buf, len, chunk, deadline, err);
+    if (st != QRL_OK) comm_kill(c);
+    return st;
 }
 
 bool qrl_nccl_available(void) {

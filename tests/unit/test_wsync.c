@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "weights/nccl_bcast.h"
+#include "weights/sync_group.h"
 #include "weights/wsync.h"
 #include "wire/wire.h"
 
@@ -246,4 +247,71 @@ Test(wsync, nccl_unsupported_without_gpu) {
     cr_assert_not_null(p);
     memset(p, 1, 100);
     qrl_nccl_host_free(p);
+}
+
+/* ---- sync-group membership (sync_group.h) --------------------------------------------- */
+
+Test(wsync, sync_group_epochs_follow_membership) {
+    qrl_sync_group g = {.mode = QRL_WSYNC_MODE_AUTO, .learner_nccl = true};
+    qrl_sync_member ab[2] = {{"r-a", true}, {"r-b", true}}, ba[2] = {{"r-b", true}, {"r-a", true}};
+    qrl_sync_member abc[3] = {{"r-a", true}, {"r-b", true}, {"r-c", true}};
+    qrl_sync_member ab_cpu[3] = {{"r-a", true}, {"r-b", true}, {"r-cpu", false}};
+    bool nccl, fresh;
+    qrl_error err;
+    cr_assert_eq(qrl_sync_group_plan(&g, ab, 2, &nccl, &fresh, &err), QRL_OK, "%s", err.msg);
+    cr_assert(nccl && fresh);
+    cr_assert_eq(g.epoch, 1);
+    cr_assert_eq(qrl_sync_group_rank(&g, "r-a"), 1);
+    cr_assert_eq(qrl_sync_group_rank(&g, "r-b"), 2);
+    cr_assert_eq(qrl_sync_group_rank(&g, "r-c"), 0);
+    /* same members in another order: same epoch, same ranks */
+    cr_assert_eq(qrl_sync_group_plan(&g, ba, 2, &nccl, &fresh, &err), QRL_OK);
+    cr_assert(nccl && !fresh);
+    cr_assert_eq(g.epoch, 1);
+    cr_assert_eq(qrl_sync_group_rank(&g, "r-b"), 2);
+    /* a replica joins: new epoch, new ranks */
+    cr_assert_eq(qrl_sync_group_plan(&g, abc, 3, &nccl, &fresh, &err), QRL_OK);
+    cr_assert(nccl && fresh);
+    cr_assert_eq(g.epoch, 2);
+    cr_assert_eq(qrl_sync_group_rank(&g, "r-c"), 3);
+    /* the epoch's communicator failed: the next plan starts another with the same members */
+    g.failed = true;
+    cr_assert_eq(qrl_sync_group_plan(&g, abc, 3, &nccl, &fresh, &err), QRL_OK);
+    cr_assert(nccl && fresh && !g.failed);
+    cr_assert_eq(g.epoch, 3);
+    /* a CPU replica joins under auto: TCP for everyone, the epoch stays */
+    cr_assert_eq(qrl_sync_group_plan(&g, ab_cpu, 3, &nccl, &fresh, &err), QRL_OK);
+    cr_assert(!nccl && !fresh);
+    cr_assert_eq(g.epoch, 3);
+    Qrl__VersionEvent ev = QRL__VERSION_EVENT__INIT;
+    qrl_sync_group_fill_event(&g, "r-a", &ev);
+    cr_assert_eq(ev.transport, QRL__WEIGHT_TRANSPORT__WEIGHT_TRANSPORT_TCP);
+    /* it leaves again: NCCL with a new epoch (members a, b) */
+    cr_assert_eq(qrl_sync_group_plan(&g, ab, 2, &nccl, &fresh, &err), QRL_OK);
+    cr_assert(nccl && fresh);
+    cr_assert_eq(g.epoch, 4);
+    memset(g.uid, 0xab, sizeof g.uid);
+    qrl_sync_group_fill_event(&g, "r-b", &ev);
+    cr_assert_eq(ev.transport, QRL__WEIGHT_TRANSPORT__WEIGHT_TRANSPORT_NCCL);
+    cr_assert_eq(ev.rank, 2);
+    cr_assert_eq(ev.world_size, 3);
+    cr_assert_eq(ev.sync_epoch, 4);
+    cr_assert_eq(ev.nccl_unique_id.len, QRL_NCCL_ID_BYTES);
+    cr_assert_eq(ev.nccl_unique_id.data[127], 0xab);
+    /* a replica outside the epoch (joined after the plan) is told TCP */
+    Qrl__VersionEvent ev2 = QRL__VERSION_EVENT__INIT;
+    qrl_sync_group_fill_event(&g, "r-c", &ev2);
+    cr_assert_eq(ev2.transport, QRL__WEIGHT_TRANSPORT__WEIGHT_TRANSPORT_TCP);
+    /* bad ids are refused without changing the group */
+    qrl_sync_member bad[1] = {{"", true}};
+    cr_assert_eq(qrl_sync_group_plan(&g, bad, 1, &nccl, &fresh, &err), QRL_STATUS_INVALID_ARGUMENT);
+    cr_assert_eq(g.epoch, 4);
+    /* tcp mode: never NCCL; no replicas: TCP */
+    g.mode = QRL_WSYNC_MODE_TCP;
+    cr_assert_eq(qrl_sync_group_plan(&g, ab, 2, &nccl, &fresh, &err), QRL_OK);
+    cr_assert(!nccl && !fresh);
+    g.mode = QRL_WSYNC_MODE_AUTO;
+    cr_assert_eq(qrl_sync_group_plan(&g, ab, 0, &nccl, &fresh, &err), QRL_OK);
+    cr_assert(!nccl);
+    qrl_sync_group_free(&g);
 }

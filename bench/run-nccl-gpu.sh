@@ -1,0 +1,58 @@
+#!/usr/bin/env bash
+# On a GPU machine with 2+ GPUs, in one call: build the weight-sync pieces (no CUDA kernels
+# needed: LIBCUDA is left out), run the CPU unit test, the multi-process NCCL test and the
+# weight-sync benchmark, and print a short summary last.  Logs and the JSON go to $OUT when set.
+#   there:  bench/run-nccl-gpu.sh        (with .device-deps carried, as bench/run-gpu.sh)
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+out=${OUT:-/tmp}
+# NVLink multicast stays off on shared hosts (the device notes): NCCL, PyTorch, NVSHMEM
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+if [ -f .device-deps/env.sh ]; then
+  stamp=$(ls .device-deps/*.deb | sha1sum | cut -c1-12)
+  [ "$(cat /opt/qrl-deps/.stamp 2>/dev/null)" = "$stamp" ] || rm -f /opt/qrl-deps/.done
+  source .device-deps/env.sh
+  echo "$stamp" > /opt/qrl-deps/.stamp
+  export PATH=/opt/qrl-deps/usr/bin:$PATH
+fi
+nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
+nvidia-smi topo -m 2>/dev/null | head -4
+
+# NCCL's header and library: the CUDA toolkit, the system, or the PyTorch wheel (nvidia-nccl-cu13)
+nh=""
+for d in /usr/local/cuda /usr \
+         $(python3 -c 'import nvidia.nccl as n; print(*n.__path__)' 2>/dev/null) \
+         $(ls -d /usr/local/lib/python3*/dist-packages/nvidia/nccl /opt/*/.venv/lib/python3*/site-packages/nvidia/nccl 2>/dev/null); do
+  [ -f "$d/include/nccl.h" ] && { nh=$d; break; }
+done
+echo "nccl.h under: ${nh:-NOT FOUND}"
+if [ -n "$nh" ]; then
+  lib=$(ls "$nh"/lib/libnccl.so* "$nh"/lib64/libnccl.so* /usr/lib/x86_64-linux-gnu/libnccl.so* 2>/dev/null | head -1)
+  mkdir -p /tmp/nccl/lib
+  ln -sfn "$nh/include" /tmp/nccl/include
+  ln -sf "$lib" /tmp/nccl/lib/libnccl.so
+  ln -sf "$lib" /tmp/nccl/lib/libnccl.so.2
+  echo "libnccl: $lib"
+  export LD_LIBRARY_PATH=/tmp/nccl/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+fi
+b=build-gpu
+t0=$(date +%s)
+make -j"$(nproc)" BUILD=$b LIBCUDA= NCCL_HOME=/tmp/nccl $b/tests/unit/test_wsync $b/tests/cuda/test_nccl_bcast \
+  $b/bench/weight_sync > "$out/build.log" 2>&1; rc_b=$?
+echo "build rc=$rc_b in $(( $(date +%s) - t0 )) s"
+[ $rc_b -eq 0 ] || { grep -E 'error|undefined' "$out/build.log" | head -30; exit 1; }
+
+$b/tests/unit/test_wsync --jobs=1 > "$out/test_wsync.log" 2>&1; rc_u=$?
+tail -1 "$out/test_wsync.log"
+t0=$(date +%s)
+timeout 280 $b/tests/cuda/test_nccl_bcast --jobs=1 --verbose > "$out/test_nccl_bcast.log" 2>&1; rc_t=$?
+echo "test_nccl_bcast rc=$rc_t in $(( $(date +%s) - t0 )) s"
+grep -aE '^\[(PASS|FAIL|SKIP|----)\]|Synthesis|nccl_bcast |refused|dead:|init alone|rank [0-9]' "$out/test_nccl_bcast.log" | grep -v '^\[----\]   $' | head -60
+
+mkdir -p bench/results
+t0=$(date +%s)
+timeout 200 $b/bench/weight_sync --out "$out/weight_sync-h200x2.json" > "$out/weight_sync.log" 2>&1; rc_w=$?
+echo "weight_sync rc=$rc_w in $(( $(date +%s) - t0 )) s"
+tail -5 "$out/weight_sync.log" | grep -v '^transport' >&2
+cat "$out/weight_sync.log"
+echo "summary: unit rc=$rc_u nccl-test rc=$rc_t bench rc=$rc_w"
