@@ -17,6 +17,7 @@
 #include "kafka/kafka.h"
 #include "kafka/offsets.h"
 #include "learner.h"
+#include "ld_nccl.h"
 #include "rpc/rpc.h"
 #include "verify/verify.h"
 #include "wire/wire.h"
@@ -58,6 +59,7 @@ typedef struct ld_daemon {
     qrl_rpc_server_t *rpc;
     ld_trainer trainer;
     ld_wserver ws;
+    ld_nccl nccl; /* weights.transport nccl|auto (ld_nccl.c) */
     uint64_t run_id, seed, version, step, max_updates;
     uint32_t G, T;
     /* dispatch */
@@ -333,6 +335,7 @@ static void push_event(ld_daemon *d, ld_replica *r, Qrl__VersionEventKind kind) 
     ev.step = d->step;
     ev.transport = QRL__WEIGHT_TRANSPORT__WEIGHT_TRANSPORT_TCP;
     ev.weight_addr = d->ws.addr;
+    ld_nccl_fill_event(&d->nccl, r->id, &ev); /* NCCL fields inside an NCCL announcement */
     ev.sent_unix_ms = unix_ms();
     qrl_error err;
     if (qrl_rpc_call_push(r->watch, &ev.base, &err) != QRL_OK) {
@@ -340,6 +343,16 @@ static void push_event(ld_daemon *d, ld_replica *r, Qrl__VersionEventKind kind) 
         qrl_rpc_call_finish(r->watch, QRL_STATUS_CANCELLED, "stream over");
         r->watch = NULL;
     }
+}
+
+/* The transport of the version about to be announced: the replicas watching versions form
+ * the sync group (ld_nccl.c). */
+static void plan_transport(ld_daemon *d) {
+    const char *ids[MAX_REPLICAS];
+    size_t n = 0;
+    for (int i = 0; i < d->n_replicas; i++)
+        if (d->replicas[i].watch) ids[n++] = d->replicas[i].id;
+    ld_nccl_plan(&d->nccl, ids, n, d->version);
 }
 
 static void begin_close(ld_daemon *d);
@@ -412,8 +425,10 @@ static void on_trained(uv_async_t *h) {
     free(d->training);
     d->training = NULL;
     d->n_training = 0;
+    plan_transport(d);
     for (int i = 0; i < d->n_replicas; i++)
         push_event(d, &d->replicas[i], QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_NEW_VERSION);
+    ld_nccl_send(&d->nccl, d->version);
     if (d->max_updates && d->step >= d->max_updates) {
         QRL_LOG_INFO("learner", "max_updates=%" PRIu64 " reached: telling replicas to shut down", d->max_updates);
         d->finished = true;
@@ -486,6 +501,10 @@ static void on_tick(uv_timer_t *t) {
         part_done(d, gone[i].partition, gone[i].first);
     }
     qrl_kafka_producer_poll(d->producer, 0);
+    uint64_t failed;
+    if (ld_nccl_take_failed(&d->nccl, &failed) && failed == d->version) /* NCCL failed: TCP instead */
+        for (int i = 0; i < d->n_replicas; i++)
+            push_event(d, &d->replicas[i], QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_NEW_VERSION);
     ld_out *o = d->resend;
     d->resend = NULL;
     while (o) {
@@ -546,6 +565,7 @@ static void h_register(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *
     }
     r->version = rq->have_version;
     r->last_seen_ms = unix_ms();
+    ld_nccl_note(&d->nccl, id, rq->replica->nccl);
     QRL_LOG_INFO("learner", "replica registered id=%s have_version=%" PRIu64 " replicas=%d", id,
                  rq->have_version, d->n_replicas);
     Qrl__RegisterResponse resp = QRL__REGISTER_RESPONSE__INIT;
@@ -663,6 +683,7 @@ static void h_shutdown(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *
 static qrl_status setup(ld_daemon *d, const qrl_learner_config *lc, qrl_error *err) {
     qrl_config_t *cfg = d->cfg;
     QRL_TRY(ld_wserver_start(&d->ws, qrl_config_get_string(cfg, "weights.listen"), err));
+    QRL_TRY(ld_nccl_start(&d->nccl, cfg, &d->ws, err));
     QRL_TRY(ld_trainer_start(&d->trainer, d->model, lc, &d->ws,
                              (size_t)qrl_config_get_int(cfg, "weights.bucket_bytes"), &d->train_async, err));
     const char *bootstrap = qrl_config_get_string(cfg, "kafka.bootstrap");
@@ -746,6 +767,7 @@ int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok,
     uv_run(&d->loop, UV_RUN_DEFAULT);
 
     ld_trainer_join(&d->trainer);
+    ld_nccl_stop(&d->nccl);
     ld_wserver_stop(&d->ws);
     qrl_kafka_consumer_close(d->consumer);
     int rc = qrl_kafka_producer_flush(d->producer, 10000, &err) == QRL_OK ? 0 : 1;

@@ -111,6 +111,30 @@ void rd_group_free(rd_group *g);
 qrl_status rd_weights_receive(const char *addr, const qrl_model *like, uint64_t version,
                               qrl_model **out, qrl_error *err);
 
+/* A stream that arrived and passed qrl_wsync_verify_stream (the NCCL transport) into a new
+ * model shaped like `like`: the manifest is checked against the model as on TCP (`from`
+ * names the source in errors).  Errors: INVALID_ARGUMENT (manifest does not fit), NOMEM. */
+qrl_status rd_weights_from_stream(const Qrl__WeightManifest *mf, const uint8_t *stream, const qrl_model *like,
+                                  uint64_t version, const char *from, qrl_model **out, qrl_error *err);
+
+/* NCCL weight transport (rd_nccl.c): this replica's communicator, one epoch at a time. */
+typedef struct rd_nccl {
+    struct qrl_nccl_comm *comm;   /* NULL until the first NCCL event */
+    uint64_t epoch;
+    int device;                   /* CUDA device (rollout.nccl_device) */
+    int timeout_ms;               /* join and receive limit (rollout.nccl_timeout_ms) */
+} rd_nccl;
+/* Whether this replica can join an NCCL sync group (GPU and NCCL in the build): ReplicaInfo.nccl. */
+bool rd_nccl_capable(void);
+/* Receive the version an NCCL NEW_VERSION event announces: joins the event's epoch first when
+ * it differs from the one held (the old communicator is destroyed), then receives and
+ * verifies (qrl_nccl_bcast_recv) and converts like rd_weights_receive.  Control thread.
+ * Errors: those of qrl_nccl_comm_init/qrl_nccl_bcast_recv/rd_weights_from_stream, and
+ * INVALID_ARGUMENT for an event without a 128-byte unique id or a rank outside the world. */
+qrl_status rd_nccl_receive(rd_nccl *n, const Qrl__VersionEvent *ev, const qrl_model *like, qrl_model **out,
+                           qrl_error *err);
+void rd_nccl_close(rd_nccl *n);
+
 /* Registration with the learner, heartbeats and WatchVersions (control.c): a thread of
  * blocking gRPC client calls. */
 typedef struct rd_control {
@@ -124,8 +148,11 @@ typedef struct rd_control {
     rd_engine *engine;
     const qrl_model *model;
     uv_async_t *drain_async;      /* a SHUTDOWN event asks the loop to drain */
+    rd_nccl nccl;                 /* NCCL transport state (control thread) */
 } rd_control;
 qrl_status rd_control_start(rd_control *c, qrl_error *err);
+/* Advertise the NCCL capability (c->info.nccl) and take rollout.nccl_* (rd_nccl.c). */
+void rd_nccl_configure(rd_control *c, qrl_config_t *cfg);
 void rd_control_stop(rd_control *c);
 
 /* The daemon (loop.c). */

@@ -117,6 +117,33 @@ static qrl_status check_manifest(const Qrl__WeightManifest *mf, const qrl_model 
 
 static uint32_t crc(const void *p, size_t n) { return qrl_wire_crc32c(0, p, n); }
 
+/* A verified stream (manifest checked by check_manifest) into a new model shaped like `like`. */
+static qrl_status stream_to_model(const Qrl__WeightManifest *mf, const uint8_t *stream, const qrl_model *like,
+                                  qrl_model **out, qrl_error *err) {
+    qrl_model *m;
+    QRL_TRY(qrl_model_new(&like->cfg, &m, err));
+    for (size_t i = 0; i < mf->n_tensors; i++) {
+        const Qrl__TensorMeta *t = mf->tensors[i];
+        const uint8_t *src = stream + t->byte_offset;
+        float *dst = ((qrl_model_tensor *)qrl_model_find_tensor(m, t->name))->data;
+        if (strcmp(t->dtype, "F32") == 0) {
+            memcpy(dst, src, t->byte_size);
+        } else {
+            for (uint64_t k = 0; k < t->byte_size / 2; k++)
+                dst[k] = qrl_bf16_to_f32((uint16_t)(src[2 * k] | src[2 * k + 1] << 8));
+        }
+    }
+    *out = m;
+    return QRL_OK;
+}
+
+qrl_status rd_weights_from_stream(const Qrl__WeightManifest *mf, const uint8_t *stream, const qrl_model *like,
+                                  uint64_t version, const char *from, qrl_model **out, qrl_error *err) {
+    *out = NULL;
+    QRL_TRY(check_manifest(mf, like, version, from, err));
+    return stream_to_model(mf, stream, like, out, err);
+}
+
 qrl_status rd_weights_receive(const char *addr, const qrl_model *like, uint64_t version,
                               qrl_model **out, qrl_error *err) {
     *out = NULL;
@@ -171,18 +198,7 @@ qrl_status rd_weights_receive(const char *addr, const qrl_model *like, uint64_t 
             goto done;
         }
     }
-    QRL_TRY_GOTO(qrl_model_new(&like->cfg, &m, err), done);
-    for (size_t i = 0; i < mf->n_tensors; i++) {
-        const Qrl__TensorMeta *t = mf->tensors[i];
-        const uint8_t *src = stream + t->byte_offset;
-        float *dst = ((qrl_model_tensor *)qrl_model_find_tensor(m, t->name))->data;
-        if (strcmp(t->dtype, "F32") == 0) {
-            memcpy(dst, src, t->byte_size);
-        } else {
-            for (uint64_t k = 0; k < t->byte_size / 2; k++)
-                dst[k] = qrl_bf16_to_f32((uint16_t)(src[2 * k] | src[2 * k + 1] << 8));
-        }
-    }
+    QRL_TRY_GOTO(stream_to_model(mf, stream, like, &m, err), done);
     *out = m;
     m = NULL;
     st = QRL_OK;
