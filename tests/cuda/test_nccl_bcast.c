@@ -165,6 +165,51 @@ Test(nccl_bcast, corrupt_bucket_refused_then_retried, .timeout = 200) {
     cr_expect_eq(rc[1], 0, "rank 1 exit %d after %.1f s", rc[1], s);
 }
 
+/* ---- membership change: the communicator is destroyed and a new epoch joined ------------- */
+
+static int rank_epochs(wr_ctx *x) {
+    model m;
+    qrl_nccl_comm_t *c = NULL;
+    qrl_nccl_version v = {0};
+    qrl_error err;
+    int rc = 0;
+    if (model_build(&m, 1, 1 * MiB, 4, 5) != 0) FAILF("rank %d: model", x->rank);
+    for (uint64_t epoch = 1; epoch <= 3; epoch++) { /* what a membership change does at both ends */
+        uint8_t id[QRL_NCCL_ID_BYTES];
+        qrl_nccl_comm_destroy(c);
+        c = NULL;
+        if (wr_exchange_id(x, id, 30000) != 0) FAILF("rank %d: no id for epoch %llu", x->rank, (unsigned long long)epoch);
+        if (qrl_nccl_comm_init(id, epoch, x->rank, x->world, x->rank, 30000, &c, &err) != QRL_OK)
+            FAILF("rank %d: epoch %llu: %s", x->rank, (unsigned long long)epoch, err.msg);
+        if (x->rank == 0) {
+            if (qrl_nccl_bcast_send(c, m.manifest, m.manifest_len, m.stream, m.total, m.crc, 30000, &err) != QRL_OK)
+                FAILF("rank 0: epoch %llu: %s", (unsigned long long)epoch, err.msg);
+        } else {
+            if (qrl_nccl_bcast_recv(c, 4, (uint64_t)1 << 30, 30000, &v, &err) != QRL_OK)
+                FAILF("rank %d: epoch %llu: %s", x->rank, (unsigned long long)epoch, err.msg);
+            if (v.sync_epoch != epoch || memcmp(v.stream, m.stream, m.total) != 0)
+                FAILF("rank %d: epoch %llu: got epoch %llu or other bytes", x->rank, (unsigned long long)epoch,
+                      (unsigned long long)v.sync_epoch);
+            qrl_nccl_version_free(&v);
+        }
+    }
+    printf("rank %d: three epochs joined and used\n", x->rank);
+out:
+    qrl_nccl_version_free(&v);
+    qrl_nccl_comm_destroy(c);
+    model_free(&m);
+    return rc;
+}
+
+Test(nccl_bcast, new_epoch_after_membership_change, .timeout = 150) {
+    need_gpus(2);
+    int rc[WR_MAX_RANKS];
+    char res[16];
+    double s = wr_run(2, 2, rank_epochs, NULL, 120, rc, res, sizeof res);
+    cr_expect_eq(rc[0], 0, "rank 0 exit %d after %.1f s", rc[0], s);
+    cr_expect_eq(rc[1], 0, "rank 1 exit %d after %.1f s", rc[1], s);
+}
+
 /* ---- a rank dies: the other one errors out within its timeout ---------------------------- */
 
 typedef struct dies_arg {
