@@ -323,10 +323,18 @@ qrl_status qrl_nccl_bcast_send(qrl_nccl_comm_t *c, const uint8_t *manifest, size
                              "a %llu-byte stream", (unsigned long long)total);
     uint8_t *pre = NULL, hb[QRL_WSYNC_HEADER_BYTES];
     size_t pre_len;
-    QRL_TRY(qrl_wsync_preamble_build(&h, manifest, manifest_len, bucket_crc, &pre, &pre_len, err));
+    uint32_t *own_crc = NULL;
+    if (!bucket_crc) { /* the caller did not keep them: one pass here */
+        own_crc = malloc(((size_t)h.bucket_count + 1) * sizeof *own_crc);
+        if (!own_crc) return qrl_error_set(err, QRL_STATUS_NOMEM, "nccl weight sync: bucket CRCs");
+        qrl_wsync_bucket_crcs(stream, total, h.bucket_bytes, own_crc);
+        bucket_crc = own_crc;
+    }
+    qrl_status st = qrl_wsync_preamble_build(&h, manifest, manifest_len, bucket_crc, &pre, &pre_len, err);
+    free(own_crc);
+    if (st != QRL_OK) return st;
     qrl_wsync_header_encode(&h, hb);
     uint64_t deadline = deadline_after(timeout_ms);
-    qrl_status st;
     QRL_TRY_GOTO(pipe_bytes(c, hb, sizeof hb, sizeof hb, deadline, err), done);
     QRL_TRY_GOTO(pipe_bytes(c, pre, pre_len, h.bucket_bytes, deadline, err), done);
     QRL_TRY_GOTO(pipe_bytes(c, (uint8_t *)stream, total, h.bucket_bytes, deadline, err), done);
@@ -383,7 +391,7 @@ qrl_status qrl_nccl_bcast_recv(qrl_nccl_comm_t *c, uint64_t expect_version, uint
     QRL_TRY_GOTO(pipe_bytes(c, refuse == QRL_OK ? stream : NULL, h.total_bytes, h.bucket_bytes, deadline, err),
                  done);
     if (refuse != QRL_OK) {
-        *err = rerr;
+        if (err) *err = rerr;
         st = refuse;
         goto done;
     }

@@ -61,7 +61,8 @@ uint64_t qrl_nccl_comm_epoch(const qrl_nccl_comm_t *c);
 
 /* Rank 0: broadcast one version.  `manifest` is the encoded WeightManifest of `stream`
  * (`total` bytes, cut into the manifest's bucket_bytes buckets); bucket_crc[bucket_count]
- * the CRC-32C of each bucket (qrl_wsync_bucket_crcs; the caller keeps it with the snapshot).
+ * the CRC-32C of each bucket (qrl_wsync_bucket_crcs; the caller keeps it with the snapshot;
+ * NULL: computed here).
  * `stream` may be pageable or page-locked (qrl_nccl_host_alloc): pageable memory goes through
  * two page-locked bounce buffers.  Returns when every bucket has left this GPU; at most
  * timeout_ms.  Errors: INVALID_ARGUMENT (not rank 0, manifest does not decode), UNSUPPORTED,
