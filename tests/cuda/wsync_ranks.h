@@ -6,7 +6,9 @@
 #ifndef QRL_TESTS_CUDA_WSYNC_RANKS_H
 #define QRL_TESTS_CUDA_WSYNC_RANKS_H
 
+#if QRL_HAVE_CUDA
 #include <cuda_runtime_api.h>
+#endif
 #include <poll.h>
 #include <signal.h>
 #include <stdint.h>
@@ -92,12 +94,16 @@ static inline void wr_fill(uint8_t *p, uint64_t len, uint64_t seed) {
 
 /* GPUs visible, counted in a child so the caller stays CUDA-free. */
 static inline int wr_gpu_count(void) {
+#if QRL_HAVE_CUDA
     pid_t p = fork();
     if (p == 0) {
         int n = 0;
         if (cudaGetDeviceCount(&n) != cudaSuccess) n = 0;
         _exit(n > 100 ? 100 : n);
     }
+#else /* built without CUDA (bench in a CPU build): no GPUs */
+    pid_t p = -1;
+#endif
     int status = 0;
     if (p < 0 || waitpid(p, &status, 0) != p || !WIFEXITED(status)) return 0;
     return WEXITSTATUS(status);
