@@ -114,10 +114,10 @@ out:
     return rc;
 }
 
-Test(nccl_bcast, qwen_shaped_model_arrives_verified, .timeout = 300) {
+Test(nccl_bcast, qwen_shaped_model_arrives_verified, .timeout = 120) {
     int g = need_gpus(2), world = g < 3 ? g : 3, rc[WR_MAX_RANKS];
     char res[16];
-    double s = wr_run(world, world, rank_qwen, NULL, 240, rc, res, sizeof res);
+    double s = wr_run(world, world, rank_qwen, NULL, 100, rc, res, sizeof res);
     for (int r = 0; r < world; r++) cr_expect_eq(rc[r], 0, "rank %d exit %d after %.1f s", r, rc[r], s);
 }
 
@@ -156,11 +156,11 @@ out:
     return rc;
 }
 
-Test(nccl_bcast, corrupt_bucket_refused_then_retried, .timeout = 200) {
+Test(nccl_bcast, corrupt_bucket_refused_then_retried, .timeout = 90) {
     need_gpus(2);
     int rc[WR_MAX_RANKS];
     char res[16];
-    double s = wr_run(2, 2, rank_corrupt, NULL, 150, rc, res, sizeof res);
+    double s = wr_run(2, 2, rank_corrupt, NULL, 60, rc, res, sizeof res);
     cr_expect_eq(rc[0], 0, "rank 0 exit %d after %.1f s", rc[0], s);
     cr_expect_eq(rc[1], 0, "rank 1 exit %d after %.1f s", rc[1], s);
 }
@@ -201,11 +201,11 @@ out:
     return rc;
 }
 
-Test(nccl_bcast, new_epoch_after_membership_change, .timeout = 150) {
+Test(nccl_bcast, new_epoch_after_membership_change, .timeout = 90) {
     need_gpus(2);
     int rc[WR_MAX_RANKS];
     char res[16];
-    double s = wr_run(2, 2, rank_epochs, NULL, 120, rc, res, sizeof res);
+    double s = wr_run(2, 2, rank_epochs, NULL, 60, rc, res, sizeof res);
     cr_expect_eq(rc[0], 0, "rank 0 exit %d after %.1f s", rc[0], s);
     cr_expect_eq(rc[1], 0, "rank 1 exit %d after %.1f s", rc[1], s);
 }
@@ -251,22 +251,22 @@ out:
     return rc;
 }
 
-Test(nccl_bcast, dead_receiver_sender_times_out, .timeout = 120) {
+Test(nccl_bcast, dead_receiver_sender_times_out, .timeout = 60) {
     need_gpus(2);
     dies_arg a = {.victim = 1};
     int rc[WR_MAX_RANKS];
     char res[16];
-    double s = wr_run(2, 2, rank_dies, &a, 90, rc, res, sizeof res);
+    double s = wr_run(2, 2, rank_dies, &a, 45, rc, res, sizeof res);
     cr_expect_eq(rc[1], 42, "victim exit %d", rc[1]);
     cr_expect_eq(rc[0], 0, "rank 0 exit %d after %.1f s (-1000: hung and killed)", rc[0], s);
 }
 
-Test(nccl_bcast, dead_sender_receiver_times_out, .timeout = 120) {
+Test(nccl_bcast, dead_sender_receiver_times_out, .timeout = 60) {
     need_gpus(2);
     dies_arg a = {.victim = 0};
     int rc[WR_MAX_RANKS];
     char res[16];
-    double s = wr_run(2, 2, rank_dies, &a, 90, rc, res, sizeof res);
+    double s = wr_run(2, 2, rank_dies, &a, 45, rc, res, sizeof res);
     cr_expect_eq(rc[0], 42, "victim exit %d", rc[0]);
     cr_expect_eq(rc[1], 0, "rank 1 exit %d after %.1f s (-1000: hung and killed)", rc[1], s);
 }
@@ -288,10 +288,10 @@ static int rank_alone(wr_ctx *x) {
     return st == QRL_STATUS_TIMEOUT && c == NULL && s < 10 ? 0 : 1;
 }
 
-Test(nccl_bcast, init_without_peers_times_out, .timeout = 60) {
+Test(nccl_bcast, init_without_peers_times_out, .timeout = 45) {
     need_gpus(1);
     int rc[WR_MAX_RANKS];
     char res[16];
-    wr_run(1, 2, rank_alone, NULL, 40, rc, res, sizeof res);
+    wr_run(1, 2, rank_alone, NULL, 30, rc, res, sizeof res);
     cr_expect_eq(rc[0], 0, "exit %d", rc[0]);
 }
