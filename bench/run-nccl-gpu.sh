@@ -19,9 +19,10 @@ nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,nohea
 nvidia-smi topo -m 2>/dev/null | head -4
 
 # NCCL's header and library: the CUDA toolkit, the system, or the PyTorch wheel (nvidia-nccl-cu13);
-# the header falls back to the copy staged beside the tree (.nccl-include, from the local wheel)
+# the header falls back to the copy staged beside the tree (.nccl-include, from the local wheel);
+# QRL_NCCL_DIR=DIR (with include/ and lib/) comes first
 inc=""; lib=""
-for d in /usr/local/cuda /usr \
+for d in ${QRL_NCCL_DIR:-} /usr/local/cuda /usr \
          $(python3 -c 'import nvidia.nccl as n; print(*n.__path__)' 2>/dev/null) \
          $(ls -d /usr/local/lib/python3*/dist-packages/nvidia/nccl /opt/*/.venv/lib/python3*/site-packages/nvidia/nccl 2>/dev/null); do
   [ -z "$inc" ] && [ -f "$d/include/nccl.h" ] && inc=$d/include
@@ -41,7 +42,7 @@ t0=$(date +%s)
 make -j"$(nproc)" BUILD=$b LIBCUDA= NCCL_HOME=/tmp/nccl $b/tests/unit/test_wsync $b/tests/cuda/test_nccl_bcast \
   $b/bench/weight_sync > "$out/build.log" 2>&1; rc_b=$?
 echo "build rc=$rc_b in $(( $(date +%s) - t0 )) s"
-[ $rc_b -eq 0 ] || { grep -E 'error|undefined' "$out/build.log" | head -30; exit 1; }
+[ $rc_b -eq 0 ] || { grep -E 'error:|undefined reference|No rule' "$out/build.log" | head -30; exit 1; }
 
 $b/tests/unit/test_wsync --jobs=1 > "$out/test_wsync.log" 2>&1; rc_u=$?
 tail -1 "$out/test_wsync.log"
@@ -54,6 +55,5 @@ mkdir -p bench/results
 t0=$(date +%s)
 timeout 110 $b/bench/weight_sync --out "$out/weight_sync-h200x2.json" > "$out/weight_sync.log" 2>&1; rc_w=$?
 echo "weight_sync rc=$rc_w in $(( $(date +%s) - t0 )) s"
-tail -5 "$out/weight_sync.log" | grep -v '^transport' >&2
 cat "$out/weight_sync.log"
 echo "summary: unit rc=$rc_u nccl-test rc=$rc_t bench rc=$rc_w"
