@@ -37,17 +37,24 @@ static void run_job(ld_nccl *n, ld_nccl_job *j) {
     qrl_error err;
     qrl_nccl_comm_t *c = n->comm;
     double t0 = mono_s();
+    if (j->epoch == n->dead_epoch) { /* its unique id is spent: wait for the next epoch, over TCP */
+        QRL_LOG_WARN("weights", "nccl epoch=%" PRIu64 " failed earlier: version %" PRIu64 " goes over TCP",
+                     j->epoch, j->version);
+        job_fail(n, j->version);
+        return;
+    }
     if (!c || n->comm_epoch != j->epoch || !qrl_nccl_comm_ok(c)) {
         qrl_nccl_comm_destroy(c);
         n->comm = c = NULL;
+        n->comm_epoch = j->epoch;
         if (qrl_nccl_comm_init(j->uid, j->epoch, 0, j->world, n->device, n->timeout_ms, &c, &err) != QRL_OK) {
             QRL_LOG_ERROR("weights", "nccl epoch=%" PRIu64 " world=%d: %s (version %" PRIu64 " goes over TCP)",
                           j->epoch, j->world, err.msg, j->version);
+            n->dead_epoch = j->epoch;
             job_fail(n, j->version);
             return;
         }
         n->comm = c;
-        n->comm_epoch = j->epoch;
     }
     const ld_snapshot *s = j->snap;
     uint32_t nb = qrl_wsync_bucket_count(s->total, s->bucket_bytes);
@@ -63,6 +70,7 @@ static void run_job(ld_nccl *n, ld_nccl_job *j) {
     if (st != QRL_OK) {
         QRL_LOG_ERROR("weights", "nccl broadcast of version %" PRIu64 " (epoch %" PRIu64 "): %s (it goes over TCP)",
                       j->version, j->epoch, err.msg);
+        n->dead_epoch = j->epoch;
         job_fail(n, j->version);
         return;
     }

@@ -36,6 +36,7 @@ typedef struct ld_nccl {
     bool failed;               /* under mu */
     void *comm;                /* broadcast thread: qrl_nccl_comm_t of comm_epoch */
     uint64_t comm_epoch;
+    uint64_t dead_epoch;       /* broadcast thread: an epoch that failed (its id is spent) */
 } ld_nccl;
 
 /* Read weights.transport / weights.nccl_device / weights.nccl_timeout_ms; start the broadcast

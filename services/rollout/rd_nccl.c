@@ -12,7 +12,10 @@
 bool rd_nccl_capable(void) { return qrl_nccl_available(); }
 
 static qrl_status join_epoch(rd_nccl *n, const Qrl__VersionEvent *ev, qrl_error *err) {
-    if (n->comm && n->epoch == ev->sync_epoch && qrl_nccl_comm_ok(n->comm)) return QRL_OK;
+    if (n->epoch == ev->sync_epoch && n->comm && qrl_nccl_comm_ok(n->comm)) return QRL_OK;
+    if (n->epoch == ev->sync_epoch && n->epoch) /* failed here: its unique id is spent */
+        return qrl_error_set(err, QRL_STATUS_NETWORK, "nccl epoch %" PRIu64 " failed on this replica; waiting "
+                             "for the learner's next epoch (this version comes over TCP)", ev->sync_epoch);
     if (ev->nccl_unique_id.len != QRL_NCCL_ID_BYTES || ev->world_size < 2 || ev->rank == 0 ||
         ev->rank >= ev->world_size)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "VersionEvent of epoch %" PRIu64 ": unique id of "
@@ -23,10 +26,9 @@ static qrl_status join_epoch(rd_nccl *n, const Qrl__VersionEvent *ev, qrl_error 
         qrl_nccl_comm_destroy(n->comm);
         n->comm = NULL;
     }
-    QRL_TRY(qrl_nccl_comm_init(ev->nccl_unique_id.data, ev->sync_epoch, (int)ev->rank, (int)ev->world_size,
-                               n->device, n->timeout_ms, &n->comm, err));
-    n->epoch = ev->sync_epoch;
-    return QRL_OK;
+    n->epoch = ev->sync_epoch; /* a failed join spends the epoch too */
+    return qrl_nccl_comm_init(ev->nccl_unique_id.data, ev->sync_epoch, (int)ev->rank, (int)ev->world_size,
+                              n->device, n->timeout_ms, &n->comm, err);
 }
 
 qrl_status rd_nccl_receive(rd_nccl *n, const Qrl__VersionEvent *ev, const qrl_model *like, qrl_model **out,
