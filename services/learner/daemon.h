@@ -8,6 +8,7 @@
 #include "kafka/kafka.h"
 #include "kafka/offsets.h"
 #include "learner.h"
+#include "ld_nccl.h"
 #include "rpc/rpc.h"
 
 enum { GS_NONE = 0, GS_DISPATCHED, GS_BUFFERED, GS_TRAINING, GS_TRAINED, GS_DROPPED };
@@ -45,6 +46,7 @@ typedef struct ld_daemon {
     qrl_rpc_server_t *rpc;
     ld_trainer trainer;
     ld_wserver ws;
+    ld_nccl nccl;               /* weights.transport nccl|auto (ld_nccl.c) */
     uint64_t run_id, seed, version, step, max_updates;
     uint32_t G, T;
     /* dispatch */

@@ -97,6 +97,11 @@ qrl_status ld_wserver_start(ld_wserver *w, const char *listen, qrl_error *err);
 void ld_wserver_publish(ld_wserver *w, ld_snapshot *s);
 /* Stop accepting, wait for the accept thread; streams in progress finish on their own. */
 void ld_wserver_stop(ld_wserver *w);
+/* The newest snapshot with a reference taken (NULL before the first update); give it back
+ * with ld_snapshot_unref.  Any thread. */
+ld_snapshot *ld_wserver_current(ld_wserver *w);
+void ld_snapshot_unref(ld_wserver *w, ld_snapshot *s);
+
 
 /* ---- trainer thread (trainer.c) ------------------------------------------------------ */
 

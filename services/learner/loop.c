@@ -17,6 +17,7 @@
 #include "kafka/kafka.h"
 #include "kafka/offsets.h"
 #include "daemon.h"
+#include "ld_nccl.h"
 #include "metrics.h"
 #include "rpc/rpc.h"
 #include "verify/verify.h"
@@ -310,6 +311,7 @@ static void push_event(ld_daemon *d, ld_replica *r, Qrl__VersionEventKind kind) 
     ev.step = d->step;
     ev.transport = QRL__WEIGHT_TRANSPORT__WEIGHT_TRANSPORT_TCP;
     ev.weight_addr = d->ws.addr;
+    ld_nccl_fill_event(&d->nccl, r->id, &ev); /* NCCL fields inside an NCCL announcement */
     ev.sent_unix_ms = unix_ms();
     qrl_error err;
     if (qrl_rpc_call_push(r->watch, &ev.base, &err) != QRL_OK) {
@@ -317,6 +319,16 @@ static void push_event(ld_daemon *d, ld_replica *r, Qrl__VersionEventKind kind) 
         qrl_rpc_call_finish(r->watch, QRL_STATUS_CANCELLED, "stream over");
         r->watch = NULL;
     }
+}
+
+/* The transport of the version about to be announced: the replicas watching versions form
+ * the sync group (ld_nccl.c). */
+static void plan_transport(ld_daemon *d) {
+    const char *ids[LD_MAX_REPLICAS];
+    size_t n = 0;
+    for (int i = 0; i < d->members.n; i++)
+        if (d->members.r[i].watch && !d->members.r[i].lost) ids[n++] = d->members.r[i].id;
+    ld_nccl_plan(&d->nccl, ids, n, d->version);
 }
 
 static void begin_close(ld_daemon *d);
@@ -391,8 +403,10 @@ static void on_trained(uv_async_t *h) {
     free(d->training);
     d->training = NULL;
     d->n_training = 0;
+    plan_transport(d);
     for (int i = 0; i < d->members.n; i++)
         push_event(d, &d->members.r[i], QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_NEW_VERSION);
+    ld_nccl_send(&d->nccl, d->version);
     if (d->ckpt_root && (d->step % d->ckpt_every == 0 || d->n_ckpt_calls || d->stopping ||
                          (d->max_updates && d->step >= d->max_updates)))
         ld_ckpt_start(d);
@@ -470,6 +484,10 @@ static void on_tick(uv_timer_t *t) {
         part_done(d, gone[i].partition, gone[i].first);
     }
     qrl_kafka_producer_poll(d->producer, 0);
+    uint64_t failed;
+    if (ld_nccl_take_failed(&d->nccl, &failed) && failed == d->version) /* NCCL failed: TCP instead */
+        for (int i = 0; i < d->members.n; i++)
+            push_event(d, &d->members.r[i], QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_NEW_VERSION);
     ld_out *o = d->resend;
     d->resend = NULL;
     while (o) {
@@ -523,6 +541,7 @@ static void h_register(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *
         return qrl_rpc_call_finish(call, err.status, "%s", err.msg);
     QRL_LOG_INFO("learner", "replica registered id=%s have_version=%" PRIu64 " control=%s replicas=%d", r->id,
                  rq->have_version, r->info->control_addr, ld_members_live(&d->members));
+    ld_nccl_note(&d->nccl, r->id, rq->replica->nccl);
     Qrl__RegisterResponse resp = QRL__REGISTER_RESPONSE__INIT;
     resp.replica_id = r->id;
     resp.run_id = d->run_id;
@@ -681,6 +700,7 @@ static void h_shutdown(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *
 static qrl_status setup(ld_daemon *d, const qrl_learner_config *lc, qrl_error *err) {
     qrl_config_t *cfg = d->cfg;
     QRL_TRY(ld_wserver_start(&d->ws, qrl_config_get_string(cfg, "weights.listen"), err));
+    QRL_TRY(ld_nccl_start(&d->nccl, cfg, &d->ws, err));
     QRL_TRY(ld_trainer_start(&d->trainer, d->model, lc, &d->ws,
                              (size_t)qrl_config_get_int(cfg, "weights.bucket_bytes"), &d->train_async, err));
     const char *bootstrap = qrl_config_get_string(cfg, "kafka.bootstrap");
@@ -783,6 +803,7 @@ int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok,
     uv_run(&d->loop, UV_RUN_DEFAULT);
 
     ld_trainer_join(&d->trainer);
+    ld_nccl_stop(&d->nccl);
     ld_wserver_stop(&d->ws);
     qrl_kafka_consumer_close(d->consumer);
     int rc = qrl_kafka_producer_flush(d->producer, 10000, &err) == QRL_OK ? 0 : 1;

@@ -109,6 +109,13 @@ static const qrl_config_entry CONFIG[] = {
      "read-only calls (Status, ListReplicas) need the bearer token too"},
     {"weights.listen", QRL_CONFIG_TYPE_STRING, "127.0.0.1:0", 0, 0, NULL, false,
      "TCP weight stream address (port 0 = any free; advertised in VersionEvents)"},
+    {"weights.transport", QRL_CONFIG_TYPE_ENUM, "tcp", 0, 0, "tcp|nccl|auto", false,
+     "weight broadcast: tcp stream; nccl (GPU learner, every replica with NCCL); auto = nccl when the "
+     "learner has a GPU and every watching replica advertises NCCL, else tcp (docs/weight-sync.md)"},
+    {"weights.nccl_device", QRL_CONFIG_TYPE_INT, "0", 0, 64, NULL, false,
+     "CUDA device of the learner's NCCL rank 0"},
+    {"weights.nccl_timeout_ms", QRL_CONFIG_TYPE_INT, "60000", 1000, 3600000, NULL, false,
+     "NCCL: limit on joining an epoch and on one broadcast; past it the version goes over TCP"},
     {"weights.bucket_bytes", QRL_CONFIG_TYPE_INT, "1048576", 4096, 1 << 30, NULL, false,
      "bytes per CRC-32C-checked bucket of the stream"},
     {"learner.checkpoint_dir", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,

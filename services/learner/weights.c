@@ -98,7 +98,15 @@ done:
     return st;
 }
 
-static void snapshot_unref(ld_wserver *w, ld_snapshot *s) {
+ld_snapshot *ld_wserver_current(ld_wserver *w) {
+    pthread_mutex_lock(&w->mu);
+    ld_snapshot *s = w->cur;
+    if (s) s->refs++;
+    pthread_mutex_unlock(&w->mu);
+    return s;
+}
+
+void ld_snapshot_unref(ld_wserver *w, ld_snapshot *s) {
     pthread_mutex_lock(&w->mu);
     bool last = --s->refs == 0;
     pthread_mutex_unlock(&w->mu);
@@ -156,7 +164,7 @@ static void *serve_conn(void *arg) {
     else QRL_LOG_WARN("weights", "stream of version %llu cut short: %s", (unsigned long long)s->version,
                       strerror(errno));
     close(c->fd);
-    snapshot_unref(c->w, c->s);
+    ld_snapshot_unref(c->w, c->s);
     free(c);
     return NULL;
 }
@@ -182,13 +190,13 @@ static void *accept_main(void *arg) {
         pthread_t th;
         if (!c) {
             close(fd);
-            snapshot_unref(w, s);
+            ld_snapshot_unref(w, s);
             continue;
         }
         *c = (conn){w, s, fd};
         if (pthread_create(&th, NULL, serve_conn, c) != 0) {
             close(fd);
-            snapshot_unref(w, s);
+            ld_snapshot_unref(w, s);
             free(c);
             continue;
         }
@@ -243,7 +251,7 @@ void ld_wserver_publish(ld_wserver *w, ld_snapshot *s) {
     ld_snapshot *old = w->cur;
     w->cur = s;
     pthread_mutex_unlock(&w->mu);
-    if (old) snapshot_unref(w, old);
+    if (old) ld_snapshot_unref(w, old);
 }
 
 void ld_wserver_stop(ld_wserver *w) {
@@ -254,5 +262,5 @@ void ld_wserver_stop(ld_wserver *w) {
     w->started = false;
     ld_snapshot *s = w->cur;
     w->cur = NULL;
-    if (s) snapshot_unref(w, s);
+    if (s) ld_snapshot_unref(w, s);
 }

@@ -1,7 +1,7 @@
 /* qrl-rollout control thread: registration with the learner, heartbeats, and the
  * WatchVersions stream that announces sync boundaries (SPEC §4.4, §8).  The rpc client
  * blocks, so this lives on its own thread, never the loop (STYLE 14).  A NEW_VERSION
- * event on the TCP transport makes it read the weights (weights.c) and hand the new
+ * event makes it read the weights (TCP: weights.c, NCCL: rd_nccl.c) and hand the new
  * model to the engine, which swaps at its next step boundary; SHUTDOWN asks the loop to
  * drain. */
 #include <inttypes.h>
@@ -86,16 +86,18 @@ static void on_event(rd_control *c, const Qrl__VersionEvent *ev, session *s) {
     case QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_NEW_VERSION: {
         if (ev->version <= have_version(c) || ev->version <= s->announced) return;
         s->announced = ev->version;
-        if (ev->transport != QRL__WEIGHT_TRANSPORT__WEIGHT_TRANSPORT_TCP || !*ev->weight_addr) {
-            QRL_LOG_WARN("control", "version=%" PRIu64 ": only the TCP weight transport is "
-                         "implemented on CPU (got transport %d)", ev->version, (int)ev->transport);
+        bool nccl = ev->transport == QRL__WEIGHT_TRANSPORT__WEIGHT_TRANSPORT_NCCL; /* rd_nccl.c */
+        if (!nccl && (ev->transport != QRL__WEIGHT_TRANSPORT__WEIGHT_TRANSPORT_TCP || !*ev->weight_addr)) {
+            QRL_LOG_WARN("control", "version=%" PRIu64 ": unknown weight transport %d or no weight_addr",
+                         ev->version, (int)ev->transport);
             return;
         }
         struct timespec t0, t1;
         clock_gettime(CLOCK_MONOTONIC, &t0);
         qrl_model *m;
         qrl_error err;
-        if (rd_weights_receive(ev->weight_addr, c->model, ev->version, &m, &err) != QRL_OK) {
+        if ((nccl ? rd_nccl_receive(&c->nccl, ev, c->model, &m, &err)
+                  : rd_weights_receive(ev->weight_addr, c->model, ev->version, &m, &err)) != QRL_OK) {
             QRL_LOG_ERROR("control", "weights version=%" PRIu64 " not received: %s", ev->version, err.msg);
             s->announced = ev->version - 1; /* a repeated announcement may try again */
             return;
@@ -109,7 +111,7 @@ static void on_event(rd_control *c, const Qrl__VersionEvent *ev, session *s) {
         }
         clock_gettime(CLOCK_MONOTONIC, &t1);
         QRL_LOG_INFO("control", "weights received version=%" PRIu64 " from=%s ms=%.1f", ev->version,
-                     ev->weight_addr, (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+                     nccl ? "nccl" : ev->weight_addr, (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
                      (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
         rd_engine_swap(c->engine, m, ev->version);
         return;
@@ -207,6 +209,7 @@ void rd_control_stop(rd_control *c) {
     if (!c->started) return;
     c->stop = 1;
     pthread_join(c->thread, NULL);
+    rd_nccl_close(&c->nccl);
     c->started = false;
     qrl_rpc_client_destroy(c->client);
     c->client = NULL;

@@ -140,6 +140,10 @@ static void push_done(rd_engine *e, rd_group *g) {
 static void on_group(const qrl_scheduler_group_result *res, void *ctx) {
     rd_engine *e = ctx;
     rd_group *g = res->user;
+    if (g->eprev) g->eprev->enext = g->enext;
+    else e->active = g->enext;
+    if (g->enext) g->enext->eprev = g->eprev;
+    g->eprev = g->enext = NULL;
     g->result = rd_result_build(res, g->pg, e->replica_id, e->emit_text);
     if (!g->result) {
         g->rejected = true;
@@ -179,6 +183,12 @@ static void submit_one(rd_engine *e, rd_group *g) {
             .user = g,
         };
         st = qrl_scheduler_submit(e->sched, &d, &err);
+        if (st == QRL_OK) { /* tracked so that a join can free it (a drain that times out) */
+            g->eprev = NULL;
+            g->enext = e->active;
+            if (e->active) e->active->eprev = g;
+            e->active = g;
+        }
     } else {
         snprintf(err.msg, sizeof err.msg, "out of memory");
     }
@@ -372,7 +382,14 @@ void rd_engine_join(rd_engine *e) {
     pthread_cond_signal(&e->cv);
     pthread_mutex_unlock(&e->mu);
     pthread_join(e->thread, NULL);
-    /* groups still queued either way are the loop's to free */
+    /* Groups the loop never took back (a drain that timed out abandons them; their
+     * prompts stay uncommitted): queued, inside the scheduler, or finished. */
+    for (rd_group *lists[3] = {e->in_head, e->active, e->out_head}, **l = lists; l < lists + 3; l++)
+        for (rd_group *g = *l, *next; g; g = next) {
+            next = l == lists + 1 ? g->enext : g->next;
+            rd_group_free(g);
+        }
+    e->in_head = e->in_tail = e->out_head = e->out_tail = e->active = NULL;
     qrl_scheduler_free(e->sched);
     e->sched = NULL;
     qrl_model_free(e->owned_model);

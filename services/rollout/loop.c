@@ -549,6 +549,7 @@ static qrl_status setup(rd_daemon *d, qrl_error *err) {
         c->info.control_addr = d->control_addr;
         c->info.pid = (uint32_t)getpid();
         c->info.build = "qrl-rollout";
+        rd_nccl_configure(c, cfg); /* ReplicaInfo.nccl and the NCCL transport's settings */
         c->engine = &d->engine;
         c->model = d->model;
         c->drain_async = &d->drain_async;

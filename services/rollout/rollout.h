@@ -29,6 +29,7 @@
 /* One consumed PromptGroup, from the poll to the delivery report of its result. */
 typedef struct rd_group {
     struct rd_group *next;        /* link in whichever queue/list holds it */
+    struct rd_group *eprev, *enext; /* engine: the list of groups inside the scheduler */
     int32_t partition;
     qrl_kafka_offset *off;        /* its entry in the commit tracker (commit-after-produce) */
     uint64_t group_id;
@@ -57,6 +58,7 @@ typedef struct rd_engine {
     pthread_cond_t cv;
     rd_group *in_head, *in_tail;   /* loop -> engine */
     rd_group *out_head, *out_tail; /* engine -> loop */
+    rd_group *active;              /* engine thread: groups inside the scheduler */
     bool paused, stop;
     uint64_t hold_until;           /* alternate mode: no steps before this version is in (0 = none) */
     uint64_t version;              /* the version of the weights in use */
@@ -113,6 +115,30 @@ void rd_group_free(rd_group *g);
 qrl_status rd_weights_receive(const char *addr, const qrl_model *like, uint64_t version,
                               qrl_model **out, qrl_error *err);
 
+/* A stream that arrived and passed qrl_wsync_verify_stream (the NCCL transport) into a new
+ * model shaped like `like`: the manifest is checked against the model as on TCP (`from`
+ * names the source in errors).  Errors: INVALID_ARGUMENT (manifest does not fit), NOMEM. */
+qrl_status rd_weights_from_stream(const Qrl__WeightManifest *mf, const uint8_t *stream, const qrl_model *like,
+                                  uint64_t version, const char *from, qrl_model **out, qrl_error *err);
+
+/* NCCL weight transport (rd_nccl.c): this replica's communicator, one epoch at a time. */
+typedef struct rd_nccl {
+    struct qrl_nccl_comm *comm;   /* NULL until the first NCCL event */
+    uint64_t epoch;
+    int device;                   /* CUDA device (rollout.nccl_device) */
+    int timeout_ms;               /* join and receive limit (rollout.nccl_timeout_ms) */
+} rd_nccl;
+/* Whether this replica can join an NCCL sync group (GPU and NCCL in the build): ReplicaInfo.nccl. */
+bool rd_nccl_capable(void);
+/* Receive the version an NCCL NEW_VERSION event announces: joins the event's epoch first when
+ * it differs from the one held (the old communicator is destroyed), then receives and
+ * verifies (qrl_nccl_bcast_recv) and converts like rd_weights_receive.  Control thread.
+ * Errors: those of qrl_nccl_comm_init/qrl_nccl_bcast_recv/rd_weights_from_stream, and
+ * INVALID_ARGUMENT for an event without a 128-byte unique id or a rank outside the world. */
+qrl_status rd_nccl_receive(rd_nccl *n, const Qrl__VersionEvent *ev, const qrl_model *like, qrl_model **out,
+                           qrl_error *err);
+void rd_nccl_close(rd_nccl *n);
+
 /* Registration with the learner, heartbeats and WatchVersions (control.c): a thread of
  * blocking gRPC client calls. */
 typedef struct rd_control {
@@ -130,10 +156,13 @@ typedef struct rd_control {
     qrl_rpc_client_t *client;     /* the learner's, made by rd_control_start */
     _Atomic int state;            /* Qrl__ServiceState the loop is in (for heartbeats) */
     _Atomic uint32_t max_concurrency; /* rollout.max_concurrency now (the loop copies it) */
+    rd_nccl nccl;                 /* NCCL transport state (control thread) */
 } rd_control;
 /* Make the learner client (errors: those of qrl_rpc_client_new, e.g. an unreadable
  * learner.tls_ca_file: IO) and start the thread (INTERNAL). */
 qrl_status rd_control_start(rd_control *c, qrl_error *err);
+/* Advertise the NCCL capability (c->info.nccl) and take rollout.nccl_* (rd_nccl.c). */
+void rd_nccl_configure(rd_control *c, qrl_config_t *cfg);
 void rd_control_stop(rd_control *c);
 
 /* The daemon (loop.c). */

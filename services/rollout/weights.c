@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "core/tensor.h"
 #include "rollout.h"
+#include "weights/wsync.h"
 
 #define MAX_MANIFEST_BYTES ((size_t)16 << 20)
 #define MAX_HEADER_BYTES ((size_t)4096)
@@ -116,10 +117,37 @@ static qrl_status check_manifest(const Qrl__WeightManifest *mf, const qrl_model 
 
 static uint32_t crc(const void *p, size_t n) { return qrl_wire_crc32c(0, p, n); }
 
+/* A verified stream (manifest checked by check_manifest) into a new model shaped like `like`. */
+static qrl_status stream_to_model(const Qrl__WeightManifest *mf, const uint8_t *stream, const qrl_model *like,
+                                  qrl_model **out, qrl_error *err) {
+    qrl_model *m;
+    QRL_TRY(qrl_model_new(&like->cfg, &m, err));
+    for (size_t i = 0; i < mf->n_tensors; i++) {
+        const Qrl__TensorMeta *t = mf->tensors[i];
+        const uint8_t *src = stream + t->byte_offset;
+        float *dst = ((qrl_model_tensor *)qrl_model_find_tensor(m, t->name))->data;
+        if (strcmp(t->dtype, "F32") == 0) {
+            memcpy(dst, src, t->byte_size);
+        } else {
+            for (uint64_t k = 0; k < t->byte_size / 2; k++)
+                dst[k] = qrl_bf16_to_f32((uint16_t)(src[2 * k] | src[2 * k + 1] << 8));
+        }
+    }
+    *out = m;
+    return QRL_OK;
+}
+
+qrl_status rd_weights_from_stream(const Qrl__WeightManifest *mf, const uint8_t *stream, const qrl_model *like,
+                                  uint64_t version, const char *from, qrl_model **out, qrl_error *err) {
+    *out = NULL;
+    QRL_TRY(check_manifest(mf, like, version, from, err));
+    return stream_to_model(mf, stream, like, out, err);
+}
+
 qrl_status rd_weights_receive(const char *addr, const qrl_model *like, uint64_t version,
                               qrl_model **out, qrl_error *err) {
     *out = NULL;
-    int fd;
+    int fd = -1;
     QRL_TRY(dial(addr, 30000, &fd, err));
     Qrl__WeightManifest *mf = NULL;
     Qrl__WeightBucketHeader *h = NULL;
@@ -163,27 +191,14 @@ qrl_status rd_weights_receive(const char *addr, const qrl_model *like, uint64_t 
         qrl_wire_free(&h->base);
         h = NULL;
     }
-    if (crc32c && crc(stream, mf->total_bytes) != (uint32_t)mf->checksum) {
-        st = qrl_error_set(err, QRL_STATUS_CORRUPT, "weights from %s: whole-stream CRC-32C mismatch", addr);
-        goto done;
-    }
-    QRL_TRY_GOTO(qrl_model_new(&like->cfg, &m, err), done);
-    for (size_t i = 0; i < mf->n_tensors; i++) {
-        const Qrl__TensorMeta *t = mf->tensors[i];
-        const uint8_t *src = stream + t->byte_offset;
-        if (crc32c && crc(src, t->byte_size) != (uint32_t)t->checksum) {
-            st = qrl_error_set(err, QRL_STATUS_CORRUPT, "weights from %s: tensor '%s' CRC-32C mismatch",
-                               addr, t->name);
+    { /* whole stream and every tensor: the checks the NCCL receiver runs too (weights/wsync.h) */
+        qrl_error ve;
+        if (qrl_wsync_verify_stream(mf, stream, mf->total_bytes, NULL, &ve) != QRL_OK) {
+            st = qrl_error_set(err, ve.status, "weights from %s: %s", addr, ve.msg);
             goto done;
         }
-        float *dst = ((qrl_model_tensor *)qrl_model_find_tensor(m, t->name))->data;
-        if (strcmp(t->dtype, "F32") == 0) {
-            memcpy(dst, src, t->byte_size);
-        } else {
-            for (uint64_t k = 0; k < t->byte_size / 2; k++)
-                dst[k] = qrl_bf16_to_f32((uint16_t)(src[2 * k] | src[2 * k + 1] << 8));
-        }
     }
+    QRL_TRY_GOTO(stream_to_model(mf, stream, like, &m, err), done);
     *out = m;
     m = NULL;
     st = QRL_OK;
