@@ -58,6 +58,7 @@ while [ $# -gt 0 ]; do
 done
 die() { echo "launch.sh: error: $*" >&2; exit 1; }
 [[ $replicas =~ ^[1-9][0-9]*$ ]] || die "--replicas must be a positive integer, not '$replicas'"
+[[ -z $mode || $mode = overlap || $mode = alternate ]] || die "--mode must be overlap or alternate, not '$mode'"
 for b in qrl-learner qrl-rollout qrl-eval qrl-task qrl-kafka-admin; do
   [ -x "$bin/$b" ] || die "$bin/$b is not built: run 'make' first (after deploy/setup.sh)"
 done
@@ -138,7 +139,6 @@ case $task in
   *) die "unknown --task '$task' (arith, story, gsm8k, math500)" ;;
 esac
 : "${lr:=1e-4}" "${mode:=overlap}"
-[[ $mode = overlap || $mode = alternate ]] || die "--mode must be overlap or alternate, not '$mode'"
 [ -e "$model" ] || die "model $model not found"
 
 evaluate() { # $1 = model, $2 = output name
