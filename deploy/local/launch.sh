@@ -32,6 +32,10 @@ sft_threads=1
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; }
 while [ $# -gt 0 ]; do
   case $1 in
+    -h|--help|--) ;;
+    --*) [ $# -ge 2 ] || { echo "launch.sh: option '$1' needs a value (--help lists them)" >&2; exit 2; } ;;
+  esac
+  case $1 in
     --task) task=$2; shift 2 ;;
     --replicas) replicas=$2; shift 2 ;;
     --precision) precision=$2; shift 2 ;;
@@ -59,18 +63,29 @@ done
 die() { echo "launch.sh: error: $*" >&2; exit 1; }
 [[ $replicas =~ ^[1-9][0-9]*$ ]] || die "--replicas must be a positive integer, not '$replicas'"
 [[ -z $mode || $mode = overlap || $mode = alternate ]] || die "--mode must be overlap or alternate, not '$mode'"
+case " f32 bf16 w8a8-int8 w8a8-fp8 w4a16-nvfp4 w4a16-mxfp4 w4a4-nvfp4 " in
+  *" $precision "*) ;; *) die "--precision must be one of f32 bf16 w8a8-int8 w8a8-fp8 w4a16-nvfp4 w4a16-mxfp4 w4a4-nvfp4, not '$precision'" ;;
+esac
+case " f32 bf16 fp8 int8 int4 int4-protected " in
+  *" $kv "*) ;; *) die "--kv-cache must be one of f32 bf16 fp8 int8 int4 int4-protected, not '$kv'" ;;
+esac
+for v in updates:updates G:group-size T:quota max_new:max-new-tokens sft_steps:sft-steps eval_n:eval-n \
+         eval_k:eval-k threads:threads sft_threads:sft-threads; do
+  name=${v%%:*}
+  [[ -z ${!name} || ${!name} =~ ^[1-9][0-9]*$ ]] || die "--${v#*:} must be a positive integer, not '${!name}'"
+done
 for b in qrl-learner qrl-rollout qrl-eval qrl-task qrl-kafka-admin; do
   [ -x "$bin/$b" ] || die "$bin/$b is not built: run 'make' first (after deploy/setup.sh)"
 done
 command -v jq >/dev/null || die "jq is missing: run deploy/setup.sh"
 
-run_dir=${run_dir:-runs/$(date -u +%Y%m%d-%H%M%S)}
+run_dir=${run_dir:-runs/$(date -u +%Y%m%d-%H%M%S)-$$}
 mkdir -p "$run_dir"
 run_dir=$(cd "$run_dir" && pwd)
 log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" | tee -a "$run_dir/launch.log"; }
 
 # ---- process bookkeeping: everything started is stopped on exit ------------------------
-pids=() broker=0
+pids=() rpids=() broker=0
 cleanup() {
   local rc=$?
   trap - EXIT INT TERM
@@ -195,10 +210,22 @@ for i in $(seq 0 $((replicas - 1))); do
     --rollout.replica_id "r$i" --rollout.threads "$threads" --rollout.slots 16 \
     --kafka.bootstrap "$bootstrap" --kafka.session_timeout_ms 6000 --rpc.token_file "$run_dir/token" \
     --learner.addr "127.0.0.1:$port" --metrics.jsonl "$run_dir/r$i.jsonl" >"$run_dir/r$i.log" 2>&1 &
-  pids+=($!)
+  pids+=($!) rpids+=($!)
 done
+# Watchdog: when every replica has exited while the learner still runs (a bad setting, a
+# crash), stop the learner so that the progress loop ends and the run fails loudly; one
+# replica alone may die: the others take its groups.
+( while kill -0 "$pid_learner" 2>/dev/null; do
+    alive=0
+    for p in "${rpids[@]}"; do kill -0 "$p" 2>/dev/null && [ "$(ps -o stat= -p "$p" 2>/dev/null | cut -c1)" != Z ] && alive=1; done
+    # (at max_updates the learner tells the replicas to drain, then exits itself)
+    grep -q "reached: telling replicas to shut down" "$run_dir/learner.log" && exit 0
+    if [ $alive = 0 ]; then : >"$run_dir/replicas-died"; kill -TERM "$pid_learner"; exit 0; fi
+    sleep 1
+  done ) &
+pids+=($!)
 log "learner at 127.0.0.1:$port, $replicas replicas ($precision weights, $kv KV cache);" \
-    "T=$T groups of G=$G per update, $updates updates  mode $mode, lr $lr  (qrlctl --learner 127.0.0.1:$port --token-file $run_dir/token status)"
+    "T=$T groups of G=$G per update, $updates updates  mode $mode, lr $lr  (build/bin/qrlctl --learner 127.0.0.1:$port --token-file $run_dir/token status)"
 
 # ---- progress: one line per update from the learner's metrics JSONL ----------------------
 printf '%5s %7s %7s %6s %9s %8s %6s %6s\n' step version reward acc "tok/s" "KL(b|p)" tis acr | tee -a "$run_dir/launch.log"
@@ -216,6 +243,10 @@ while IFS= read -r line; do
   prev_ms=$ms
 done < <(tail -n +1 -f --pid="$pid_learner" "$run_dir/learner.jsonl")
 rc=0; wait "$pid_learner" || rc=$?
+if [ -e "$run_dir/replicas-died" ]; then
+  for i in $(seq 0 $((replicas - 1))); do echo "--- last lines of r$i.log:"; tail -3 "$run_dir/r$i.log" | cut -c1-200; done
+  die "every rollout replica exited (logs above); the learner was stopped"
+fi
 [ $rc -eq 0 ] || { tail -5 "$run_dir/learner.log"; die "the learner exited with $rc"; }
 [ "$(wc -l <"$run_dir/learner.jsonl")" -ge "$updates" ] || die "only $(wc -l <"$run_dir/learner.jsonl") of $updates updates"
 

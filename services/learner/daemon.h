@@ -84,6 +84,7 @@ typedef struct ld_daemon {
     int64_t *safe; /* per partition: next offset with every record before it used (-1 none) */
     int n_safe;
     char *abs_model, *abs_tok, *abs_ds; /* recorded in manifests (export reads the model) */
+    uint64_t started_ms;        /* unix ms at start (Status.uptime_s) */
 } ld_daemon;
 
 /* loop.c */

@@ -613,6 +613,14 @@ static void h_status(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *us
     s.train_tokens_per_s = d->last_train_tps;
     s.reward_mean = (float)d->last_reward;
     s.accuracy = (float)d->last_accuracy;
+    s.uptime_s = (unix_ms() - d->started_ms) / 1000;
+    for (int i = 0; i < d->members.n; i++) /* the live replicas' decode rates, from heartbeats */
+        if (!d->members.r[i].lost && d->members.r[i].status)
+            s.rollout_tokens_per_s += d->members.r[i].status->tokens_per_s;
+    if (d->ckpt_root && d->ckpt_step != UINT64_MAX) {
+        s.last_checkpoint_step = d->ckpt_step;
+        s.last_checkpoint_path = d->ckpt_dir;
+    }
     qrl_rpc_call_reply(call, &s.base);
 }
 
@@ -747,6 +755,7 @@ int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok,
     d->offsets = qrl_kafka_offsets_new();
     QRL_CHECK(d->offsets != NULL);
     d->model = model;
+    d->started_ms = unix_ms();
     d->ds = ds;
     d->prompts_topic = qrl_config_get_string(cfg, "kafka.prompts_topic");
     d->results_topic = qrl_config_get_string(cfg, "kafka.results_topic");
