@@ -22,6 +22,18 @@ void qrl_cuda_gemm_free(qrl_cuda_gemm *g);
 qrl_status qrl_cuda_gemm_bf16(qrl_cuda_gemm *g, float *y, const uint16_t *x, const uint16_t *w,
                               int n, int k, int m, void *stream, qrl_error *err);
 
+/* Row-major GEMMs of the training engine's linear layers (y = x W^T + b with W [N, K] as
+ * nn.Linear), BF16 inputs, F32 accumulation (CUBLAS_COMPUTE_32F), C = A op B + beta C:
+ *   QRL_GEMM_FWD: C[T, N] = A[T, K] B[N, K]^T   (y = x W^T;   A = x,  B = W)
+ *   QRL_GEMM_DX:  C[T, K] = A[T, N] B[N, K]     (dx = dy W;   A = dy, B = W)
+ *   QRL_GEMM_DW:  C[N, K] = A[T, N]^T B[T, K]   (dW = dy^T x; A = dy, B = x)
+ * C is F32 when c_f32 != 0, else BF16.  beta 1 accumulates (gradients), 0 overwrites.
+ * Errors: INVALID_ARGUMENT (non-positive sizes, unknown kind), CUDA (cuBLAS status). */
+enum { QRL_GEMM_FWD = 0, QRL_GEMM_DX = 1, QRL_GEMM_DW = 2 };
+qrl_status qrl_cuda_gemm_rm(qrl_cuda_gemm *g, int kind, void *C, int c_f32, const uint16_t *A,
+                            const uint16_t *B, int T, int K, int N, float beta, void *stream,
+                            qrl_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -1,0 +1,271 @@
+/* bench/train_step: training throughput of the CUDA engine (common/train/model_train_cuda.h)
+ * on Qwen2.5-shaped models (0.5B: 24 layers, D 896, 14/2 heads of 64, F 4864; 1.5B: 28
+ * layers, D 1536, 12/2 heads of 128, F 8960; vocab 151936, tied head), one packed
+ * sequence of S tokens per GPU per step (S = 2048 and 8192), on 1 and 2 GPUs (data
+ * parallel: gradients all-reduced over NCCL during the backward).  A step is zero_grad,
+ * forward, backward, AdamW.
+ *
+ * MFU = 6 N tokens / time / (gpus x the BF16 GEMM rate measured in the same run: cuBLAS,
+ * 8192^3, BF16 in, F32 accumulate), N = the parameters every token multiplies (all
+ * linear layers incl. the LM head; the embedding gather is not a matmul).  The column
+ * "MFU+attn" adds the causal attention FLOPs (6 L S Q per token: QK^T and PV forward,
+ * twice that backward, half masked).  Weights are random (a fast uniform fill with the
+ * std of qrl_model_init_random): speed does not depend on their values.
+ * Usage: train_step [--models 0.5b,1.5b] [--seqs 2048,8192] [--gpus 1,2] [--steps N]
+ *                   [--recompute] [--out FILE]   (JSON, default bench/results/train_step-h200.json) */
+#include <stdio.h>
+
+#ifndef QRL_HAVE_CUDA
+int main(void) {
+    fprintf(stderr, "train_step: built without CUDA\n");
+    return 77;
+}
+#else
+#include <math.h>
+#include <nccl.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "cuda/gemm.cuh"
+#include "cuda/runtime.cuh"
+#include "model/model.h"
+#include "train/model_train_cuda.h"
+
+static void die(const char *what, const qrl_error *err) {
+    fprintf(stderr, "train_step: %s%s%s\n", what, err ? ": " : "", err ? err->msg : "");
+    exit(1);
+}
+
+static double now(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+/* cuBLAS BF16 GEMM rate (TFLOP/s), best of 10 after warmup. */
+static double gemm_peak(void) {
+    const int n = 8192;
+    qrl_error err;
+    qrl_cuda_gemm *g;
+    void *a, *b, *c;
+    if (qrl_cuda_gemm_new(&g, &err) || qrl_cuda_malloc(&a, (size_t)n * n * 2, &err) ||
+        qrl_cuda_malloc(&b, (size_t)n * n * 2, &err) || qrl_cuda_malloc(&c, (size_t)n * n * 4, &err))
+        die("gemm peak setup", &err);
+    double best = 0;
+    for (int i = 0; i < 13; i++) {
+        double t0 = now();
+        if (qrl_cuda_gemm_rm(g, QRL_GEMM_FWD, c, 1, a, b, n, n, n, 0.0f, NULL, &err) ||
+            qrl_cuda_synchronize(&err))
+            die("gemm peak", &err);
+        double t = now() - t0;
+        if (i >= 3 && 2.0 * n * n * (double)n / t / 1e12 > best) best = 2.0 * n * n * (double)n / t / 1e12;
+    }
+    qrl_cuda_free(a), qrl_cuda_free(b), qrl_cuda_free(c);
+    qrl_cuda_gemm_free(g);
+    return best;
+}
+
+static qrl_model *make_model(const char *name) {
+    bool big = !strcmp(name, "1.5b");
+    qrl_model_config c = {.arch = QRL_MODEL_ARCH_QWEN2, .dim = big ? 1536 : 896,
+                          .hidden_dim = big ? 8960 : 4864, .n_layers = big ? 28 : 24,
+                          .n_heads = big ? 12 : 14, .n_kv_heads = 2, .head_dim = big ? 128 : 64,
+                          .vocab_size = 151936, .max_seq_len = 32768, .norm_eps = 1e-6f,
+                          .qkv_bias = true, .tie_embeddings = true,
+                          .rope = {.theta = 1e6, .layout = QRL_ROPE_LAYOUT_HALF}};
+    snprintf(c.model_type, sizeof c.model_type, "qwen2");
+    qrl_model *m;
+    qrl_error err;
+    if (qrl_model_new(&c, &m, &err)) die("model", &err);
+    float a = (float)(0.02 * sqrt(768.0 / c.dim) * sqrt(3.0)); /* uniform with that std */
+    for (int i = 0; i < m->n_tensors; i++) {
+        qrl_model_tensor *t = &m->tensors[i];
+        size_t cnt = (size_t)t->shape[0] * (size_t)(t->ndim == 2 ? t->shape[1] : 1);
+#pragma omp parallel for schedule(static)
+        for (size_t j = 0; j < cnt; j++) {
+            uint64_t z = (j + 1) * 0x9e3779b97f4a7c15ull ^ (uint64_t)i << 40;
+            z = (z ^ (z >> 31)) * 0xbf58476d1ce4e5b9ull;
+            float u = (float)((z >> 40) & 0xffffff) / 16777216.0f * 2.0f - 1.0f;
+            t->data[j] = t->ndim == 2 ? a * u : 1.0f + 0.1f * u;
+        }
+    }
+    return m;
+}
+
+/* Parameters each token multiplies: every linear layer and the LM head. */
+static double matmul_params(const qrl_model_config *c) {
+    double D = c->dim, Q = (double)c->n_heads * c->head_dim, KV = (double)c->n_kv_heads * c->head_dim;
+    return c->n_layers * (D * Q + 2 * D * KV + Q * D + 3 * D * c->hidden_dim) +
+           (double)c->vocab_size * D;
+}
+
+typedef struct rank {
+    qrl_model_train_cuda_t *g;
+    int S, steps;
+    int32_t *tok, *tgt, *pos, *seg;
+    float *dlogp;
+    qrl_adamw_config cfg;
+    double t;
+    qrl_error err;
+    qrl_status st;
+} rank;
+
+static void *rank_main(void *p) {
+    rank *r = p;
+    double t0 = 0;
+    for (int i = 0; i < r->steps + 2 && r->st == QRL_OK; i++) { /* 2 warmup steps */
+        if (i == 2) {
+            if ((r->st = qrl_model_train_cuda_sync(r->g, &r->err))) break;
+            t0 = now();
+        }
+        qrl_model_train_cuda_zero_grad(r->g);
+        r->st = qrl_model_train_cuda_forward(r->g, r->tok, r->tgt, r->pos, r->seg, r->S, NULL, NULL,
+                                             &r->err);
+        if (!r->st) r->st = qrl_model_train_cuda_backward(r->g, r->dlogp, NULL, true, &r->err);
+        if (!r->st) r->st = qrl_model_train_cuda_adamw_step(r->g, &r->cfg, 1e-5, NULL, &r->err);
+    }
+    if (!r->st) r->st = qrl_model_train_cuda_sync(r->g, &r->err);
+    r->t = now() - t0;
+    return NULL;
+}
+
+typedef struct result {
+    char model[8];
+    int S, gpus;
+    bool recompute;
+    double step_s, tok_s, mfu, mfu_attn, mem_gib;
+} result;
+
+static bool run(qrl_model *m, const char *name, int S, int gpus, bool recompute, int steps,
+                double peak, result *res) {
+    rank r[2];
+    ncclComm_t comms[2];
+    int devs[2] = {0, 1};
+    if (gpus > 1 && ncclCommInitAll(comms, gpus, devs) != ncclSuccess) die("ncclCommInitAll", NULL);
+    size_t mem = 0;
+    for (int k = 0; k < gpus; k++) {
+        memset(&r[k], 0, sizeof r[k]);
+        qrl_model_train_cuda_opts o = {.max_tokens = S, .recompute_activations = recompute,
+                                       .device = k};
+        if (qrl_model_train_cuda_new(m, &o, &r[k].g, &r[k].err)) {
+            fprintf(stderr, "train_step: %s S=%d gpus=%d: %s\n", name, S, gpus, r[k].err.msg);
+            for (int j = 0; j < k; j++) qrl_model_train_cuda_destroy(r[j].g);
+            if (gpus > 1) for (int j = 0; j < gpus; j++) ncclCommDestroy(comms[j]);
+            return false;
+        }
+        if (gpus > 1) qrl_model_train_cuda_set_comm(r[k].g, comms[k]);
+        r[k].S = S, r[k].steps = steps, r[k].cfg = qrl_adamw_config_default();
+        r[k].tok = malloc(S * 4), r[k].tgt = malloc(S * 4), r[k].pos = malloc(S * 4);
+        r[k].seg = calloc(S, 4), r[k].dlogp = malloc(S * 4);
+        for (int t = 0; t < S; t++) {
+            r[k].tok[t] = (int32_t)(((uint64_t)(t + 1) * 2654435761u + k) % 151936);
+            r[k].pos[t] = t;
+            r[k].dlogp[t] = -1.0f / S;
+        }
+        for (int t = 0; t < S; t++) r[k].tgt[t] = t + 1 < S ? r[k].tok[t + 1] : -1;
+    }
+    pthread_t th[2];
+    for (int k = 0; k < gpus; k++) pthread_create(&th[k], NULL, rank_main, &r[k]);
+    for (int k = 0; k < gpus; k++) pthread_join(th[k], NULL);
+    bool ok = true;
+    double t = 0;
+    for (int k = 0; k < gpus; k++) {
+        if (r[k].st) {
+            fprintf(stderr, "train_step: %s S=%d gpus=%d rank %d: %s\n", name, S, gpus, k,
+                    r[k].err.msg);
+            ok = false;
+        }
+        if (r[k].t > t) t = r[k].t;
+        if (k == 0) mem = qrl_model_train_cuda_bytes(r[k].g, NULL);
+        qrl_model_train_cuda_destroy(r[k].g);
+        free(r[k].tok), free(r[k].tgt), free(r[k].pos), free(r[k].seg), free(r[k].dlogp);
+    }
+    if (gpus > 1) for (int k = 0; k < gpus; k++) ncclCommDestroy(comms[k]);
+    if (!ok) return false;
+    const qrl_model_config *c = &m->cfg;
+    double tokens = (double)S * gpus * steps, N = matmul_params(c);
+    double attn = 6.0 * c->n_layers * (double)S * c->n_heads * c->head_dim; /* per token */
+    snprintf(res->model, sizeof res->model, "%s", name);
+    res->S = S, res->gpus = gpus, res->recompute = recompute;
+    res->step_s = t / steps;
+    res->tok_s = tokens / t;
+    res->mfu = 6.0 * N * res->tok_s / (gpus * peak * 1e12);
+    res->mfu_attn = (6.0 * N + attn) * res->tok_s / (gpus * peak * 1e12);
+    res->mem_gib = mem / 1073741824.0;
+    return true;
+}
+
+static int parse_list(const char *s, int *out, int max) {
+    int n = 0;
+    for (const char *p = s; *p && n < max; p = strchr(p, ',') ? strchr(p, ',') + 1 : p + strlen(p))
+        out[n++] = atoi(p);
+    return n;
+}
+
+int main(int argc, char **argv) {
+    const char *out = "bench/results/train_step-h200.json", *models = "0.5b,1.5b";
+    int seqs[4] = {2048, 8192}, ns = 2, gl[2] = {1, 2}, ng = 2, steps = 5;
+    bool recompute = false;
+    for (int i = 1; i < argc; i++) {
+        if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+        else if (!strcmp(argv[i], "--models") && i + 1 < argc) models = argv[++i];
+        else if (!strcmp(argv[i], "--seqs") && i + 1 < argc) ns = parse_list(argv[++i], seqs, 4);
+        else if (!strcmp(argv[i], "--gpus") && i + 1 < argc) ng = parse_list(argv[++i], gl, 2);
+        else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--recompute")) recompute = true;
+        else {
+            fprintf(stderr, "usage: %s [--models 0.5b,1.5b] [--seqs 2048,8192] [--gpus 1,2] "
+                            "[--steps N] [--recompute] [--out FILE]\n", argv[0]);
+            return 2;
+        }
+    }
+    int ndev = 0;
+    qrl_cuda_device_count(&ndev, NULL);
+    if (ndev == 0) {
+        fprintf(stderr, "train_step: no CUDA device\n");
+        return 77;
+    }
+    char desc[256] = "";
+    qrl_cuda_device_describe(0, desc, sizeof desc, NULL);
+    double peak = gemm_peak();
+    printf("%s; cuBLAS BF16 GEMM 8192^3: %.1f TFLOP/s (the MFU denominator)\n", desc, peak);
+    result res[32];
+    int nr = 0;
+    char mlist[64];
+    snprintf(mlist, sizeof mlist, "%s", models);
+    for (char *name = strtok(mlist, ","); name; name = strtok(NULL, ",")) {
+        qrl_model *m = make_model(name);
+        printf("model %s: %.3f B parameters (%.3f B in matmuls)\n", name,
+               (double)(m->rope_inv_freq - m->arena) / 1e9, matmul_params(&m->cfg) / 1e9);
+        for (int si = 0; si < ns; si++)
+            for (int gi = 0; gi < ng; gi++) {
+                if (gl[gi] > ndev || gl[gi] < 1 || gl[gi] > 2) continue;
+                if (run(m, name, seqs[si], gl[gi], recompute, steps, peak, &res[nr])) nr++;
+            }
+        qrl_model_free(m);
+    }
+    printf("\n%-6s %6s %5s %9s %10s %12s %7s %9s %8s\n", "model", "seq", "gpus", "recomp",
+           "step s", "tokens/s", "MFU", "MFU+attn", "mem GiB");
+    for (int i = 0; i < nr; i++)
+        printf("%-6s %6d %5d %9s %10.3f %12.0f %6.1f%% %8.1f%% %8.1f\n", res[i].model, res[i].S,
+               res[i].gpus, res[i].recompute ? "yes" : "no", res[i].step_s, res[i].tok_s,
+               100 * res[i].mfu, 100 * res[i].mfu_attn, res[i].mem_gib);
+    FILE *f = fopen(out, "w");
+    if (!f) die(out, NULL);
+    fprintf(f, "{\n  \"bench\": \"train_step\",\n  \"device\": \"%s\",\n  \"gemm_bf16_tflops\": %.1f,\n"
+               "  \"steps\": %d,\n  \"results\": [", desc, peak, steps);
+    for (int i = 0; i < nr; i++)
+        fprintf(f, "%s\n    {\"model\": \"%s\", \"seq\": %d, \"gpus\": %d, \"recompute\": %s, "
+                   "\"step_s\": %.4f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, \"mfu_with_attention\": %.4f, "
+                   "\"device_mem_gib\": %.2f}",
+                i ? "," : "", res[i].model, res[i].S, res[i].gpus, res[i].recompute ? "true" : "false",
+                res[i].step_s, res[i].tok_s, res[i].mfu, res[i].mfu_attn, res[i].mem_gib);
+    fprintf(f, "\n  ]\n}\n");
+    fclose(f);
+    printf("wrote %s\n", out);
+    return 0;
+}
+#endif /* QRL_HAVE_CUDA */

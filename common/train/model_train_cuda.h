@@ -1,0 +1,94 @@
+/* Whole-model training engine on one CUDA device (issue #7; the CPU reference is
+ * model_train.h, whose batch format, results and gradient layout this engine shares).
+ *
+ * Numerics: F32 master weights on the device with a BF16 copy for compute; GEMMs BF16 x
+ * BF16 with F32 accumulation (cuBLAS); the residual stream, every gradient, the logits
+ * and the softmax statistics in F32; activations that feed a GEMM in BF16.  So results
+ * match the CPU engine within BF16 bounds, not bit for bit (atomics in the embedding,
+ * norm-gain and attention dq gradients also leave the summation order open).
+ *
+ * Memory: parameters 4 + 2 bytes, gradients 4 bytes, AdamW state 8 bytes per parameter;
+ * activations per token and layer about 4 (2 D) + 2 (2 D + 3 Q + 2 KV + 3 F) bytes kept
+ * for the backward; with recompute_activations only the F32 layer input stays and the
+ * layer's forward is re-run just before its backward (one layer's buffers shared by all).
+ * The LM head keeps F32 logits [T, V] and writes BF16 dlogits in chunks of rows.
+ *
+ * Data parallel: qrl_model_train_cuda_set_comm attaches an NCCL communicator; a backward
+ * called with sync_grads all-reduces (sums) each layer's gradient range on a second
+ * stream as soon as that layer's backward is done, overlapping the rest of the backward;
+ * the head and embedding are reduced at the end.  Every rank must run the same number of
+ * backward calls with sync_grads set (the last micro-batch of a step). */
+#ifndef QRL_TRAIN_MODEL_TRAIN_CUDA_H
+#define QRL_TRAIN_MODEL_TRAIN_CUDA_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "model/model.h"
+#include "train/adamw.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct qrl_model_train_cuda qrl_model_train_cuda_t; /* opaque */
+
+typedef struct qrl_model_train_cuda_opts {
+    int max_tokens;             /* tokens of the largest packed batch (> 0) */
+    bool recompute_activations; /* keep only each layer's input; re-run its forward */
+    int device;                 /* CUDA device ordinal */
+    int lm_head_chunk;          /* rows of BF16 dlogits at a time; <= 0: 1024 */
+} qrl_model_train_cuda_opts;
+
+/* Create the engine on opts->device and upload m's F32 weights (m is read only here and
+ * not kept).  Errors: OUT_OF_RANGE (max_tokens <= 0), UNSUPPORTED (head_dim odd or > 256),
+ * CUDA (no device, out of device memory: the message says how many bytes), NOMEM. */
+qrl_status qrl_model_train_cuda_new(const qrl_model *m, const qrl_model_train_cuda_opts *opts,
+                                    qrl_model_train_cuda_t **out, qrl_error *err);
+void qrl_model_train_cuda_destroy(qrl_model_train_cuda_t *tr);
+
+/* Bytes of device memory the engine holds, and the part that is activations. */
+size_t qrl_model_train_cuda_bytes(const qrl_model_train_cuda_t *tr, size_t *activation_bytes);
+
+void qrl_model_train_cuda_zero_grad(qrl_model_train_cuda_t *tr);
+
+/* As qrl_model_train_forward (host arrays [T]; logp and ent host outputs, either may be
+ * NULL).  Errors: as the CPU engine (OUT_OF_RANGE for T or a position, INVALID_ARGUMENT
+ * for a token or target id: names t), CUDA. */
+qrl_status qrl_model_train_cuda_forward(qrl_model_train_cuda_t *tr, const int32_t *tokens,
+                                        const int32_t *targets, const int32_t *pos,
+                                        const int32_t *seg, int T, float *logp, float *ent,
+                                        qrl_error *err);
+
+/* As qrl_model_train_backward (host dlogp[T], dent[T] or NULL): ADDS into the device
+ * gradients.  sync_grads: all-reduce the gradients over the attached communicator
+ * (no-op without one).  Errors: INVALID_ARGUMENT (no forward), CUDA, INTERNAL (NCCL). */
+qrl_status qrl_model_train_cuda_backward(qrl_model_train_cuda_t *tr, const float *dlogp,
+                                         const float *dent, bool sync_grads, qrl_error *err);
+
+/* Attach an NCCL communicator (ncclComm_t, created by the caller on this engine's device;
+ * NULL detaches).  The engine does not own it. */
+void qrl_model_train_cuda_set_comm(qrl_model_train_cuda_t *tr, void *nccl_comm);
+
+/* AdamW step on the device (formulas and errors of qrl_adamw_step: OUT_OF_RANGE on a
+ * non-finite gradient, naming the index, with nothing changed).  The state is created on
+ * the first call with cfg; info may be NULL. */
+qrl_status qrl_model_train_cuda_adamw_step(qrl_model_train_cuda_t *tr,
+                                           const qrl_adamw_config *cfg, double lr,
+                                           qrl_adamw_step_info *info, qrl_error *err);
+
+/* Copy the F32 gradients / master parameters (n_params floats in the layout of m->arena,
+ * n_params = rope_inv_freq - arena) to host memory.  Errors: CUDA. */
+qrl_status qrl_model_train_cuda_get_grads(qrl_model_train_cuda_t *tr, float *host,
+                                          qrl_error *err);
+qrl_status qrl_model_train_cuda_get_params(qrl_model_train_cuda_t *tr, float *host,
+                                           qrl_error *err);
+/* Wait for the device; reports an asynchronous error.  Errors: CUDA. */
+qrl_status qrl_model_train_cuda_sync(qrl_model_train_cuda_t *tr, qrl_error *err);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
