@@ -107,7 +107,8 @@ fwd_tc_kernel(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, c
     const int h = blockIdx.y, kh = h / (H / Hkv);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
     const int q0 = qt * FBM, q_last = min(q0 + FBM - 1, T - 1);
-    const int kt0 = seg_start[q0] / BN, kt1 = q_last / BN, ss_last = seg_start[q_last];
+    const int kt0 = max(seg_start[q0], 0) / BN, /* clamp: never read before row 0 */
+              kt1 = q_last / BN, ss_last = seg_start[q_last];
     const size_t qs = (size_t)H * HD, kvs = (size_t)Hkv * HD;
     const uint16_t *kb = k + (size_t)kh * HD, *vb = v + (size_t)kh * HD;
     load_tile<HD>(sQ, q + (size_t)h * HD, qs, q0, FBM, T);
@@ -413,7 +414,7 @@ static __global__ void fwd_simple_kernel(uint16_t *out, float *lse, const uint16
     int t = (int)(row / H), h = (int)(row % H), kh = h / (H / Hkv);
     float qv[MAXD], o[MAXD] = {0}, m = -INFINITY, l = 0.0f;
     load_row(qv, q + (size_t)row * hd, hd, lane);
-    for (int s = seg_start[t]; s <= t; s++) {
+    for (int s = max(seg_start[t], 0); s <= t; s++) {
         size_t kv = ((size_t)s * Hkv + kh) * hd;
         float sc = scale * dot_row(qv, k + kv, hd, lane);
         float mn = fmaxf(m, sc), a = expf(m - mn), p = expf(sc - mn);
@@ -456,7 +457,7 @@ static __global__ void dq_simple_kernel(float *dq, const uint16_t *dout, const u
     load_row(qv, q + (size_t)row * hd, hd, lane);
     load_row(ov, dout + (size_t)row * hd, hd, lane);
     float L = lse[(size_t)h * T + t], Dt = D[(size_t)h * T + t];
-    for (int s = seg_start[t]; s <= t; s++) {
+    for (int s = max(seg_start[t], 0); s <= t; s++) {
         size_t kv = ((size_t)s * Hkv + kh) * hd;
         float p = expf(scale * dot_row(qv, k + kv, hd, lane) - L);
         float ds = p * (dot_row(ov, v + kv, hd, lane) - Dt);
@@ -523,6 +524,15 @@ static qrl_status check_args(const char *what, int T, int H, int Hkv, int hd, qr
     return QRL_OK;
 }
 
+/* The tensor-core path moves 16-byte chunks (cp.async) and pairs of outputs. */
+static qrl_status check_align(const char *what, const void *const *p, int n, qrl_error *err) {
+    for (int i = 0; i < n; i++)
+        if ((uintptr_t)p[i] & 15)
+            return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                                 "%s: buffer %d at %p is not 16-byte aligned", what, i, p[i]);
+    return QRL_OK;
+}
+
 /* QRL_TRAIN_ATTN_SIMPLE=1 forces the CUDA-core path for every head_dim (A/B checks). */
 static bool use_tc(int hd) {
     const char *e = getenv("QRL_TRAIN_ATTN_SIMPLE");
@@ -568,6 +578,10 @@ extern "C" qrl_status qrl_cuda_train_attention_forward(uint16_t *out, float *lse
     QRL_TRY(check_args("train attention forward", T, H, Hkv, hd, err));
     cudaStream_t st = (cudaStream_t)stream;
     const float scale = (float)(1.0 / sqrt((double)hd));
+    if (use_tc(hd)) {
+        const void *p[] = {out, q, k, v};
+        QRL_TRY(check_align("train attention forward", p, 4, err));
+    }
     if (use_tc(hd) && hd == 64) return launch_fwd_tc<64>(out, lse, q, k, v, seg_start, T, H, Hkv, scale * LOG2E, st, err);
     if (use_tc(hd)) return launch_fwd_tc<128>(out, lse, q, k, v, seg_start, T, H, Hkv, scale * LOG2E, st, err);
     fwd_simple_kernel<<<warp_blocks((long)T * H), 128, 0, st>>>(out, lse, q, k, v, seg_start, T, H, Hkv, hd, scale);
@@ -588,6 +602,10 @@ extern "C" qrl_status qrl_cuda_train_attention_backward(float *dq, float *dk, fl
     QRL_TRY(check_args("train attention backward", T, H, Hkv, hd, err));
     cudaStream_t st = (cudaStream_t)stream;
     const float scale = (float)(1.0 / sqrt((double)hd));
+    if (use_tc(hd)) {
+        const void *p[] = {dout, q, k, v, dq, dk, dv};
+        QRL_TRY(check_align("train attention backward", p, 7, err));
+    }
     rowdot_kernel<<<warp_blocks((long)T * H), 128, 0, st>>>(work, dout, out, T, H, hd);
     QRL_TRY(qrl_cuda_launch_status_("train attention backward (row sums)", err));
     if (use_tc(hd) && hd == 64)

@@ -170,4 +170,9 @@ Test(cuda_train_attn, errors) {
                                                    2, 1, 258, &f, NULL, &err),
                  QRL_STATUS_UNSUPPORTED);
     cr_assert(strstr(err.msg, "258"), "%s", err.msg);
+    /* the tensor-core path moves 16-byte chunks */
+    static uint16_t al[64] __attribute__((aligned(16)));
+    cr_assert_eq(qrl_cuda_train_attention_forward(al, &f, al + 1, al, al, &s, 8, 2, 1, 64, NULL, &err),
+                 QRL_STATUS_INVALID_ARGUMENT);
+    cr_assert(strstr(err.msg, "aligned"), "%s", err.msg);
 }
