@@ -8,7 +8,10 @@
  * lse [H, T]; query head h reads kv head h / (H / Hkv).  seg_start[T] (int32, device) is
  * the index of the first token of t's sequence: token t attends to s iff
  * seg_start[t] <= s <= t (block-diagonal causal mask of a packed row).
- * Scale 1/sqrt(hd).  BF16 inputs, F32 softmax statistics and accumulation. */
+ * Scale 1/sqrt(hd).  BF16 inputs, F32 softmax statistics and accumulation.
+ * hd 64 and 128 run on tensor cores and need q, k, v, out, dout, dq, dk, dv 16-byte
+ * aligned (INVALID_ARGUMENT otherwise); dq/dk/dv are summed with F32 atomics (the order,
+ * hence the last bits, may vary between runs). */
 #ifndef QRL_CUDA_TRAIN_ATTENTION_CUH
 #define QRL_CUDA_TRAIN_ATTENTION_CUH
 
