@@ -12,6 +12,7 @@ if [ -f .device-deps/env.sh ]; then
   export PATH=/opt/qrl-deps/usr/bin:$PATH
 fi
 export NCCL_NVLS_ENABLE=0
+[ -d .stage-data ] && export QRL_DATA_DIR=$PWD/.stage-data   # ../shared/data staged here
 tests="test_cuda_train_ops test_cuda_train_attn test_cuda_train"
 targets=""
 for t in $tests; do [ -f tests/cuda/$t.c ] && targets="$targets build-gpu/tests/cuda/$t"; done

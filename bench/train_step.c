@@ -104,7 +104,8 @@ static double matmul_params(const qrl_model_config *c) {
 
 typedef struct rank {
     qrl_model_train_cuda_t *g;
-    int S, steps;
+    int S, steps, accum;
+    double t_fwd, t_bwd, t_opt; /* seconds over the measured steps */
     int32_t *tok, *tgt, *pos, *seg;
     float *dlogp;
     qrl_adamw_config cfg;
@@ -122,10 +123,20 @@ static void *rank_main(void *p) {
             t0 = now();
         }
         qrl_model_train_cuda_zero_grad(r->g);
-        r->st = qrl_model_train_cuda_forward(r->g, r->tok, r->tgt, r->pos, r->seg, r->S, NULL, NULL,
-                                             &r->err);
-        if (!r->st) r->st = qrl_model_train_cuda_backward(r->g, r->dlogp, NULL, true, &r->err);
+        /* every engine call ends with a stream sync: wall time between calls is the phase */
+        for (int a = 0; a < r->accum && !r->st; a++) {
+            double t1 = now();
+            r->st = qrl_model_train_cuda_forward(r->g, r->tok, r->tgt, r->pos, r->seg, r->S, NULL,
+                                                 NULL, &r->err);
+            double t2 = now();
+            if (!r->st)
+                r->st = qrl_model_train_cuda_backward(r->g, r->dlogp, NULL, a + 1 == r->accum,
+                                                      &r->err);
+            if (i >= 2) r->t_fwd += t2 - t1, r->t_bwd += now() - t2;
+        }
+        double t3 = now();
         if (!r->st) r->st = qrl_model_train_cuda_adamw_step(r->g, &r->cfg, 1e-5, NULL, &r->err);
+        if (i >= 2) r->t_opt += now() - t3;
     }
     if (!r->st) r->st = qrl_model_train_cuda_sync(r->g, &r->err);
     r->t = now() - t0;
@@ -134,13 +145,13 @@ static void *rank_main(void *p) {
 
 typedef struct result {
     char model[8];
-    int S, gpus;
+    int S, gpus, accum;
     bool recompute;
-    double step_s, tok_s, mfu, mfu_attn, mem_gib;
+    double step_s, tok_s, mfu, mfu_attn, mem_gib, fwd_ms, bwd_ms, opt_ms;
 } result;
 
 static bool run(qrl_model *m, const char *name, int S, int gpus, bool recompute, int steps,
-                double peak, result *res) {
+                int accum, double peak, result *res) {
     rank r[2];
     ncclComm_t comms[2];
     int devs[2] = {0, 1};
@@ -157,7 +168,7 @@ static bool run(qrl_model *m, const char *name, int S, int gpus, bool recompute,
             return false;
         }
         if (gpus > 1) qrl_model_train_cuda_set_comm(r[k].g, comms[k]);
-        r[k].S = S, r[k].steps = steps, r[k].cfg = qrl_adamw_config_default();
+        r[k].S = S, r[k].steps = steps, r[k].accum = accum, r[k].cfg = qrl_adamw_config_default();
         r[k].tok = malloc(S * 4), r[k].tgt = malloc(S * 4), r[k].pos = malloc(S * 4);
         r[k].seg = calloc(S, 4), r[k].dlogp = malloc(S * 4);
         for (int t = 0; t < S; t++) {
@@ -186,11 +197,13 @@ static bool run(qrl_model *m, const char *name, int S, int gpus, bool recompute,
     if (gpus > 1) for (int k = 0; k < gpus; k++) ncclCommDestroy(comms[k]);
     if (!ok) return false;
     const qrl_model_config *c = &m->cfg;
-    double tokens = (double)S * gpus * steps, N = matmul_params(c);
+    double tokens = (double)S * gpus * steps * accum, N = matmul_params(c);
     double attn = 6.0 * c->n_layers * (double)S * c->n_heads * c->head_dim; /* per token */
     snprintf(res->model, sizeof res->model, "%s", name);
-    res->S = S, res->gpus = gpus, res->recompute = recompute;
+    res->S = S, res->gpus = gpus, res->recompute = recompute, res->accum = accum;
     res->step_s = t / steps;
+    res->fwd_ms = 1e3 * r[0].t_fwd / (steps * accum), res->bwd_ms = 1e3 * r[0].t_bwd / (steps * accum);
+    res->opt_ms = 1e3 * r[0].t_opt / steps;
     res->tok_s = tokens / t;
     res->mfu = 6.0 * N * res->tok_s / (gpus * peak * 1e12);
     res->mfu_attn = (6.0 * N + attn) * res->tok_s / (gpus * peak * 1e12);
@@ -207,7 +220,7 @@ static int parse_list(const char *s, int *out, int max) {
 
 int main(int argc, char **argv) {
     const char *out = "bench/results/train_step-h200.json", *models = "0.5b,1.5b";
-    int seqs[4] = {2048, 8192}, ns = 2, gl[2] = {1, 2}, ng = 2, steps = 5;
+    int seqs[4] = {2048, 8192}, ns = 2, gl[2] = {1, 2}, ng = 2, steps = 5, accum = 1;
     bool recompute = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
@@ -215,15 +228,20 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--seqs") && i + 1 < argc) ns = parse_list(argv[++i], seqs, 4);
         else if (!strcmp(argv[i], "--gpus") && i + 1 < argc) ng = parse_list(argv[++i], gl, 2);
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--accum") && i + 1 < argc) accum = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--recompute")) recompute = true;
         else {
             fprintf(stderr, "usage: %s [--models 0.5b,1.5b] [--seqs 2048,8192] [--gpus 1,2] "
-                            "[--steps N] [--recompute] [--out FILE]\n", argv[0]);
+                            "[--steps N] [--accum N] [--recompute] [--out FILE]\n", argv[0]);
             return 2;
         }
     }
     int ndev = 0;
     qrl_cuda_device_count(&ndev, NULL);
+    if (accum < 1 || steps < 1) {
+        fprintf(stderr, "train_step: --steps and --accum must be >= 1\n");
+        return 2;
+    }
     if (ndev == 0) {
         fprintf(stderr, "train_step: no CUDA device\n");
         return 77;
@@ -243,26 +261,32 @@ int main(int argc, char **argv) {
         for (int si = 0; si < ns; si++)
             for (int gi = 0; gi < ng; gi++) {
                 if (gl[gi] > ndev || gl[gi] < 1 || gl[gi] > 2) continue;
-                if (run(m, name, seqs[si], gl[gi], recompute, steps, peak, &res[nr])) nr++;
+                if (run(m, name, seqs[si], gl[gi], recompute, steps, accum, peak, &res[nr])) nr++;
             }
         qrl_model_free(m);
     }
-    printf("\n%-6s %6s %5s %9s %10s %12s %7s %9s %8s\n", "model", "seq", "gpus", "recomp",
-           "step s", "tokens/s", "MFU", "MFU+attn", "mem GiB");
+    printf("\n%d micro-batch(es) of one sequence per GPU per optimizer step; fwd/bwd ms per "
+           "micro-batch, opt ms per step (rank 0)\n", accum);
+    printf("%-6s %6s %5s %7s %9s %11s %7s %9s %8s %8s %8s %8s\n", "model", "seq", "gpus",
+           "recomp", "step s", "tokens/s", "MFU", "MFU+attn", "fwd ms", "bwd ms", "opt ms",
+           "mem GiB");
     for (int i = 0; i < nr; i++)
-        printf("%-6s %6d %5d %9s %10.3f %12.0f %6.1f%% %8.1f%% %8.1f\n", res[i].model, res[i].S,
-               res[i].gpus, res[i].recompute ? "yes" : "no", res[i].step_s, res[i].tok_s,
-               100 * res[i].mfu, 100 * res[i].mfu_attn, res[i].mem_gib);
+        printf("%-6s %6d %5d %7s %9.3f %11.0f %6.1f%% %8.1f%% %8.1f %8.1f %8.1f %8.1f\n",
+               res[i].model, res[i].S, res[i].gpus, res[i].recompute ? "yes" : "no",
+               res[i].step_s, res[i].tok_s, 100 * res[i].mfu, 100 * res[i].mfu_attn,
+               res[i].fwd_ms, res[i].bwd_ms, res[i].opt_ms, res[i].mem_gib);
     FILE *f = fopen(out, "w");
     if (!f) die(out, NULL);
     fprintf(f, "{\n  \"bench\": \"train_step\",\n  \"device\": \"%s\",\n  \"gemm_bf16_tflops\": %.1f,\n"
                "  \"steps\": %d,\n  \"results\": [", desc, peak, steps);
     for (int i = 0; i < nr; i++)
         fprintf(f, "%s\n    {\"model\": \"%s\", \"seq\": %d, \"gpus\": %d, \"recompute\": %s, "
-                   "\"step_s\": %.4f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, \"mfu_with_attention\": %.4f, "
+                   "\"accum\": %d, \"step_s\": %.4f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, "
+                   "\"mfu_with_attention\": %.4f, \"fwd_ms\": %.2f, \"bwd_ms\": %.2f, \"opt_ms\": %.2f, "
                    "\"device_mem_gib\": %.2f}",
                 i ? "," : "", res[i].model, res[i].S, res[i].gpus, res[i].recompute ? "true" : "false",
-                res[i].step_s, res[i].tok_s, res[i].mfu, res[i].mfu_attn, res[i].mem_gib);
+                res[i].accum, res[i].step_s, res[i].tok_s, res[i].mfu, res[i].mfu_attn, res[i].fwd_ms,
+                res[i].bwd_ms, res[i].opt_ms, res[i].mem_gib);
     fprintf(f, "\n  ]\n}\n");
     fclose(f);
     printf("wrote %s\n", out);
