@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "kafka/kafka.h"
 #include "learner.h"
+#include "model/load.h"
 #include "sft.h"
 #include "verify/verify.h"
 
@@ -243,13 +244,12 @@ int main(int argc, char **argv) {
     if (threads > 0) omp_set_num_threads(threads);
 
     qrl_model *m;
-    if (qrl_model_load(model_path, &m, &err) != QRL_OK) die("%s", err.msg);
-    char tbuf[4096];
-    const char *tpath = qrl_config_get_string(cfg, "learner.tokenizer");
-    if (!*tpath) tpath = qrl_tokenizer_find_default(model_path, m->cfg.vocab_size, tbuf, sizeof tbuf);
-    if (!tpath) die("no tokenizer found beside %s; give --learner.tokenizer", model_path);
     qrl_tokenizer *tok;
-    if (qrl_tokenizer_load(tpath, m->cfg.vocab_size, &tok, &err) != QRL_OK) die("%s", err.msg);
+    char tpath[4096];
+    qrl_model_load_opts lo = {.tokenizer = qrl_config_get_string(cfg, "learner.tokenizer"),
+                              .tokenizer_option = "--learner.tokenizer"};
+    if (qrl_model_load_with_tokenizer(model_path, &lo, &m, &tok, tpath, sizeof tpath, &err) != QRL_OK)
+        die("%s", err.msg);
     if (qrl_config_get_enum(cfg, "mode") == 1) { /* sft */
         int rc = ld_sft_run(cfg, m, tok, tpath);
         qrl_tokenizer_free(tok);
