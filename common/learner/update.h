@@ -98,8 +98,9 @@ typedef struct qrl_learner qrl_learner_t; /* opaque */
 /* Create a learner that trains `m` in place (borrowed: must outlive the learner; its F32
  * weights are the parameters).  Allocates the training engine (max_tokens,
  * activation_recompute), AdamW state and, when loss.beta > 0, a frozen copy of m's current
- * weights as the reference policy (plus its own forward-only engine, which always
- * recomputes: it never runs a backward, so it keeps no layer's activations).  *out owned by the caller (qrl_learner_destroy).
+ * weights as the reference policy (plus its own forward-only engine, which always uses
+ * recomputation: it never runs a backward, so one layer's buffers serve every layer).
+ * *out owned by the caller (qrl_learner_destroy).
  * UAQ: with uaq_scale s != 1 the model is rescaled in place (qrl_model_apply_uaq) before
  * the reference copy, unless m->uaq_scale is s already (a resumed checkpoint).
  * Errors: INVALID_ARGUMENT naming the config field (ppo_epochs, minibatch_seqs,
