@@ -65,6 +65,7 @@ void qrl_learner_config_default(qrl_learner_config *c) {
     c->ppo_epochs = 1;
     c->minibatch_seqs = 0;
     c->max_tokens = 4096;
+    c->activation_recompute = false;
     c->adamw = qrl_adamw_config_default();
     c->lr = (qrl_lr_schedule){.decay = QRL_LR_DECAY_CONSTANT, .lr = 1e-6, .min_lr = 0,
                               .warmup_steps = 0, .total_steps = 1};
@@ -158,7 +159,9 @@ qrl_status qrl_learner_new(qrl_model *m, const qrl_learner_config *cfg, qrl_lear
     if (!l) return qrl_error_set(err, QRL_STATUS_NOMEM, "learner: struct");
     l->m = m;
     l->cfg = *cfg;
-    QRL_TRY_GOTO(qrl_model_train_new(m, cfg->max_tokens, &l->tr, err), fail);
+    qrl_model_train_opts to = {.max_tokens = cfg->max_tokens,
+                               .recompute_activations = cfg->activation_recompute};
+    QRL_TRY_GOTO(qrl_model_train_new_opts(m, &to, &l->tr, err), fail);
     l->params = qrl_model_train_params(l->tr, &l->n_params);
     l->grads = qrl_model_train_grads(l->tr, &l->n_params);
     QRL_TRY_GOTO(qrl_adamw_new(l->n_params, &cfg->adamw, &l->opt, err), fail);
@@ -171,8 +174,15 @@ qrl_status qrl_learner_new(qrl_model *m, const qrl_learner_config *cfg, qrl_lear
             goto fail;
         }
         memcpy(l->ref->arena, m->arena, l->n_params * sizeof(float));
-        QRL_TRY_GOTO(qrl_model_train_new(l->ref, cfg->max_tokens, &l->ref_tr, err), fail);
+        /* forward only (lp_ref): with recomputation it holds one layer's activations, and
+         * its log-probs are the same bits */
+        qrl_model_train_opts ro = {.max_tokens = cfg->max_tokens, .recompute_activations = true};
+        QRL_TRY_GOTO(qrl_model_train_new_opts(l->ref, &ro, &l->ref_tr, err), fail);
     }
+    QRL_LOG_INFO("learner", "training engine max_tokens=%d activation_recompute=%d "
+                 "activation_bytes=%zu ref_activation_bytes=%zu", cfg->max_tokens,
+                 (int)cfg->activation_recompute, qrl_model_train_activation_bytes(l->tr),
+                 l->ref_tr ? qrl_model_train_activation_bytes(l->ref_tr) : (size_t)0);
     size_t T = (size_t)cfg->max_tokens;
     l->tok = malloc(T * sizeof *l->tok);
     l->tgt = malloc(T * sizeof *l->tgt);

@@ -77,6 +77,10 @@ typedef struct qrl_learner_config {
     int minibatch_seqs;            /* sequences per optimizer step; 0 = all (default 0) */
     int max_tokens;                /* packed tokens per forward (micro-batch budget and
                                       engine capacity); >= 2; default 4096 */
+    bool activation_recompute;     /* training engine keeps only each layer's input and
+                                      recomputes the layer in the backward (less memory,
+                                      ~1 more forward per backward, same results);
+                                      default false */
     qrl_adamw_config adamw;        /* qrl_adamw_config_default (clip 1.0) */
     qrl_lr_schedule lr;            /* constant 1e-6, no warmup */
     float accuracy_threshold;      /* a response is correct when reward >= this; 1.0 */
@@ -92,9 +96,11 @@ void qrl_learner_config_default(qrl_learner_config *c);
 typedef struct qrl_learner qrl_learner_t; /* opaque */
 
 /* Create a learner that trains `m` in place (borrowed: must outlive the learner; its F32
- * weights are the parameters).  Allocates the training engine (max_tokens), AdamW state
- * and, when loss.beta > 0, a frozen copy of m's current weights as the reference policy
- * (plus its own engine).  *out owned by the caller (qrl_learner_destroy).
+ * weights are the parameters).  Allocates the training engine (max_tokens,
+ * activation_recompute), AdamW state and, when loss.beta > 0, a frozen copy of m's current
+ * weights as the reference policy (plus its own forward-only engine, which always uses
+ * recomputation: it never runs a backward, so one layer's buffers serve every layer).
+ * *out owned by the caller (qrl_learner_destroy).
  * UAQ: with uaq_scale s != 1 the model is rescaled in place (qrl_model_apply_uaq) before
  * the reference copy, unless m->uaq_scale is s already (a resumed checkpoint).
  * Errors: INVALID_ARGUMENT naming the config field (ppo_epochs, minibatch_seqs,

@@ -4,7 +4,11 @@
  *   per layer: h1 = rmsnorm(x); q,k,v = h1 W^T (+b); [Qwen3: head rmsnorm on q, k];
  *              rope(q, k); a = attention; x += a Wo^T (+bo);
  *              h2 = rmsnorm(x); x += (silu(h2 Wg^T) * (h2 Wu^T)) Wd^T
- *   logits = rmsnorm(x) lm_head^T;  logp, entropy = fused log-softmax pass. */
+ *   logits = rmsnorm(x) lm_head^T;  logp, entropy = fused log-softmax pass.
+ * With activation recomputation the forward keeps only each layer's input x and writes
+ * every layer into one shared set of buffers; the backward re-runs layer l's forward
+ * (layer_forward, the same code as the forward: results are bit-identical) just before
+ * layer l's backward. */
 #include "train/model_train.h"
 
 #include <stdbool.h>
@@ -14,9 +18,8 @@
 #include "core/alloc.h"
 #include "cpu/train_ops.h"
 
-/* Saved activations of one layer, each [max_tokens, width]. */
+/* Activations of one layer, each [max_tokens, width] (its input x is in xs[]). */
 typedef struct layer_act {
-    float *x_in;      /* [T, D] residual stream entering the layer */
     float *h1, *rstd1;
     float *q, *k, *v; /* projections (+bias), before q/k norm and rope */
     float *qn, *kn, *rstd_q, *rstd_k; /* after head rmsnorm (qk_norm only) */
@@ -30,11 +33,14 @@ typedef struct layer_act {
 struct qrl_model_train {
     qrl_model *m;
     int max_T;
+    bool recompute;    /* one shared layer_act, refilled by the backward */
     size_t n_params;
+    size_t block_floats;
     float *grads;      /* arena_floats, same layout as m->arena */
     float *block;      /* every activation and scratch buffer below */
-    layer_act *layers; /* [n_layers] */
-    float *x_final, *hf, *rstdf, *logits, *lse_v, *ent;
+    float **xs;        /* [n_layers + 1] residual stream entering layer l; [n_layers] = final */
+    layer_act *layers; /* [n_layers], or [1] (shared) with recompute */
+    float *hf, *rstdf, *logits, *lse_v, *ent;
     float *cos_t, *sin_t;
     /* backward scratch */
     float *ao, *dres, *dh, *dq, *dk, *dv, *dqn, *dkn, *datt, *dgate, *dup, *dhm;
@@ -93,15 +99,22 @@ static float *carve(float *base, size_t *off, size_t n) {
     return p;
 }
 
-/* One walk for counting and pointing, so the two cannot disagree. */
+/* Layer sets of activations: one per layer, or one shared with recomputation. */
+static int n_layer_sets(const qrl_model_train_t *tr) {
+    int L = tr->m->cfg.n_layers;
+    return tr->recompute && L > 0 ? 1 : L;
+}
+
+/* One walk for counting (b == NULL) and pointing, so the two cannot disagree.  The tables
+ * tr->xs and tr->layers exist in both walks (they receive NULLs when counting). */
 static size_t plan(qrl_model_train_t *tr, float *b) {
     const qrl_model_config *c = &tr->m->cfg;
     size_t T = (size_t)tr->max_T, D = (size_t)c->dim, F = (size_t)c->hidden_dim,
            H = (size_t)c->n_heads, Hkv = (size_t)c->n_kv_heads, hd = (size_t)c->head_dim,
            V = (size_t)c->vocab_size, Q = H * hd, KV = Hkv * hd, off = 0;
-    for (int l = 0; l < c->n_layers; l++) {
-        layer_act tmp, *a = b ? &tr->layers[l] : &tmp;
-        a->x_in = carve(b, &off, T * D);
+    for (int l = 0; l <= c->n_layers; l++) tr->xs[l] = carve(b, &off, T * D);
+    for (int l = 0; l < n_layer_sets(tr); l++) {
+        layer_act *a = &tr->layers[l];
         a->h1 = carve(b, &off, T * D), a->rstd1 = carve(b, &off, T);
         a->q = carve(b, &off, T * Q), a->k = carve(b, &off, T * KV), a->v = carve(b, &off, T * KV);
         if (c->qk_norm) {
@@ -117,7 +130,7 @@ static size_t plan(qrl_model_train_t *tr, float *b) {
         a->gate = carve(b, &off, T * F), a->up = carve(b, &off, T * F);
         a->hm = carve(b, &off, T * F);
     }
-    tr->x_final = carve(b, &off, T * D), tr->hf = carve(b, &off, T * D);
+    tr->hf = carve(b, &off, T * D);
     tr->rstdf = carve(b, &off, T), tr->logits = carve(b, &off, T * V);
     tr->lse_v = carve(b, &off, T), tr->ent = carve(b, &off, T);
     tr->cos_t = carve(b, &off, T * hd / 2), tr->sin_t = carve(b, &off, T * hd / 2);
@@ -136,30 +149,32 @@ static size_t plan(qrl_model_train_t *tr, float *b) {
     return off;
 }
 
-qrl_status qrl_model_train_new(qrl_model *m, int max_tokens, qrl_model_train_t **out,
-                               qrl_error *err) {
+qrl_status qrl_model_train_new_opts(qrl_model *m, const qrl_model_train_opts *o,
+                                    qrl_model_train_t **out, qrl_error *err) {
     *out = NULL;
-    if (max_tokens <= 0)
+    if (o->max_tokens <= 0)
         return qrl_error_set(err, QRL_STATUS_OUT_OF_RANGE, "model_train: max_tokens %d <= 0",
-                             max_tokens);
+                             o->max_tokens);
     qrl_model_train_t *tr = calloc(1, sizeof *tr);
     if (!tr) return qrl_error_set(err, QRL_STATUS_NOMEM, "model_train: engine struct");
     tr->m = m;
-    tr->max_T = max_tokens;
+    tr->max_T = o->max_tokens;
+    tr->recompute = o->recompute_activations;
     tr->n_params = (size_t)(m->rope_inv_freq - m->arena);
-    tr->layers = calloc((size_t)m->cfg.n_layers, sizeof *tr->layers);
-    size_t floats = plan(tr, NULL);
+    tr->xs = calloc((size_t)m->cfg.n_layers + 1, sizeof *tr->xs);
+    tr->layers = calloc((size_t)n_layer_sets(tr) + 1, sizeof *tr->layers);
     void *blk = NULL, *g = NULL;
     qrl_status st = QRL_OK;
-    if (!tr->layers) {
-        st = qrl_error_set(err, QRL_STATUS_NOMEM, "model_train: layer table");
+    if (!tr->xs || !tr->layers) {
+        st = qrl_error_set(err, QRL_STATUS_NOMEM, "model_train: layer tables");
         goto fail;
     }
-    QRL_TRY_GOTO(qrl_alloc_aligned(floats * sizeof(float), 0, &blk, err), fail);
+    tr->block_floats = plan(tr, NULL);
+    QRL_TRY_GOTO(qrl_alloc_aligned(tr->block_floats * sizeof(float), 0, &blk, err), fail);
     tr->block = blk;
     QRL_TRY_GOTO(qrl_alloc_aligned(m->arena_floats * sizeof(float), 0, &g, err), fail);
     tr->grads = g;
-    memset(tr->block, 0, floats * sizeof(float));
+    memset(tr->block, 0, tr->block_floats * sizeof(float));
     memset(tr->grads, 0, m->arena_floats * sizeof(float));
     plan(tr, tr->block);
     *out = tr;
@@ -169,10 +184,21 @@ fail:
     return st;
 }
 
+qrl_status qrl_model_train_new(qrl_model *m, int max_tokens, qrl_model_train_t **out,
+                               qrl_error *err) {
+    qrl_model_train_opts o = {.max_tokens = max_tokens, .recompute_activations = false};
+    return qrl_model_train_new_opts(m, &o, out, err);
+}
+
+size_t qrl_model_train_activation_bytes(const qrl_model_train_t *tr) {
+    return tr->block_floats * sizeof(float);
+}
+
 void qrl_model_train_destroy(qrl_model_train_t *tr) {
     if (!tr) return;
     qrl_free_aligned(tr->block);
     qrl_free_aligned(tr->grads);
+    free(tr->xs);
     free(tr->layers);
     free(tr);
 }
@@ -211,14 +237,52 @@ const float *qrl_model_train_logits(const qrl_model_train_t *tr) {
 
 /* ---- forward ----------------------------------------------------------------------------- */
 
+/* Activations of layer l: its own set, or the shared one with recomputation. */
+static layer_act *act_of(const qrl_model_train_t *tr, int l) {
+    return &tr->layers[tr->recompute ? 0 : l];
+}
+
+/* Layer l's forward over T tokens from x_in into a (tr->cos_t, sin_t and seg of the
+ * current batch).  The one composition of the layer ops: the forward and the backward's
+ * recomputation both call it, so the two cannot diverge.  x_out NULL (recomputation)
+ * stops after the MLP's hidden activation: the backward needs nothing past it. */
+static void layer_forward(qrl_model_train_t *tr, int l, layer_act *a, const float *x_in,
+                          float *x_out, int T) {
+    const qrl_model_config *c = &tr->m->cfg;
+    const qrl_layer_weights *w = &tr->m->layers[l];
+    const int D = c->dim, F = c->hidden_dim, H = c->n_heads, Hkv = c->n_kv_heads,
+              hd = c->head_dim, Q = H * hd, KV = Hkv * hd;
+    qrl_train_rmsnorm_forward(a->h1, a->rstd1, x_in, w->attn_norm, T, D, c->norm_eps);
+    qrl_train_matmul_forward(a->q, a->h1, w->wq, w->bq, T, D, Q);
+    qrl_train_matmul_forward(a->k, a->h1, w->wk, w->bk, T, D, KV);
+    qrl_train_matmul_forward(a->v, a->h1, w->wv, w->bv, T, D, KV);
+    if (c->qk_norm) {
+        qrl_train_head_rmsnorm_forward(a->qn, a->rstd_q, a->q, w->q_norm, T, H, hd,
+                                       c->norm_eps);
+        qrl_train_head_rmsnorm_forward(a->kn, a->rstd_k, a->k, w->k_norm, T, Hkv, hd,
+                                       c->norm_eps);
+    }
+    rope_fwd(tr, a->qr, a->qn, T, H);
+    rope_fwd(tr, a->kr, a->kn, T, Hkv);
+    qrl_train_attention_forward(a->att, a->lse, a->qr, a->kr, a->v, tr->seg, T, H, Hkv, hd);
+    qrl_train_matmul_forward(tr->ao, a->att, w->wo, w->bo, T, Q, D);
+    qrl_train_residual_forward(a->x_mid, x_in, tr->ao, (int64_t)T * D);
+    qrl_train_rmsnorm_forward(a->h2, a->rstd2, a->x_mid, w->ffn_norm, T, D, c->norm_eps);
+    qrl_train_matmul_forward(a->gate, a->h2, w->w_gate, NULL, T, D, F);
+    qrl_train_matmul_forward(a->up, a->h2, w->w_up, NULL, T, D, F);
+    qrl_train_swiglu_forward(a->hm, a->gate, a->up, (int64_t)T * F);
+    if (!x_out) return;
+    qrl_train_matmul_forward(tr->ao, a->hm, w->w_down, NULL, T, F, D);
+    qrl_train_residual_forward(x_out, a->x_mid, tr->ao, (int64_t)T * D);
+}
+
 qrl_status qrl_model_train_forward(qrl_model_train_t *tr, const int32_t *tokens,
                                    const int32_t *targets, const int32_t *pos,
                                    const int32_t *seg, int T, float *logp, float *ent,
                                    qrl_error *err) {
     const qrl_model *m = tr->m;
     const qrl_model_config *c = &m->cfg;
-    const int D = c->dim, F = c->hidden_dim, H = c->n_heads, Hkv = c->n_kv_heads,
-              hd = c->head_dim, V = c->vocab_size, Q = H * hd, KV = Hkv * hd;
+    const int D = c->dim, L = c->n_layers, hd = c->head_dim, V = c->vocab_size;
     tr->T = 0;
     if (T <= 0 || T > tr->max_T)
         return qrl_error_set(err, QRL_STATUS_OUT_OF_RANGE,
@@ -232,37 +296,10 @@ qrl_status qrl_model_train_forward(qrl_model_train_t *tr, const int32_t *tokens,
     memcpy(tr->tokens, tokens, (size_t)T * sizeof *tokens);
     memcpy(tr->targets, targets, (size_t)T * sizeof *targets);
     memcpy(tr->seg, seg, (size_t)T * sizeof *seg);
-    QRL_TRY(qrl_train_embedding_forward(c->n_layers > 0 ? tr->layers[0].x_in : tr->x_final, tokens,
-                                        m->tok_embedding, T, V, D, err));
+    QRL_TRY(qrl_train_embedding_forward(tr->xs[0], tokens, m->tok_embedding, T, V, D, err));
     qrl_train_rope_cos_sin(tr->cos_t, tr->sin_t, pos, m->rope_inv_freq, T, hd);
-
-    for (int l = 0; l < c->n_layers; l++) {
-        const qrl_layer_weights *w = &m->layers[l];
-        layer_act *a = &tr->layers[l];
-        float *x_out = l + 1 < c->n_layers ? tr->layers[l + 1].x_in : tr->x_final;
-        qrl_train_rmsnorm_forward(a->h1, a->rstd1, a->x_in, w->attn_norm, T, D, c->norm_eps);
-        qrl_train_matmul_forward(a->q, a->h1, w->wq, w->bq, T, D, Q);
-        qrl_train_matmul_forward(a->k, a->h1, w->wk, w->bk, T, D, KV);
-        qrl_train_matmul_forward(a->v, a->h1, w->wv, w->bv, T, D, KV);
-        if (c->qk_norm) {
-            qrl_train_head_rmsnorm_forward(a->qn, a->rstd_q, a->q, w->q_norm, T, H, hd,
-                                           c->norm_eps);
-            qrl_train_head_rmsnorm_forward(a->kn, a->rstd_k, a->k, w->k_norm, T, Hkv, hd,
-                                           c->norm_eps);
-        }
-        rope_fwd(tr, a->qr, a->qn, T, H);
-        rope_fwd(tr, a->kr, a->kn, T, Hkv);
-        qrl_train_attention_forward(a->att, a->lse, a->qr, a->kr, a->v, seg, T, H, Hkv, hd);
-        qrl_train_matmul_forward(tr->ao, a->att, w->wo, w->bo, T, Q, D);
-        qrl_train_residual_forward(a->x_mid, a->x_in, tr->ao, (int64_t)T * D);
-        qrl_train_rmsnorm_forward(a->h2, a->rstd2, a->x_mid, w->ffn_norm, T, D, c->norm_eps);
-        qrl_train_matmul_forward(a->gate, a->h2, w->w_gate, NULL, T, D, F);
-        qrl_train_matmul_forward(a->up, a->h2, w->w_up, NULL, T, D, F);
-        qrl_train_swiglu_forward(a->hm, a->gate, a->up, (int64_t)T * F);
-        qrl_train_matmul_forward(tr->ao, a->hm, w->w_down, NULL, T, F, D);
-        qrl_train_residual_forward(x_out, a->x_mid, tr->ao, (int64_t)T * D);
-    }
-    qrl_train_rmsnorm_forward(tr->hf, tr->rstdf, tr->x_final, m->final_norm, T, D, c->norm_eps);
+    for (int l = 0; l < L; l++) layer_forward(tr, l, act_of(tr, l), tr->xs[l], tr->xs[l + 1], T);
+    qrl_train_rmsnorm_forward(tr->hf, tr->rstdf, tr->xs[L], m->final_norm, T, D, c->norm_eps);
     qrl_train_matmul_forward(tr->logits, tr->hf, m->lm_head, NULL, T, D, V);
     float *lp = logp ? logp : tr->dh; /* dh is free scratch until the backward */
     QRL_TRY(qrl_train_logprob_forward(lp, tr->ent, tr->lse_v, tr->logits, targets, T, V, err));
@@ -296,13 +333,15 @@ qrl_status qrl_model_train_backward(qrl_model_train_t *tr, const float *dlogp,
     qrl_train_matmul_backward(tr->dh, gtwin(tr, m->lm_head), NULL, tr->logits, tr->hf,
                               m->lm_head, T, D, V);
     zero(tr->dres, TD);
-    qrl_train_rmsnorm_backward(tr->dres, gtwin(tr, m->final_norm), tr->dh, tr->x_final,
+    qrl_train_rmsnorm_backward(tr->dres, gtwin(tr, m->final_norm), tr->dh, tr->xs[c->n_layers],
                                m->final_norm, tr->rstdf, T, D);
 
     /* dres holds d loss / d (residual stream) at the current point, walking back */
     for (int l = c->n_layers - 1; l >= 0; l--) {
         const qrl_layer_weights *w = &m->layers[l];
-        const layer_act *a = &tr->layers[l];
+        layer_act *a = act_of(tr, l);
+        /* recomputation: the shared set still holds the last layer from the forward */
+        if (tr->recompute && l + 1 < c->n_layers) layer_forward(tr, l, a, tr->xs[l], NULL, T);
         /* MLP: x_out = x_mid + down(swiglu(gate(h2), up(h2))); dres passes to x_mid as is */
         zero(tr->dhm, TF);
         qrl_train_matmul_backward(tr->dhm, gtwin(tr, w->w_down), NULL, tr->dres, a->hm,
@@ -343,7 +382,7 @@ qrl_status qrl_model_train_backward(qrl_model_train_t *tr, const float *dlogp,
                                   T, D, KV);
         qrl_train_matmul_backward(tr->dh, gtwin(tr, w->wv), gtwin(tr, w->bv), tr->dv, a->h1,
                                   w->wv, T, D, KV);
-        qrl_train_rmsnorm_backward(tr->dres, gtwin(tr, w->attn_norm), tr->dh, a->x_in,
+        qrl_train_rmsnorm_backward(tr->dres, gtwin(tr, w->attn_norm), tr->dh, tr->xs[l],
                                    w->attn_norm, a->rstd1, T, D);
     }
     qrl_train_embedding_backward(gtwin(tr, m->tok_embedding), tr->dres, tr->tokens, T, V, D);

@@ -18,6 +18,7 @@
 #include "core/log.h"
 #include "kafka/kafka.h"
 #include "learner.h"
+#include "model/load.h"
 #include "sft.h"
 #include "verify/verify.h"
 
@@ -50,6 +51,10 @@ static const qrl_config_entry CONFIG[] = {
      "sequences per optimizer step (0 = the whole quota)"},
     {"learner.max_tokens", QRL_CONFIG_TYPE_INT, "4096", 2, 1 << 24, NULL, false,
      "packed tokens per forward pass (micro-batch budget)"},
+    {"learner.activation_recompute", QRL_CONFIG_TYPE_BOOL, "false", 0, 0, NULL, false,
+     "training engine keeps only each layer's input and recomputes the layer in the backward: "
+     "activations of 1 layer instead of L, for about one more forward per backward; same results "
+     "(also --mode sft)"},
     {"learner.adv", QRL_CONFIG_TYPE_ENUM, "grpo", 0, 0, "grpo|drgrpo|rloo", false, "advantage estimator"},
     {"learner.dynamic_sampling", QRL_CONFIG_TYPE_BOOL, "true", 0, 0, NULL, false,
      "drop groups whose rewards are all equal (DAPO)"},
@@ -182,6 +187,7 @@ static void learner_config(const qrl_config_t *cfg, qrl_learner_config *lc) {
     lc->ppo_epochs = (int)qrl_config_get_int(cfg, "learner.ppo_epochs");
     lc->minibatch_seqs = (int)qrl_config_get_int(cfg, "learner.minibatch_seqs");
     lc->max_tokens = (int)qrl_config_get_int(cfg, "learner.max_tokens");
+    lc->activation_recompute = qrl_config_get_bool(cfg, "learner.activation_recompute");
     lc->adamw.beta1 = (float)qrl_config_get_double(cfg, "adamw.beta1");
     lc->adamw.beta2 = (float)qrl_config_get_double(cfg, "adamw.beta2");
     lc->adamw.eps = (float)qrl_config_get_double(cfg, "adamw.eps");
@@ -238,13 +244,12 @@ int main(int argc, char **argv) {
     if (threads > 0) omp_set_num_threads(threads);
 
     qrl_model *m;
-    if (qrl_model_load(model_path, &m, &err) != QRL_OK) die("%s", err.msg);
-    char tbuf[4096];
-    const char *tpath = qrl_config_get_string(cfg, "learner.tokenizer");
-    if (!*tpath) tpath = qrl_tokenizer_find_default(model_path, m->cfg.vocab_size, tbuf, sizeof tbuf);
-    if (!tpath) die("no tokenizer found beside %s; give --learner.tokenizer", model_path);
     qrl_tokenizer *tok;
-    if (qrl_tokenizer_load(tpath, m->cfg.vocab_size, &tok, &err) != QRL_OK) die("%s", err.msg);
+    char tpath[4096];
+    qrl_model_load_opts lo = {.tokenizer = qrl_config_get_string(cfg, "learner.tokenizer"),
+                              .tokenizer_option = "--learner.tokenizer"};
+    if (qrl_model_load_with_tokenizer(model_path, &lo, &m, &tok, tpath, sizeof tpath, &err) != QRL_OK)
+        die("%s", err.msg);
     if (qrl_config_get_enum(cfg, "mode") == 1) { /* sft */
         int rc = ld_sft_run(cfg, m, tok, tpath);
         qrl_tokenizer_free(tok);

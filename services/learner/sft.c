@@ -236,7 +236,10 @@ int ld_sft_run(const qrl_config_t *cfg, qrl_model *m, const qrl_tokenizer *tok, 
                               qrl_config_get_string(cfg, "dataset.chat_template"), tok, max_len, &d, err);
     if (st != QRL_OK) goto done;
     size_t n;
-    QRL_TRY_GOTO(qrl_model_train_new(m, cap, &tr, err), done);
+    qrl_model_train_opts to = {
+        .max_tokens = cap,
+        .recompute_activations = qrl_config_get_bool(cfg, "learner.activation_recompute")};
+    QRL_TRY_GOTO(qrl_model_train_new_opts(m, &to, &tr, err), done);
     float *params = qrl_model_train_params(tr, &n), *grads = qrl_model_train_grads(tr, NULL);
     qrl_adamw_config ac = {.beta1 = (float)qrl_config_get_double(cfg, "adamw.beta1"),
                            .beta2 = (float)qrl_config_get_double(cfg, "adamw.beta2"),
@@ -265,8 +268,9 @@ int ld_sft_run(const qrl_config_t *cfg, qrl_model *m, const qrl_tokenizer *tok, 
     }
     ld_dataset_order(d.n, cur.seed, 0, cur.perm);
     int32_t *tk = buf, *tg = buf + cap, *sg = buf + 2 * cap, *ps = buf + 3 * cap;
-    QRL_LOG_INFO("sft", "start examples=%zu params=%zu steps=%d batch_tokens=%d lr=%g out=%s", d.n, n,
-                 steps, cap, sched.lr, out);
+    QRL_LOG_INFO("sft", "start examples=%zu params=%zu steps=%d batch_tokens=%d lr=%g out=%s "
+                 "activation_recompute=%d activation_bytes=%zu", d.n, n, steps, cap, sched.lr, out,
+                 (int)to.recompute_activations, qrl_model_train_activation_bytes(tr));
     double t0 = now_s(), tw = t0, loss_sum = 0, first = NAN, last = NAN;
     long long tok_win = 0, tok_all = 0, loss_n = 0, skipped = 0;
     for (int step = 0; step < steps; step++) {

@@ -16,6 +16,7 @@
 #include "core/config.h"
 #include "core/log.h"
 #include "model/kv_cache.h"
+#include "model/load.h"
 #include "model/model.h"
 #include "rollout.h"
 #include "tokenizer/tokenizer.h"
@@ -162,17 +163,16 @@ int main(int argc, char **argv) {
     if (!qrl_kv_format_implemented(kvf)) die("kv cache format not implemented by the CPU engine");
 
     qrl_model *m;
-    if (qrl_model_load(model_path, &m, &err) != QRL_OK) die("%s", err.msg);
+    qrl_tokenizer *tok;
+    char tpath[4096];
+    qrl_model_load_opts lo = {.tokenizer = qrl_config_get_string(cfg, "rollout.tokenizer"),
+                              .tokenizer_option = "--rollout.tokenizer"};
+    if (qrl_model_load_with_tokenizer(model_path, &lo, &m, &tok, tpath, sizeof tpath, &err) != QRL_OK)
+        die("%s", err.msg);
     qrl_precision prec;
     if (qrl_precision_parse(qrl_config_get_string(cfg, "rollout.precision"), &prec, &err) != QRL_OK ||
         qrl_model_quantize(m, prec, &err) != QRL_OK)
         die("%s", err.msg);
-    char tbuf[4096];
-    const char *tpath = qrl_config_get_string(cfg, "rollout.tokenizer");
-    if (!*tpath) tpath = qrl_tokenizer_find_default(model_path, m->cfg.vocab_size, tbuf, sizeof tbuf);
-    if (!tpath) die("no tokenizer found beside %s; give --rollout.tokenizer", model_path);
-    qrl_tokenizer *tok;
-    if (qrl_tokenizer_load(tpath, m->cfg.vocab_size, &tok, &err) != QRL_OK) die("%s", err.msg);
     QRL_LOG_INFO("rollout", "model loaded path=%s vocab=%d ctx=%d layers=%d tokenizer=%s precision=%s kv_cache=%s",
                  model_path, m->cfg.vocab_size, m->cfg.max_seq_len, m->cfg.n_layers, tpath,
                  qrl_precision_name(prec), qrl_kv_format_name(kvf));

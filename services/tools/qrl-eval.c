@@ -30,6 +30,7 @@
 #include <time.h>
 
 #include "core/config.h"
+#include "model/load.h"
 #include "model/model.h"
 #include "rollout/scheduler.h"
 #include "tokenizer/tokenizer.h"
@@ -202,19 +203,18 @@ int main(int argc, char **argv) {
     if (k == 0 && !greedy) die("--k 0 with --greedy false scores nothing");
 
     qrl_model *m;
-    if (qrl_model_load(mpath, &m, &err) != QRL_OK) die("%s", err.msg);
+    qrl_tokenizer *tok;
+    char tpath[4096];
+    qrl_model_load_opts lo = {.tokenizer = qrl_config_get_string(cfg, "tokenizer"),
+                              .tokenizer_option = "--tokenizer"};
+    if (qrl_model_load_with_tokenizer(mpath, &lo, &m, &tok, tpath, sizeof tpath, &err) != QRL_OK)
+        die("%s", err.msg);
     qrl_precision prec;
     qrl_kv_format kvf;
     if (qrl_precision_parse(qrl_config_get_string(cfg, "precision"), &prec, &err) != QRL_OK ||
         qrl_kv_format_parse(qrl_config_get_string(cfg, "kv_cache"), &kvf, &err) != QRL_OK ||
         qrl_model_quantize(m, prec, &err) != QRL_OK)
         die("%s", err.msg);
-    char tbuf[4096];
-    const char *tpath = qrl_config_get_string(cfg, "tokenizer");
-    if (!*tpath) tpath = qrl_tokenizer_find_default(mpath, m->cfg.vocab_size, tbuf, sizeof tbuf);
-    if (!tpath) die("no tokenizer found beside %s; give --tokenizer", mpath);
-    qrl_tokenizer *tok;
-    if (qrl_tokenizer_load(tpath, m->cfg.vocab_size, &tok, &err) != QRL_OK) die("%s", err.msg);
     item *items;
     size_t n = load_items(ds, qrl_config_get_string(cfg, "prompt_field"),
                           qrl_config_get_string(cfg, "answer_field"),

@@ -27,6 +27,7 @@
 #include "io/npy.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
+#include "model/load.h"
 #include "model/model.h"
 #include "model/sampler.h"
 #include "tokenizer/tokenizer.h"
@@ -277,11 +278,6 @@ static void encode_prompt(const opts *o, const qrl_tokenizer *tok, prompt *p) {
     if (p->n_ids == 0) die("prompt '%.40s' encodes to no tokens", p->text);
 }
 
-/* Default tokenizer: the HF folder itself; next to a .bin: tokenizer.bin or tok<V>.bin. */
-static const char *find_tokenizer(const opts *o, const qrl_model *m, char *buf, size_t n) {
-    return o->tokenizer ? o->tokenizer : qrl_tokenizer_find_default(o->model, m->cfg.vocab_size, buf, n);
-}
-
 /* ---- generation ----------------------------------------------------------------------- */
 
 static double now_s(void) {
@@ -478,19 +474,20 @@ int main(int argc, char **argv) {
         die("--kv-sink %d and --kv-recent %d must be >= 0", o.kv_sink, o.kv_recent);
     if (o.threads > 0) omp_set_num_threads(o.threads);
 
+    /* default tokenizer: the HF folder itself; next to a .bin: tokenizer.bin or tok<V>.bin;
+     * none is fine with --prompt-ids (ids in, ids out) */
     qrl_model *m;
-    if (qrl_model_load(o.model, &m, &err) != QRL_OK) die_err(&err);
-    /* linear layers quantized at load; LM head and embedding stay F32 (bf16: BF16) */
-    if (qrl_model_quantize(m, prec, &err) != QRL_OK) die_err(&err);
+    qrl_tokenizer *tok;
+    char tpath[4096];
+    qrl_model_load_opts lo = {.tokenizer = o.tokenizer, .tokenizer_optional = true};
+    if (qrl_model_load_with_tokenizer(o.model, &lo, &m, &tok, tpath, sizeof tpath, &err) != QRL_OK)
+        die_err(&err);
     int V = m->cfg.vocab_size;
-
-    char tbuf[4096];
-    const char *tpath = find_tokenizer(&o, m, tbuf, sizeof tbuf);
-    qrl_tokenizer *tok = NULL;
-    if (!tpath && !o.prompt_ids)
+    if (!tok && !o.prompt_ids)
         die("no tokenizer found for %s (tokenizer.json, vocab.json, tokenizer.bin or tok%d.bin); "
             "give --tokenizer", o.model, V);
-    if (tpath && qrl_tokenizer_load(tpath, V, &tok, &err) != QRL_OK) die_err(&err);
+    /* linear layers quantized at load; LM head and embedding stay F32 (bf16: BF16) */
+    if (qrl_model_quantize(m, prec, &err) != QRL_OK) die_err(&err);
     /* a tokenizer may be smaller than the embedding (padded vocabularies), never larger */
     if (tok && qrl_tokenizer_vocab_size(tok) > V)
         die("%s: tokenizer vocabulary %d is larger than the model's %d: wrong tokenizer for %s?",

@@ -2,7 +2,7 @@
 # SFT warm start end to end (docs/tasks.md): qrl-task init-model -> qrl-task gen ->
 # qrl-learner --mode sft (a few dozen steps) -> qrl-eval.  Checks: the SFT loss falls,
 # the output folder loads with its tokenizer, two runs with one seed write identical
-# weights, qrl-eval prints valid JSON with accuracy above 0 after SFT (0 before), and bad
+# weights (also with learner.activation_recompute), qrl-eval prints valid JSON with accuracy above 0 after SFT (0 before), and bad
 # input gives one "error:" line with exit status 1.  ~10 s of CPU (one thread).
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -76,6 +76,10 @@ sft --sft.steps 5 --sft.out "$tmp/d1" 2>/dev/null || fail "sft d1"
 sft --sft.steps 5 --sft.out "$tmp/d2" --learner.threads 2 2>/dev/null || fail "sft d2"
 cmp -s "$tmp/d1/model.safetensors" "$tmp/d2/model.safetensors" || fail "SFT not deterministic"
 cmp -s "$tmp/d1/model.safetensors" "$tmp/s1/model.safetensors" && fail "5 and $steps steps gave the same weights"
+# activation recomputation: the same weights, bit for bit, with less activation memory
+sft --sft.steps 5 --sft.out "$tmp/d3" --learner.activation_recompute true 2>"$tmp/rc.log" || fail "sft d3"
+cmp -s "$tmp/d1/model.safetensors" "$tmp/d3/model.safetensors" || fail "learner.activation_recompute changed the weights"
+grep -q 'activation_recompute=1 activation_bytes=' "$tmp/rc.log" || fail "no activation_recompute=1 in the start line: $(cat "$tmp/rc.log")"
 
 # 4. after SFT
 "$bin/qrl-eval" --model "$tmp/s1" --dataset "$tmp/test.jsonl" --task arith --k 2 --n 40 --max-tokens 24 \

@@ -5,7 +5,8 @@
  *  - zero-variance groups dropped and counted, singleton groups, all-dropped updates;
  *  - a non-finite behavior log-prob refuses the whole update, parameters untouched;
  *  - a non-finite gradient skips the optimizer step, parameters untouched;
- *  - determinism (same seed: bit-identical parameters) and the seed's effect;
+ *  - determinism (same seed: bit-identical parameters) and the seed's effect; the same
+ *    with activation recomputation (learner.activation_recompute);
  *  - micro-batch accumulation equals one big batch (token- and sequence-mean);
  *  - loss modes naive / prox / decoupled on perturbed behavior log-probs: statistics
  *    against direct counts;
@@ -338,7 +339,7 @@ Test(learner_update, non_finite_gradient_skips_step) {
 }
 
 /* Two updates of 2 epochs x minibatches of 5 from model seed 7; returns the parameters. */
-static float *train_twice(uint64_t seed, size_t *n) {
+static float *train_twice_rc(uint64_t seed, bool recompute, size_t *n) {
     qrl_model *m = tiny_model(7);
     qrl_learner_config c;
     qrl_learner_config_default(&c);
@@ -346,6 +347,8 @@ static float *train_twice(uint64_t seed, size_t *n) {
     c.ppo_epochs = 2;
     c.minibatch_seqs = 5;
     c.seed = seed;
+    c.max_tokens = 24; /* micro-batches: accumulation through the engine */
+    c.activation_recompute = recompute;
     qrl_learner_t *l = learner(m, &c);
     tgroup t[3];
     three_groups(l, t);
@@ -362,12 +365,26 @@ static float *train_twice(uint64_t seed, size_t *n) {
     return p;
 }
 
+static float *train_twice(uint64_t seed, size_t *n) { return train_twice_rc(seed, false, n); }
+
 Test(learner_update, same_seed_bit_identical) {
     size_t n;
     float *a = train_twice(11, &n), *b = train_twice(11, &n), *c = train_twice(12, &n);
     cr_assert_eq(memcmp(a, b, n * sizeof(float)), 0);
     cr_assert_neq(memcmp(a, c, n * sizeof(float)), 0, "the seed should change the shuffle");
     free(a), free(b), free(c);
+}
+
+/* learner.activation_recompute: the same parameters, bit for bit (loss.beta > 0 by
+ * default: the reference engine runs too). */
+Test(learner_update, activation_recompute_bit_identical) {
+    size_t n;
+    float *a = train_twice_rc(11, false, &n), *b = train_twice_rc(11, true, &n);
+    qrl_model *m0 = tiny_model(7);
+    cr_assert_neq(memcmp(a, m0->arena, n * sizeof(float)), 0, "the updates changed nothing");
+    cr_assert_eq(memcmp(a, b, n * sizeof(float)), 0);
+    qrl_model_free(m0);
+    free(a), free(b);
 }
 
 /* One update with max_tokens `mt` (micro-batching when small). */
