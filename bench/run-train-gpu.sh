@@ -13,7 +13,7 @@ if [ -f .device-deps/env.sh ]; then
 fi
 export NCCL_NVLS_ENABLE=0
 [ -d .stage-data ] && export QRL_DATA_DIR=$PWD/.stage-data   # ../shared/data staged here
-tests="test_cuda_train_ops test_cuda_train_attn test_cuda_train"
+tests="test_cuda_train_ops test_cuda_train_attn test_cuda_train test_cuda_learner"
 targets=""
 for t in $tests; do [ -f tests/cuda/$t.c ] && targets="$targets build-gpu/tests/cuda/$t"; done
 make -k -j"$(nproc)" BUILD=build-gpu $targets build-gpu/bench/train_step > "$out/train-build.log" 2>&1 \
@@ -23,7 +23,7 @@ if [ "$what" != bench ]; then
   for t in $tests; do
     [ -x build-gpu/tests/cuda/$t ] || continue
     build-gpu/tests/cuda/$t --verbose > "$out/$t.log" 2>&1; r=$?
-    grep -E '^train |^recompute|^data parallel|attn|FAIL|Assert|CRASH|Synthesis' "$out/$t.log" | tail -40
+    grep -E "^train |^recompute|^data parallel|^learner|attn|FAIL|Assert|CRASH|Synthesis" "$out/$t.log" | tail -40
     echo "$t rc=$r"; [ $r -eq 0 ] || rc=1
   done
 fi

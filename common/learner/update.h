@@ -81,6 +81,10 @@ typedef struct qrl_learner_config {
                                       recomputes the layer in the backward (less memory,
                                       ~1 more forward per backward, same results);
                                       default false */
+    int device;                    /* -1: CPU engine (default); >= 0: the CUDA training
+                                      engine (model_train_cuda.h) on that GPU, BF16 compute:
+                                      the F32 parameters are copied back into the model after
+                                      every optimizer step */
     qrl_adamw_config adamw;        /* qrl_adamw_config_default (clip 1.0) */
     qrl_lr_schedule lr;            /* constant 1e-6, no warmup */
     float accuracy_threshold;      /* a response is correct when reward >= this; 1.0 */
@@ -105,14 +109,23 @@ typedef struct qrl_learner qrl_learner_t; /* opaque */
  * the reference copy, unless m->uaq_scale is s already (a resumed checkpoint).
  * Errors: INVALID_ARGUMENT naming the config field (ppo_epochs, minibatch_seqs,
  * max_tokens, accuracy_threshold, loss.*, adamw.*, lr.*; uaq_scale differing from a scale
- * already applied to m), NOMEM. */
+ * already applied to m), UNSUPPORTED (device >= 0 in a build without CUDA), CUDA (no such
+ * device, out of device memory), NOMEM. */
 qrl_status qrl_learner_new(qrl_model *m, const qrl_learner_config *cfg, qrl_learner_t **out,
                            qrl_error *err);
 /* Free the learner (not the model); NULL is a no-op. */
 void qrl_learner_destroy(qrl_learner_t *l);
 
-/* The optimizer (borrowed; for checkpoints: qrl_adamw_save / load). */
+/* The optimizer (borrowed; for checkpoints: qrl_adamw_save / load).  With a CUDA engine
+ * the state lives on the GPU: call qrl_learner_sync_host before saving it and
+ * qrl_learner_sync_device after loading it (or after loading weights into the model). */
 qrl_adamw_t *qrl_learner_optimizer(qrl_learner_t *l);
+/* CUDA engine: copy the AdamW state (moments, step count) to the host optimizer.  No-op on
+ * the CPU engine.  Errors: CUDA. */
+qrl_status qrl_learner_sync_host(qrl_learner_t *l, qrl_error *err);
+/* CUDA engine: upload the model's weights and the host optimizer state to the GPU.  No-op
+ * on the CPU engine.  Errors: CUDA. */
+qrl_status qrl_learner_sync_device(qrl_learner_t *l, qrl_error *err);
 /* Updates run so far (each call of qrl_learner_update that returned OK, even one whose
  * optimizer steps were all skipped); keys the shuffle RNG together with the seed. */
 uint64_t qrl_learner_updates(const qrl_learner_t *l);

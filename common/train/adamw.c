@@ -78,6 +78,8 @@ void qrl_adamw_destroy(qrl_adamw_t *opt) {
 size_t qrl_adamw_size(const qrl_adamw_t *opt) { return opt->n; }
 int64_t qrl_adamw_steps(const qrl_adamw_t *opt) { return opt->step; }
 qrl_adamw_config qrl_adamw_get_config(const qrl_adamw_t *opt) { return opt->cfg; }
+void qrl_adamw_moments(qrl_adamw_t *opt, float **m, float **v) { *m = opt->m, *v = opt->v; }
+void qrl_adamw_set_steps(qrl_adamw_t *opt, int64_t steps) { opt->step = steps; }
 
 /* ---- the step ------------------------------------------------------------------------ */
 

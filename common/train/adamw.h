@@ -60,6 +60,12 @@ size_t qrl_adamw_size(const qrl_adamw_t *opt);
 int64_t qrl_adamw_steps(const qrl_adamw_t *opt);
 qrl_adamw_config qrl_adamw_get_config(const qrl_adamw_t *opt);
 
+/* The moment buffers m[n] and v[n] (borrowed; for an engine that keeps its own copy, e.g.
+ * on a GPU, to save or restore through qrl_adamw_save / load). */
+void qrl_adamw_moments(qrl_adamw_t *opt, float **m, float **v);
+/* Set the step count (with the moments copied in from such an engine). */
+void qrl_adamw_set_steps(qrl_adamw_t *opt, int64_t steps);
+
 /* Global L2 norm of g[n], summed in double over fixed chunks (thread-count independent);
  * inf or nan when an element is not finite. */
 double qrl_adamw_grad_norm(const float *g, size_t n);

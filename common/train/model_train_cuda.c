@@ -514,6 +514,20 @@ qrl_status qrl_model_train_cuda_backward(qrl_model_train_cuda_t *tr, const float
 
 /* ---- optimizer and copies ---------------------------------------------------------------- */
 
+/* Device AdamW state, created zeroed on first use. */
+static qrl_status adam_alloc(qrl_model_train_cuda_t *tr, qrl_error *err) {
+    if (tr->adam_m) return QRL_OK;
+    size_t n = tr->n_params;
+    if (cudaMalloc((void **)&tr->adam_m, n * 8) != cudaSuccess) {
+        cudaGetLastError();
+        tr->adam_m = NULL;
+        return qrl_error_set(err, QRL_STATUS_CUDA, "cuda train: out of device memory for the "
+                             "AdamW state (%zu bytes)", n * 8);
+    }
+    tr->adam_v = tr->adam_m + n;
+    return cu(cudaMemsetAsync(tr->adam_m, 0, n * 8, tr->s), "memset", err);
+}
+
 qrl_status qrl_model_train_cuda_adamw_step(qrl_model_train_cuda_t *tr,
                                            const qrl_adamw_config *cfg, double lr,
                                            qrl_adamw_step_info *info, qrl_error *err) {
@@ -523,16 +537,7 @@ qrl_status qrl_model_train_cuda_adamw_step(qrl_model_train_cuda_t *tr,
                              "adamw step %lld: learning rate %g is not a finite value >= 0",
                              (long long)tr->adam_step + 1, lr);
     QRL_TRY(cu(cudaSetDevice(tr->o.device), "cudaSetDevice", err));
-    if (!tr->adam_m) {
-        if (cudaMalloc((void **)&tr->adam_m, n * 8) != cudaSuccess) {
-            cudaGetLastError();
-            tr->adam_m = NULL;
-            return qrl_error_set(err, QRL_STATUS_CUDA, "cuda train: out of device memory for "
-                                 "the AdamW state (%zu bytes)", n * 8);
-        }
-        tr->adam_v = tr->adam_m + n;
-        QRL_TRY(cu(cudaMemsetAsync(tr->adam_m, 0, n * 8, tr->s), "memset", err));
-    }
+    QRL_TRY(adam_alloc(tr, err));
     int parts = qrl_cuda_train_norm_parts();
     double hpart[1024];
     int64_t bad = (int64_t)n;
@@ -583,6 +588,38 @@ qrl_status qrl_model_train_cuda_get_params(qrl_model_train_cuda_t *tr, float *ho
     QRL_TRY(cu(cudaStreamSynchronize(tr->s), "sync", err));
     return cu(cudaMemcpy(host, tr->params, tr->n_params * 4, cudaMemcpyDeviceToHost), "download",
               err);
+}
+
+qrl_status qrl_model_train_cuda_set_params(qrl_model_train_cuda_t *tr, const float *host,
+                                           qrl_error *err) {
+    QRL_TRY(cu(cudaSetDevice(tr->o.device), "cudaSetDevice", err));
+    QRL_TRY(cu(cudaStreamSynchronize(tr->s), "sync", err));
+    QRL_TRY(cu(cudaMemcpy(tr->params, host, tr->n_params * 4, cudaMemcpyHostToDevice), "upload",
+               err));
+    QRL_TRY(qrl_cuda_f32_to_bf16(tr->params, tr->pbf, tr->n_params, tr->s, err));
+    return cu(cudaStreamSynchronize(tr->s), "set params", err);
+}
+
+qrl_status qrl_model_train_cuda_adamw_state(qrl_model_train_cuda_t *tr, float *m, float *v,
+                                            int64_t *steps, bool to_host, qrl_error *err) {
+    size_t bytes = tr->n_params * 4;
+    QRL_TRY(cu(cudaSetDevice(tr->o.device), "cudaSetDevice", err));
+    QRL_TRY(cu(cudaStreamSynchronize(tr->s), "sync", err));
+    if (to_host) {
+        *steps = tr->adam_step;
+        if (!tr->adam_m) {
+            memset(m, 0, bytes), memset(v, 0, bytes);
+            return QRL_OK;
+        }
+        QRL_TRY(cu(cudaMemcpy(m, tr->adam_m, bytes, cudaMemcpyDeviceToHost), "download", err));
+        return cu(cudaMemcpy(v, tr->adam_v, bytes, cudaMemcpyDeviceToHost), "download", err);
+    }
+    QRL_TRY(adam_alloc(tr, err));
+    QRL_TRY(cu(cudaStreamSynchronize(tr->s), "sync", err));
+    QRL_TRY(cu(cudaMemcpy(tr->adam_m, m, bytes, cudaMemcpyHostToDevice), "upload", err));
+    QRL_TRY(cu(cudaMemcpy(tr->adam_v, v, bytes, cudaMemcpyHostToDevice), "upload", err));
+    tr->adam_step = *steps;
+    return QRL_OK;
 }
 
 qrl_status qrl_model_train_cuda_sync(qrl_model_train_cuda_t *tr, qrl_error *err) {

@@ -85,6 +85,16 @@ qrl_status qrl_model_train_cuda_get_grads(qrl_model_train_cuda_t *tr, float *hos
                                           qrl_error *err);
 qrl_status qrl_model_train_cuda_get_params(qrl_model_train_cuda_t *tr, float *host,
                                            qrl_error *err);
+/* Replace the master parameters with host[n_params] (F32, the layout of m->arena) and
+ * refresh the BF16 copy, e.g. after a checkpoint was loaded into the model.  Errors: CUDA. */
+qrl_status qrl_model_train_cuda_set_params(qrl_model_train_cuda_t *tr, const float *host,
+                                           qrl_error *err);
+/* Copy the AdamW state between the device and host arrays m[n_params], v[n_params] and
+ * *steps: to_host true downloads (zeros and 0 before the first step), false uploads
+ * (creating the device state if needed).  Errors: CUDA. */
+qrl_status qrl_model_train_cuda_adamw_state(qrl_model_train_cuda_t *tr, float *m, float *v,
+                                            int64_t *steps, bool to_host, qrl_error *err);
+
 /* Wait for the device; reports an asynchronous error.  Errors: CUDA. */
 qrl_status qrl_model_train_cuda_sync(qrl_model_train_cuda_t *tr, qrl_error *err);
 

@@ -34,7 +34,9 @@ void ld_ckpt_run(ld_trainer *t, ld_job *j) {
     qrl_error err;
     double t0 = now_s();
     c->state.learner_updates = qrl_learner_updates(t->l);
-    j->st = qrl_ckpt_write(c->root, t->m, qrl_learner_optimizer(t->l), &c->state, c->keep, c->dir, &c->bytes,
+    j->st = qrl_learner_sync_host(t->l, &err); /* a GPU engine's AdamW state */
+    if (j->st == QRL_OK)
+        j->st = qrl_ckpt_write(c->root, t->m, qrl_learner_optimizer(t->l), &c->state, c->keep, c->dir, &c->bytes,
                            &err);
     c->seconds = now_s() - t0;
     if (j->st != QRL_OK) snprintf(j->error, sizeof j->error, "%s", err.msg);
@@ -77,7 +79,7 @@ qrl_status ld_ckpt_restore_trainer(ld_trainer *t, const char *dir, const qrl_ckp
     QRL_TRY(qrl_ckpt_load_params(dir, t->m, err));
     QRL_TRY(qrl_ckpt_load_optimizer(dir, qrl_learner_optimizer(t->l), err));
     qrl_learner_set_updates(t->l, s->learner_updates);
-    return QRL_OK;
+    return qrl_learner_sync_device(t->l, err); /* a GPU engine takes both */
 }
 
 /* ---- loop side (the ld_daemon of loop.c, daemon.h) ----------------------------------- */

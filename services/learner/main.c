@@ -55,6 +55,11 @@ static const qrl_config_entry CONFIG[] = {
      "training engine keeps only each layer's input and recomputes the layer in the backward: "
      "activations of 1 layer instead of L, for about one more forward per backward; same results "
      "(also --mode sft)"},
+    {"learner.device", QRL_CONFIG_TYPE_ENUM, "cpu", 0, 0, "cpu|cuda", false,
+     "training engine: cpu (F32 reference) or cuda (BF16 compute, F32 master weights and "
+     "AdamW on the GPU; docs/train.md); RL updates only, --mode sft trains on the CPU"},
+    {"learner.cuda_device", QRL_CONFIG_TYPE_INT, "0", 0, 1024, NULL, false,
+     "GPU ordinal of the cuda training engine"},
     {"learner.adv", QRL_CONFIG_TYPE_ENUM, "grpo", 0, 0, "grpo|drgrpo|rloo", false, "advantage estimator"},
     {"learner.dynamic_sampling", QRL_CONFIG_TYPE_BOOL, "true", 0, 0, NULL, false,
      "drop groups whose rewards are all equal (DAPO)"},
@@ -188,6 +193,8 @@ static void learner_config(const qrl_config_t *cfg, qrl_learner_config *lc) {
     lc->minibatch_seqs = (int)qrl_config_get_int(cfg, "learner.minibatch_seqs");
     lc->max_tokens = (int)qrl_config_get_int(cfg, "learner.max_tokens");
     lc->activation_recompute = qrl_config_get_bool(cfg, "learner.activation_recompute");
+    lc->device = qrl_config_get_enum(cfg, "learner.device") == 1
+                     ? (int)qrl_config_get_int(cfg, "learner.cuda_device") : -1;
     lc->adamw.beta1 = (float)qrl_config_get_double(cfg, "adamw.beta1");
     lc->adamw.beta2 = (float)qrl_config_get_double(cfg, "adamw.beta2");
     lc->adamw.eps = (float)qrl_config_get_double(cfg, "adamw.eps");

@@ -11,7 +11,7 @@
  *   gradients: relative L2 over all parameters <= GRAD_TOL, and per tensor <= TENSOR_TOL.
  * Measured on H200: log-probs within 1.0e-2..1.6e-2 (0.10 for stories260K, max |logit|
  * 17), gradients 0.7e-2..1.2e-2 overall (3.1e-2 stories260K), worst tensor <= 1.6e-2
- * (0.116 stories260K). */
+ * (0.116 stories260K).
  * Also: recomputed activations give the same log-probs (bit for bit) and gradients (up to
  * atomics' order); AdamW on the device equals the CPU AdamW on the same gradients; a
  * non-finite gradient leaves the parameters unchanged; 2-GPU data parallel equals one
