@@ -6,10 +6,12 @@
  * regions around every output.  Bounds:
  *   out (BF16):  relative L2 <= 1e-2 (one BF16 rounding of the output is <= 2^-9 per
  *                element, plus P rounded to BF16 for P V on the tensor-core path)
- *   lse (F32):   max abs <= 1e-3 (F32 online softmax; the scores are F32 dot products of
- *                the same BF16 values)
- *   dq/dk/dv:    relative L2 <= 2e-2 (P and dS rounded to BF16 before the products, as
- *                FlashAttention-2; out is BF16 in D = rowsum(dout * out))
+ *   lse (F32):   max abs <= 1e-4 (F32 online softmax; the scores are F32 dot products of
+ *                the same BF16 values; measured <= 3e-6 at T = 2048)
+ *   dq/dk/dv:    relative L2 <= 1e-2 (P and dS rounded to BF16 before the products, as
+ *                FlashAttention-2, and out is BF16 in D = rowsum(dout * out): measured
+ *                ~2e-3 on the tensor-core path, ~1e-3 on the CUDA-core one)
+ * (measured out error ~2e-3: the bounds keep a 5x margin over run-to-run variation)
  * The CPU backward runs on its own F32 out and lse (the exact gradient of the BF16
  * inputs), the GPU backward on the GPU forward's: the bounds cover the whole chain. */
 #include "cuda_test_util.h"
@@ -18,8 +20,8 @@
 #include "cuda/train_attention.cuh"
 
 #define OUT_TOL 1e-2
-#define LSE_TOL 1e-3
-#define GRAD_TOL 2e-2
+#define LSE_TOL 1e-4
+#define GRAD_TOL 1e-2
 
 /* zero-filled interior (the backward accumulates), poisoned guards */
 static guarded guarded_zero(size_t n) {
