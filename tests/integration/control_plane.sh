@@ -129,7 +129,8 @@ QRL_LOG_LEVEL=debug "$learner" --learner.model "$model" --learner.tokenizer "$to
   --rpc.token_file "$tmp/token" "${tls[@]}" --metrics.jsonl "$tmp/learner.jsonl" >"$tmp/learner.log" 2>&1 &
 pids+=($!)
 pid_learner=$!
-wait_log "$tmp/learner.log" "rpc listening port=" 1 30
+wait_log "$tmp/learner.log" "rpc listening port=[0-9]" 1 30
+sleep 0.2 # the line may still be half written when grep first sees it
 port=$(sed -n 's/.*rpc listening port=\([0-9]*\).*/\1/p' "$tmp/learner.log")
 addr=127.0.0.1:$port
 start_replica() { # ID LOG: r1 closes its reads (rpc.token_for_reads)

@@ -143,7 +143,8 @@ t_resume=$(date +%s.%N)
 QRL_LOG_LEVEL=info "$learner" "${fb_args[@]}" --resume auto --metrics.jsonl "$tmp/B2.jsonl" \
   >"$tmp/B2.log" 2>&1 &
 pids+=($!); pid_b2=$!
-wait_log "$tmp/B2.log" "rpc listening port=" 1 30
+wait_log "$tmp/B2.log" "rpc listening port=[0-9]" 1 30
+sleep 0.2 # the line may still be half written when grep first sees it
 wait_log "$tmp/B2.log" "resumed from" 1 30
 # Learner.Checkpoint while idle: untagged = the current one (nothing trained since the
 # resume); tagged = a new folder at the same step
