@@ -19,8 +19,9 @@
  *     every response runs to its length, token ids in the vocabulary, log-probs within
  *     the bound, no KV block leaked;
  *   - greedy (T = 0) on stories260K: the GPU scheduler's tokens equal the CPU
- *     scheduler's up to the first position whose CPU top-1 margin is <= 2 eps (a smaller
- *     margin can flip legitimately), and at least MIN_GREEDY tokens were compared;
+ *     scheduler's until the first position where they differ, which must have a CPU top-1
+ *     margin <= 2 eps (a flip the bound allows; the continuations differ after it); at
+ *     least MIN_GREEDY tokens compared, MIN_GREEDY / 4 of them at a margin > 2 eps;
  *   - a weight swap mid-run (as tests/unit/test_scheduler.c): every response is
  *     re-prefilled once, its version-0 tokens match the old weights and its version-1
  *     tokens the new ones within the bound, and the new weights are told apart: the mean
@@ -245,7 +246,7 @@ Test(cuda_scheduler, greedy_equals_cpu_scheduler) {
     memset(&gpu, 0, sizeof gpu);
     run_greedy(m, tok, &pr, -1, &cpu);
     run_greedy(m, tok, &pr, 0, &gpu);
-    int V = m->cfg.vocab_size, compared = 0, stopped = 0;
+    int V = m->cfg.vocab_size, compared = 0, large = 0, flips = 0;
     double eps_tol = TOL[0];
     for (int g = 0; g < N_GROUPS; g++) {
         st_resp *c = &st_find(&cpu, 200 + g)->r[0], *q = &st_find(&gpu, 200 + g)->r[0];
@@ -254,8 +255,7 @@ Test(cuda_scheduler, greedy_equals_cpu_scheduler) {
         memcpy(ids, pr.ids[g], (size_t)pr.n[g] * 4);
         memcpy(ids + pr.n[g], c->tok, (size_t)c->n * 4);
         float *lg = cpu_logits(m, QRL_KV_FORMAT_BF16, ids, n);
-        int i = 0;
-        for (; i < c->n && i < q->n; i++) {
+        for (int i = 0; i < c->n && i < q->n; i++) {
             const float *row = lg + (size_t)(pr.n[g] + i - 1) * V;
             int best = qrl_cpu_argmax(row, V);
             float second = -INFINITY, amax = 0;
@@ -263,22 +263,28 @@ Test(cuda_scheduler, greedy_equals_cpu_scheduler) {
                 if (v != best && row[v] > second) second = row[v];
                 amax = fmaxf(amax, fabsf(row[v]));
             }
+            double margin = row[best] - second, eps = eps_tol * amax;
             cr_assert_eq(c->tok[i], best, "CPU scheduler greedy token is not the argmax");
-            if (row[best] - second <= 2 * eps_tol * amax) break; /* may flip from here on */
-            cr_assert_eq(q->tok[i], c->tok[i], "group %d token %d: gpu %d, cpu %d (margin %g)",
-                         g, i, q->tok[i], c->tok[i], row[best] - second);
-            cr_assert(fabsf(q->lpf[i] - c->lpf[i]) <= 2 * eps_tol * amax,
+            if (q->tok[i] != c->tok[i]) { /* only where the CPU margin allows it; the
+                                           * continuations differ from here on */
+                cr_assert(margin <= 2 * eps, "group %d token %d: gpu %d, cpu %d with margin %g "
+                          "> 2 eps = %g", g, i, q->tok[i], c->tok[i], margin, 2 * eps);
+                flips++;
+                break;
+            }
+            cr_assert(fabsf(q->lpf[i] - c->lpf[i]) <= 2 * eps,
                       "group %d token %d: greedy log-prob gpu %g cpu %g", g, i, q->lpf[i],
                       c->lpf[i]);
             compared++;
+            large += margin > 2 * eps;
         }
-        stopped += i < c->n;
         free(lg);
         free(ids);
     }
-    fprintf(stderr, "greedy stories260K kv=bf16: %d tokens equal to the CPU scheduler's; %d of "
-            "%d responses reached a position with CPU margin <= 2 eps (compared up to it)\n",
-            compared, stopped, N_GROUPS);
+    fprintf(stderr, "greedy stories260K kv=bf16: %d tokens equal to the CPU scheduler's (%d of "
+            "them at a CPU margin > 2 eps); %d of %d responses flipped at a margin <= 2 eps\n",
+            compared, large, flips, N_GROUPS);
+    cr_assert_geq(large, MIN_GREEDY / 4);
     cr_assert_geq(compared, MIN_GREEDY);
     st_collect_free(&cpu);
     st_collect_free(&gpu);
