@@ -17,7 +17,9 @@
  *
  * Determinism: draws are keyed by (seed, group id, response index, absolute position)
  * and the CPU forward is batch-invariant, so without weight swaps every response is
- * bit-identical whatever D, the prefill chunk and the submission order (tested).
+ * bit-identical whatever D, the prefill chunk and the submission order (tested).  The
+ * CUDA engine (config.device) keeps the keyed draws but not batch invariance (its GEMMs'
+ * summation order may change with the batch shape).
  *
  * Threading: single-threaded.  Every function must be called from one thread (the
  * engine thread); the group callback runs on that thread inside qrl_scheduler_step. */
