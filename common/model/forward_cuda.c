@@ -417,6 +417,21 @@ static qrl_status reserve(qrl_cuda_forward *f, int seq, int n, qrl_error *err) {
                    "block table upload", err);
 }
 
+qrl_status qrl_cuda_forward_seq_reserve(qrl_cuda_forward *f, int seq, int n, qrl_error *err) {
+    return reserve(f, seq, n, err);
+}
+
+void qrl_cuda_forward_seq_clear(qrl_cuda_forward *f, int seq) {
+    if (seq < 0 || seq >= f->d.max_seqs || !f->seq_used[seq]) return;
+    for (int i = 0; i < f->seq_blocks[seq]; i++)
+        f->free_blocks[f->n_free++] = f->h_tables[(size_t)seq * f->max_blocks + i];
+    f->seq_len[seq] = 0;
+    f->seq_blocks[seq] = 0;
+    f->fp8_ready[seq] = 0;
+}
+
+int qrl_cuda_forward_free_blocks(const qrl_cuda_forward *f) { return f->n_free; }
+
 qrl_status qrl_cuda_forward_seq_set_len_unwritten(qrl_cuda_forward *f, int seq, int len,
                                                   qrl_error *err) {
     QRL_TRY(reserve(f, seq, len, err));

@@ -59,6 +59,16 @@ qrl_status qrl_cuda_forward_init_random(qrl_cuda_forward *f, uint64_t seed, qrl_
 qrl_status qrl_cuda_forward_seq_new(qrl_cuda_forward *f, int *seq, qrl_error *err);
 void qrl_cuda_forward_seq_free(qrl_cuda_forward *f, int seq);
 int qrl_cuda_forward_seq_len(const qrl_cuda_forward *f, int seq);
+/* Blocks for positions [0, n) of `seq` taken from the pool now (as qrl_kv_cache_reserve),
+ * so later passes up to n positions cannot run out.  Errors: OUT_OF_RANGE (n beyond the
+ * context), NOMEM (pool exhausted; the blocks already held are kept), CUDA. */
+qrl_status qrl_cuda_forward_seq_reserve(qrl_cuda_forward *f, int seq, int n, qrl_error *err);
+/* Drop every position of `seq` and return its blocks to the pool; the slot stays taken
+ * (length 0, as qrl_kv_cache_set_len(kv, seq, 0)): a re-prefill rewrites everything,
+ * fp8 scales included.  No-op for a free slot. */
+void qrl_cuda_forward_seq_clear(qrl_cuda_forward *f, int seq);
+/* Blocks of the pool not held by any sequence. */
+int qrl_cuda_forward_free_blocks(const qrl_cuda_forward *f);
 /* Benchmarks: set the length to `len`, reserving blocks, without writing K/V (the pool
  * holds whatever was there: random after _init_random).  Errors: OUT_OF_RANGE, NOMEM. */
 qrl_status qrl_cuda_forward_seq_set_len_unwritten(qrl_cuda_forward *f, int seq, int len,

@@ -65,8 +65,13 @@ struct qrl_scheduler {
     void *ctx;
     int ctx_len, vocab, n_slots, max_rows;
     uint64_t version;
+    /* the engine (scheduler.c's backend functions): CPU forward + paged KV cache, or the
+     * CUDA engine (cfg.device >= 0), which owns its KV cache */
     qrl_kv_cache *kv;
     qrl_forward *fwd;
+    struct qrl_cuda_forward *gpu;
+    const struct qrl_sched_backend *be; /* set once the engine is made */
+    int kv_total_blocks;
     qrl_sampler *sampler;
     qrl_sched_slot *slots;     /* [n_slots] */
     float *logits;             /* [n_slots, vocab] prefill results, by slot */

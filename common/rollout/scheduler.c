@@ -10,6 +10,11 @@
 
 #include "core/log.h"
 #include "model/forward.h"
+#ifdef QRL_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "model/forward_cuda.h"
+#endif
 
 uint64_t qrl_sched_now_us(void) {
     struct timespec ts;
@@ -45,9 +50,173 @@ void qrl_scheduler_config_default(qrl_scheduler_config *c) {
     c->prefill_chunk = 256;
     c->max_staleness = 1;
     c->eos_token_id = -1;
+    c->device = -1;
 }
 
 static int ceil_div(int a, int b) { return (a + b - 1) / b; }
+
+/* ---- engine backend ----------------------------------------------------------------
+ * The CPU forward over a qrl_kv_cache, or the CUDA engine (cfg.device >= 0), which owns
+ * its KV cache.  Both hand back host F32 logits, so admission, sampling, log-probs and the
+ * sync boundary are one code path.  The CPU functions are the calls the scheduler made
+ * before the seam existed, in the same order (bit-identical results). */
+typedef struct qrl_sched_backend {
+    qrl_status (*seq_new)(qrl_scheduler *s, int *seq, qrl_error *err);
+    void (*seq_free)(qrl_scheduler *s, int seq);
+    /* blocks for positions [0, n) taken now */
+    qrl_status (*reserve)(qrl_scheduler *s, int seq, int n, qrl_error *err);
+    void (*clear)(qrl_scheduler *s, int seq); /* length 0, blocks back to the pool */
+    int (*free_blocks)(const qrl_scheduler *s);
+    /* append ids[0..n); logits [vocab] of the last position when non-NULL */
+    qrl_status (*prefill)(qrl_scheduler *s, int seq, const int32_t *ids, int n, float *logits,
+                          qrl_error *err);
+    /* one token per row: s->dec_seqs / s->dec_tokens [b] -> s->dec_logits [b, vocab] */
+    qrl_status (*decode)(qrl_scheduler *s, int b, qrl_error *err);
+    /* weights: the workspace / device copy for `model` (new, or a sync-boundary swap) */
+    qrl_status (*load)(qrl_scheduler *s, const qrl_model *model, qrl_error *err);
+    void (*close)(qrl_scheduler *s);
+} qrl_sched_backend;
+
+static qrl_status cpu_seq_new(qrl_scheduler *s, int *seq, qrl_error *err) {
+    return qrl_kv_cache_seq_new(s->kv, seq, err);
+}
+static void cpu_seq_free(qrl_scheduler *s, int seq) { qrl_kv_cache_seq_free(s->kv, seq); }
+static qrl_status cpu_reserve(qrl_scheduler *s, int seq, int n, qrl_error *err) {
+    return qrl_kv_cache_reserve(s->kv, seq, n, err);
+}
+static void cpu_clear(qrl_scheduler *s, int seq) { qrl_kv_cache_set_len(s->kv, seq, 0); }
+static int cpu_free_blocks(const qrl_scheduler *s) { return qrl_kv_cache_free_blocks(s->kv); }
+static qrl_status cpu_prefill(qrl_scheduler *s, int seq, const int32_t *ids, int n,
+                              float *logits, qrl_error *err) {
+    return qrl_forward_prefill(s->fwd, s->kv, seq, ids, n, logits, false, err);
+}
+static qrl_status cpu_decode(qrl_scheduler *s, int b, qrl_error *err) {
+    return qrl_forward_decode(s->fwd, s->kv, s->dec_seqs, s->dec_tokens, b, s->dec_logits, err);
+}
+static qrl_status cpu_load(qrl_scheduler *s, const qrl_model *model, qrl_error *err) {
+    qrl_forward *f = NULL;
+    QRL_TRY(qrl_forward_new(model, s->max_rows, s->ctx_len, &f, err));
+    qrl_forward_free(s->fwd);
+    s->fwd = f;
+    return QRL_OK;
+}
+static void cpu_close(qrl_scheduler *s) {
+    qrl_forward_free(s->fwd);
+    qrl_kv_cache_free(s->kv);
+}
+static const qrl_sched_backend CPU_BACKEND = {
+    .seq_new = cpu_seq_new, .seq_free = cpu_seq_free, .reserve = cpu_reserve,
+    .clear = cpu_clear, .free_blocks = cpu_free_blocks, .prefill = cpu_prefill,
+    .decode = cpu_decode, .load = cpu_load, .close = cpu_close};
+
+static qrl_status cpu_open(qrl_scheduler *s, const qrl_model *model, int n_blocks,
+                           qrl_error *err) {
+    const qrl_model_config *mc = &model->cfg;
+    const qrl_scheduler_config *cfg = &s->cfg;
+    qrl_kv_cache_desc kd = {
+        .n_layers = mc->n_layers, .n_kv_heads = mc->n_kv_heads, .head_dim = mc->head_dim,
+        .block_size = cfg->kv_block_size, .n_blocks = n_blocks, .max_seqs = cfg->max_slots,
+        .max_seq_len = s->ctx_len, .format = cfg->kv_format,
+        .protected_sink = cfg->kv_sink, .protected_recent = cfg->kv_recent};
+    s->be = &CPU_BACKEND;
+    QRL_TRY(qrl_kv_cache_new(&kd, &s->kv, err));
+    return qrl_forward_new(model, s->max_rows, s->ctx_len, &s->fwd, err);
+}
+
+#ifdef QRL_HAVE_CUDA
+static qrl_status gpu_seq_new(qrl_scheduler *s, int *seq, qrl_error *err) {
+    return qrl_cuda_forward_seq_new(s->gpu, seq, err);
+}
+static void gpu_seq_free(qrl_scheduler *s, int seq) { qrl_cuda_forward_seq_free(s->gpu, seq); }
+static qrl_status gpu_reserve(qrl_scheduler *s, int seq, int n, qrl_error *err) {
+    return qrl_cuda_forward_seq_reserve(s->gpu, seq, n, err);
+}
+static void gpu_clear(qrl_scheduler *s, int seq) { qrl_cuda_forward_seq_clear(s->gpu, seq); }
+static int gpu_free_blocks(const qrl_scheduler *s) { return qrl_cuda_forward_free_blocks(s->gpu); }
+static qrl_status gpu_prefill(qrl_scheduler *s, int seq, const int32_t *ids, int n,
+                              float *logits, qrl_error *err) {
+    return qrl_cuda_forward_prefill(s->gpu, seq, ids, n, logits, false, err);
+}
+static qrl_status gpu_decode(qrl_scheduler *s, int b, qrl_error *err) {
+    return qrl_cuda_forward_decode(s->gpu, s->dec_seqs, s->dec_tokens, b, s->dec_logits, NULL,
+                                   NULL, err);
+}
+/* The GPU forward has BF16 weight GEMMs only: the model's F32 master weights are rounded
+ * to BF16 on upload, which is what f32 and bf16 precision mean for it; the quantized
+ * precisions would silently run as BF16, so they are refused. */
+static qrl_status gpu_check_precision(const qrl_model *model, qrl_error *err) {
+    if (model->precision == QRL_PRECISION_F32 || model->precision == QRL_PRECISION_BF16)
+        return QRL_OK;
+    return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
+                         "scheduler: the CUDA engine runs BF16 weights only; model precision "
+                         "'%s' has no GPU GEMMs (use f32 or bf16)",
+                         qrl_precision_name(model->precision));
+}
+static qrl_status gpu_load(qrl_scheduler *s, const qrl_model *model, qrl_error *err) {
+    QRL_TRY(gpu_check_precision(model, err));
+    return qrl_cuda_forward_upload(s->gpu, model, err);
+}
+static void gpu_close(qrl_scheduler *s) { qrl_cuda_forward_free(s->gpu); }
+static const qrl_sched_backend GPU_BACKEND = {
+    .seq_new = gpu_seq_new, .seq_free = gpu_seq_free, .reserve = gpu_reserve,
+    .clear = gpu_clear, .free_blocks = gpu_free_blocks, .prefill = gpu_prefill,
+    .decode = gpu_decode, .load = gpu_load, .close = gpu_close};
+
+/* cudaSetDevice is per thread, and the daemon makes the scheduler on one thread and steps
+ * it on another: every entry point selects the device and restores the caller's. */
+static int dev_enter(const qrl_scheduler *s) {
+    if (!s->gpu && s->cfg.device < 0) return -1;
+    int prev = -1;
+    if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
+    if (prev != s->cfg.device) cudaSetDevice(s->cfg.device);
+    return prev;
+}
+static void dev_leave(const qrl_scheduler *s, int prev) {
+    if (prev >= 0 && prev != s->cfg.device) cudaSetDevice(prev);
+}
+
+static qrl_status gpu_open(qrl_scheduler *s, const qrl_model *model, int n_blocks,
+                           qrl_error *err) {
+    const qrl_scheduler_config *cfg = &s->cfg;
+    if (cfg->kv_format == QRL_KV_FORMAT_FP4)
+        return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
+                             "scheduler: kv format fp4 has no CUDA kernels (device %d; "
+                             "supported: bf16, fp8, int8, int4, int4-protected)", cfg->device);
+    QRL_TRY(gpu_check_precision(model, err));
+    int n_dev = 0;
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess) n_dev = 0;
+    if (cfg->device >= n_dev)
+        return qrl_error_set(err, QRL_STATUS_CUDA,
+                             "scheduler: CUDA device %d does not exist (%d visible)", cfg->device,
+                             n_dev);
+    cudaError_t ce = cudaSetDevice(cfg->device);
+    if (ce != cudaSuccess)
+        return qrl_error_set(err, QRL_STATUS_CUDA, "scheduler: cudaSetDevice(%d): %s",
+                             cfg->device, cudaGetErrorString(ce));
+    qrl_cuda_forward_desc d = {
+        .max_rows = s->max_rows, .max_ctx = s->ctx_len, .block_size = cfg->kv_block_size,
+        .n_blocks = n_blocks, .max_seqs = cfg->max_slots, .kv_format = cfg->kv_format,
+        .protected_sink = cfg->kv_sink, .protected_recent = cfg->kv_recent};
+    QRL_TRY(qrl_cuda_forward_new(&model->cfg, &d, &s->gpu, err));
+    s->be = &GPU_BACKEND;
+    QRL_TRY(qrl_cuda_forward_upload(s->gpu, model, err));
+    QRL_LOG_INFO("sched", "engine device=cuda:%d kv=%s blocks=%d weight_bytes=%zu "
+                 "kv_bytes_per_pos=%zu", cfg->device,
+                 qrl_kv_format_name(qrl_cuda_forward_kv_format(s->gpu)), n_blocks,
+                 qrl_cuda_forward_weight_bytes(s->gpu), qrl_cuda_forward_kv_bytes_per_pos(s->gpu));
+    return QRL_OK;
+}
+#else
+static int dev_enter(const qrl_scheduler *s) { (void)s; return -1; }
+static void dev_leave(const qrl_scheduler *s, int prev) { (void)s, (void)prev; }
+static qrl_status gpu_open(qrl_scheduler *s, const qrl_model *model, int n_blocks,
+                           qrl_error *err) {
+    (void)model, (void)n_blocks;
+    return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
+                         "scheduler: device %d (CUDA): this build has no CUDA (nvcc was not "
+                         "found when it was built)", s->cfg.device);
+}
+#endif
 
 qrl_status qrl_scheduler_new(const qrl_model *model, const qrl_tokenizer *tok,
                              const qrl_scheduler_config *cfg, qrl_scheduler_group_fn on_group,
@@ -88,14 +257,13 @@ qrl_status qrl_scheduler_new(const qrl_model *model, const qrl_tokenizer *tok,
     s->vocab = mc->vocab_size;
     s->version = cfg->version;
     s->n_slots = cfg->max_slots;
-    qrl_kv_cache_desc kd = {
-        .n_layers = mc->n_layers, .n_kv_heads = mc->n_kv_heads, .head_dim = mc->head_dim,
-        .block_size = cfg->kv_block_size, .n_blocks = n_blocks, .max_seqs = cfg->max_slots,
-        .max_seq_len = ctx_len, .format = cfg->kv_format,
-        .protected_sink = cfg->kv_sink, .protected_recent = cfg->kv_recent};
-    QRL_TRY_GOTO(qrl_kv_cache_new(&kd, &s->kv, err), fail);
     s->max_rows = cfg->max_slots > 32 ? cfg->max_slots : 32;
-    QRL_TRY_GOTO(qrl_forward_new(model, s->max_rows, ctx_len, &s->fwd, err), fail);
+    s->kv_total_blocks = n_blocks;
+    int prev = dev_enter(s);
+    if (cfg->device >= 0) st = gpu_open(s, model, n_blocks, err);
+    else st = cpu_open(s, model, n_blocks, err);
+    dev_leave(s, prev);
+    if (st != QRL_OK) goto fail;
     QRL_TRY_GOTO(qrl_sampler_new(s->vocab, &s->sampler, err), fail);
     s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
     s->logits = malloc(sizeof(float) * (size_t)s->n_slots * (size_t)s->vocab);
@@ -122,8 +290,11 @@ void qrl_scheduler_free(qrl_scheduler *s) {
         s->head = g->next;
         qrl_sched_group_free(g);
     }
-    qrl_forward_free(s->fwd);
-    qrl_kv_cache_free(s->kv);
+    if (s->be) {
+        int prev = dev_enter(s);
+        s->be->close(s);
+        dev_leave(s, prev);
+    }
     qrl_sampler_free(s->sampler);
     free(s->slots);
     free(s->logits);
@@ -144,8 +315,8 @@ void qrl_scheduler_get_stats(const qrl_scheduler *s, qrl_scheduler_stats *out) {
     out->queued_responses = 0;
     for (const qrl_sched_group *g = s->head; g; g = g->next)
         if (!g->too_long) out->queued_responses += (int)(g->G - g->next_admit);
-    out->kv_free_blocks = qrl_kv_cache_free_blocks(s->kv);
-    out->kv_total_blocks = qrl_kv_cache_describe(s->kv)->n_blocks;
+    out->kv_free_blocks = s->be->free_blocks(s);
+    out->kv_total_blocks = s->kv_total_blocks;
 }
 
 /* ---- admission -------------------------------------------------------------------- */
@@ -159,19 +330,19 @@ static int response_positions(const qrl_scheduler *s, const qrl_sched_group *g) 
  * first response whose worst-case KV does not fit the free blocks: no overtaking, so a
  * long prompt is never starved by short ones. */
 static qrl_status admit(qrl_scheduler *s, qrl_error *err) {
-    int bs = qrl_kv_cache_describe(s->kv)->block_size;
+    int bs = s->cfg.kv_block_size;
     for (int i = 0; i < s->n_slots; i++) {
         if (s->slots[i].g) continue;
         qrl_sched_group *g = s->head;
         while (g && (g->too_long || g->next_admit >= g->G)) g = g->next;
         if (!g) return QRL_OK;
         int need = response_positions(s, g);
-        if (ceil_div(need, bs) > qrl_kv_cache_free_blocks(s->kv)) return QRL_OK;
+        if (ceil_div(need, bs) > s->be->free_blocks(s)) return QRL_OK;
         qrl_sched_slot *sl = &s->slots[i];
-        QRL_TRY(qrl_kv_cache_seq_new(s->kv, &sl->seq, err));
-        qrl_status st = qrl_kv_cache_reserve(s->kv, sl->seq, need, err);
+        QRL_TRY(s->be->seq_new(s, &sl->seq, err));
+        qrl_status st = s->be->reserve(s, sl->seq, need, err);
         if (st != QRL_OK) {
-            qrl_kv_cache_seq_free(s->kv, sl->seq);
+            s->be->seq_free(s, sl->seq);
             return st;
         }
         sl->g = g;
@@ -206,8 +377,7 @@ static qrl_status prefill(qrl_scheduler *s, qrl_error *err) {
         float *row = s->logits + (size_t)i * s->vocab;
         qrl_sched_resp *rp = &sl->g->resp[sl->r];
         uint64_t t0 = qrl_sched_now_us();
-        QRL_TRY(qrl_forward_prefill(s->fwd, s->kv, sl->seq, rp->ids + sl->fed, n,
-                                    last ? row : NULL, false, err));
+        QRL_TRY(s->be->prefill(s, sl->seq, rp->ids + sl->fed, n, last ? row : NULL, err));
         rp->prefill_us += qrl_sched_now_us() - t0;
         sl->fed += n;
         budget -= n;
@@ -230,8 +400,7 @@ static qrl_status decode(qrl_scheduler *s, qrl_error *err) {
     }
     if (b == 0) return QRL_OK;
     uint64_t t0 = qrl_sched_now_us();
-    QRL_TRY(qrl_forward_decode(s->fwd, s->kv, s->dec_seqs, s->dec_tokens, b, s->dec_logits,
-                               err));
+    QRL_TRY(s->be->decode(s, b, err));
     uint64_t dt = qrl_sched_now_us() - t0;
     for (int j = 0; j < b; j++) {
         qrl_sched_slot *sl = &s->slots[s->dec_slots[j]];
@@ -250,7 +419,7 @@ static void release(qrl_scheduler *s, qrl_sched_slot *sl, qrl_finish_reason why)
     rp->finish = why;
     rp->finished_unix_ms = qrl_sched_unix_ms();
     sl->g->n_done++;
-    qrl_kv_cache_seq_free(s->kv, sl->seq);
+    s->be->seq_free(s, sl->seq);
     memset(sl, 0, sizeof *sl);
 }
 
@@ -296,7 +465,7 @@ static void sample_all(qrl_scheduler *s) {
     }
 }
 
-qrl_status qrl_scheduler_step(qrl_scheduler *s, int *emitted, qrl_error *err) {
+static qrl_status step(qrl_scheduler *s, int *emitted, qrl_error *err) {
     if (emitted) *emitted = 0;
     s->stats.steps++;
     QRL_TRY(admit(s, err));
@@ -308,6 +477,13 @@ qrl_status qrl_scheduler_step(qrl_scheduler *s, int *emitted, qrl_error *err) {
     return QRL_OK;
 }
 
+qrl_status qrl_scheduler_step(qrl_scheduler *s, int *emitted, qrl_error *err) {
+    int prev = dev_enter(s);
+    qrl_status st = step(s, emitted, err);
+    dev_leave(s, prev);
+    return st;
+}
+
 /* ---- sync boundary ---------------------------------------------------------------- */
 
 static bool same_arch(const qrl_model_config *a, const qrl_model_config *b) {
@@ -317,8 +493,8 @@ static bool same_arch(const qrl_model_config *a, const qrl_model_config *b) {
            a->max_seq_len == b->max_seq_len;
 }
 
-qrl_status qrl_scheduler_swap_weights(qrl_scheduler *s, const qrl_model *model,
-                                      uint64_t version, qrl_error *err) {
+static qrl_status swap_weights(qrl_scheduler *s, const qrl_model *model, uint64_t version,
+                               qrl_error *err) {
     if (!same_arch(&s->model->cfg, &model->cfg))
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "swap_weights: the new model's architecture (dim, layers, heads, "
@@ -327,10 +503,7 @@ qrl_status qrl_scheduler_swap_weights(qrl_scheduler *s, const qrl_model *model,
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "swap_weights: version %llu is not newer than %llu",
                              (unsigned long long)version, (unsigned long long)s->version);
-    qrl_forward *f = NULL;
-    QRL_TRY(qrl_forward_new(model, s->max_rows, s->ctx_len, &f, err));
-    qrl_forward_free(s->fwd);
-    s->fwd = f;
+    QRL_TRY(s->be->load(s, model, err));
     s->model = model;
     s->version = version;
     int restarted = 0, reprefilled = 0;
@@ -340,8 +513,8 @@ qrl_status qrl_scheduler_swap_weights(qrl_scheduler *s, const qrl_model *model,
         qrl_sched_resp *rp = &sl->g->resp[sl->r];
         /* Fresh KV: drop every position, then take back the same worst-case blocks (they
          * were just returned, so this cannot fail for lack of blocks). */
-        qrl_kv_cache_set_len(s->kv, sl->seq, 0);
-        QRL_TRY(qrl_kv_cache_reserve(s->kv, sl->seq, response_positions(s, sl->g), err));
+        s->be->clear(s, sl->seq);
+        QRL_TRY(s->be->reserve(s, sl->seq, response_positions(s, sl->g), err));
         sl->fed = 0;
         sl->ready = NULL;
         if (rp->n_gen > 0 && s->cfg.max_staleness >= 0 &&
@@ -358,4 +531,12 @@ qrl_status qrl_scheduler_swap_weights(qrl_scheduler *s, const qrl_model *model,
     QRL_LOG_INFO("sched", "sync boundary version=%llu reprefill=%d restart=%d",
                  (unsigned long long)version, reprefilled, restarted);
     return QRL_OK;
+}
+
+qrl_status qrl_scheduler_swap_weights(qrl_scheduler *s, const qrl_model *model,
+                                      uint64_t version, qrl_error *err) {
+    int prev = dev_enter(s);
+    qrl_status st = swap_weights(s, model, version, err);
+    dev_leave(s, prev);
+    return st;
 }

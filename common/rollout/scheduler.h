@@ -17,7 +17,9 @@
  *
  * Determinism: draws are keyed by (seed, group id, response index, absolute position)
  * and the CPU forward is batch-invariant, so without weight swaps every response is
- * bit-identical whatever D, the prefill chunk and the submission order (tested).
+ * bit-identical whatever D, the prefill chunk and the submission order (tested).  The
+ * CUDA engine (config.device) keeps the keyed draws but not batch invariance (its GEMMs'
+ * summation order may change with the batch shape).
  *
  * Threading: single-threaded.  Every function must be called from one thread (the
  * engine thread); the group callback runs on that thread inside qrl_scheduler_step. */
@@ -59,6 +61,10 @@ typedef struct qrl_scheduler_config {
     int max_staleness;      /* SPEC §4.5; < 0 = no bound (default 1) */
     int32_t eos_token_id;   /* ends a response with EOS; -1 = none (default -1) */
     uint64_t version;       /* policy version of the initial weights (default 0) */
+    int device;             /* engine: -1 = the CPU forward (default); >= 0 = the CUDA
+                               forward (model/forward_cuda.h) on that device ordinal: BF16
+                               weights, its own KV cache (f32 runs as bf16; fp4 refused);
+                               sampling stays on the CPU from host logits */
 } qrl_scheduler_config;
 
 /* Fill *c with the defaults above. */
@@ -145,8 +151,13 @@ typedef struct qrl_scheduler qrl_scheduler; /* opaque */
 /* Make a scheduler over `model` (borrowed: must stay alive until it is swapped out or
  * the scheduler is freed).  `tok` (borrowed, may be NULL) decodes response text for stop
  * strings and verifiers.  Allocates the KV pool, the forward workspace and the sampler.
+ * With cfg.device >= 0 the CUDA engine holds the weights (model's F32 master weights
+ * rounded to BF16) and the KV pool on that device; the scheduler's calls select the device
+ * on the calling thread and restore the previous one before returning.
  * *out owned by the caller (qrl_scheduler_free).  Errors: OUT_OF_RANGE (bad config, a
- * pool smaller than one full context), UNSUPPORTED (KV format), NOMEM. */
+ * pool smaller than one full context), UNSUPPORTED (KV format; device >= 0 in a build
+ * without CUDA, with a model precision other than f32/bf16, or with kv fp4), CUDA (no such
+ * device, out of device memory), NOMEM. */
 qrl_status qrl_scheduler_new(const qrl_model *model, const qrl_tokenizer *tok,
                              const qrl_scheduler_config *cfg, qrl_scheduler_group_fn on_group,
                              void *ctx, qrl_scheduler **out, qrl_error *err);
@@ -177,8 +188,10 @@ bool qrl_scheduler_idle(const qrl_scheduler *s);
  * prompt (tokens discarded, restarts += 1); every other one keeps its tokens, log-probs
  * and versions and is re-prefilled (prompt + tokens so far) with the new weights into
  * fresh KV during the following steps.  The previous model may be freed on return.
- * Errors: INVALID_ARGUMENT (architecture differs, version not increasing), NOMEM
- * (forward workspace; the old weights stay in use). */
+ * CUDA engine: the new weights are uploaded into the same device buffers.
+ * Errors: INVALID_ARGUMENT (architecture differs, version not increasing), UNSUPPORTED
+ * (CUDA engine: precision other than f32/bf16), NOMEM (forward workspace; the old
+ * weights stay in use), CUDA (upload failed: the engine is unusable). */
 qrl_status qrl_scheduler_swap_weights(qrl_scheduler *s, const qrl_model *model,
                                       uint64_t version, qrl_error *err);
 

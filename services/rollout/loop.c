@@ -14,6 +14,9 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#ifdef QRL_HAVE_CUDA
+#include "cuda/runtime.cuh"
+#endif
 #include "metrics.h"
 #include "rollout.h"
 #include "rpc/rpc.h"
@@ -48,6 +51,7 @@ struct rd_daemon {
     uint64_t groups_produced, dead_letters, duplicates, consumed;
     FILE *metrics;
     char kv_format[16], precision[16];
+    char device[16], device_name[160]; /* ReplicaInfo: "cpu" / "cuda:N" and its description */
     rd_metrics *prom;       /* metrics.listen; NULL when off */
     uint64_t prom_ms;
 };
@@ -541,8 +545,8 @@ static qrl_status setup(rd_daemon *d, qrl_error *err) {
         qrl__replica_info__init(&c->info);
         c->info.id = (char *)d->replica_id;
         c->info.host = d->host;
-        c->info.device = "cpu";
-        c->info.device_name = "cpu";
+        c->info.device = d->device;
+        c->info.device_name = d->device_name;
         c->info.precision = d->precision;
         c->info.kv_format = d->kv_format;
         c->info.slots = (uint32_t)qrl_config_get_int(cfg, "rollout.slots");
@@ -599,6 +603,16 @@ int rd_daemon_run(qrl_config_t *cfg, const qrl_model *model, const qrl_tokenizer
     sc.kv_sink = (int)qrl_config_get_int(cfg, "rollout.kv_sink");
     sc.kv_recent = (int)qrl_config_get_int(cfg, "rollout.kv_recent");
     sc.eos_token_id = model->cfg.n_eos > 0 ? model->cfg.eos_ids[0] : qrl_tokenizer_eos(tok);
+    snprintf(d->device, sizeof d->device, "cpu");
+    snprintf(d->device_name, sizeof d->device_name, "cpu");
+    if (strcmp(qrl_config_get_string(cfg, "rollout.device"), "cuda") == 0) {
+        sc.device = (int)qrl_config_get_int(cfg, "rollout.cuda_device");
+        snprintf(d->device, sizeof d->device, "cuda:%d", sc.device);
+#ifdef QRL_HAVE_CUDA
+        if (qrl_cuda_device_describe(sc.device, d->device_name, sizeof d->device_name, &err) != QRL_OK)
+            snprintf(d->device_name, sizeof d->device_name, "cuda:%d", sc.device);
+#endif
+    }
     int rc = 1;
     if (rd_engine_start(&d->engine, model, tok, &sc, d->replica_id,
                         qrl_config_get_bool(cfg, "rollout.emit_text"), &d->done_async, &err) != QRL_OK) {

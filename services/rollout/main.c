@@ -1,6 +1,6 @@
 /* qrl-rollout: the rollout daemon (SPEC §1, §4, §8, §9; docs/rollout-daemon.md).
- * Consumes PromptGroups from Kafka, answers them with the CPU engine through the
- * partial-rollout scheduler, produces GroupResults, and commits each prompt's offset
+ * Consumes PromptGroups from Kafka, answers them with the CPU or CUDA engine
+ * (rollout.device) through the partial-rollout scheduler, produces GroupResults, and commits each prompt's offset
  * only after its result is acknowledged.  Controlled through the gRPC Rollout service.
  *
  *   qrl-rollout --rollout.model PATH [--config FILE.yaml] [--key=value ...]
@@ -32,7 +32,12 @@ static const qrl_config_entry CONFIG[] = {
      "f32|bf16|w8a8-int8|w8a8-fp8|w4a16-nvfp4|w4a16-mxfp4|w4a4-nvfp4", false,
      "weight format of the rollout engine (SPEC §3): every version the learner sends is quantized to it"},
     {"rollout.kv_cache", QRL_CONFIG_TYPE_ENUM, "f32", 0, 0, "f32|bf16|fp8|int8|int4|int4-protected", false,
-     "KV-cache format (SPEC §3)"},
+     "KV-cache format (SPEC §3); with rollout.device cuda, f32 runs as bf16"},
+    {"rollout.device", QRL_CONFIG_TYPE_ENUM, "cpu", 0, 0, "cpu|cuda", false,
+     "engine: cpu (the CPU forward) or cuda (the CUDA forward: BF16 weights, so rollout.precision "
+     "f32 or bf16; KV on the GPU; sampling on the CPU)"},
+    {"rollout.cuda_device", QRL_CONFIG_TYPE_INT, "0", 0, 64, NULL, false,
+     "CUDA device ordinal of the engine with rollout.device cuda"},
     {"rollout.drain_timeout_ms", QRL_CONFIG_TYPE_INT, "0", 0, 86400000, NULL, false,
      "SIGTERM / learner SHUTDOWN drain: abort in-flight groups after this long (0 = wait for them)"},
     {"rollout.kv_sink", QRL_CONFIG_TYPE_INT, "16", 0, 1 << 20, NULL, false,
@@ -131,7 +136,7 @@ int main(int argc, char **argv) {
         die("%s", err.msg);
     if (action == QRL_CONFIG_ACTION_HELP) {
         fputs("qrl-rollout --rollout.model PATH [--config FILE.yaml] [--key=value ...]\n"
-              "The rollout daemon: Kafka prompts -> CPU engine -> Kafka results; gRPC Rollout\n"
+              "The rollout daemon: Kafka prompts -> CPU/CUDA engine -> Kafka results; gRPC Rollout\n"
               "service for status, pause, resume, drain and set.  SIGTERM/SIGINT drain.\n\n",
               stdout);
         qrl_config_help(CONFIG, N_CONFIG, "qrl-rollout", stdout);
@@ -161,6 +166,22 @@ int main(int argc, char **argv) {
     if (qrl_kv_format_parse(qrl_config_get_string(cfg, "rollout.kv_cache"), &kvf, &err) != QRL_OK)
         die("%s", err.msg);
     if (!qrl_kv_format_implemented(kvf)) die("kv cache format not implemented by the CPU engine");
+    bool cuda = strcmp(qrl_config_get_string(cfg, "rollout.device"), "cuda") == 0;
+    qrl_precision prec;
+    if (qrl_precision_parse(qrl_config_get_string(cfg, "rollout.precision"), &prec, &err) != QRL_OK)
+        die("%s", err.msg);
+    if (cuda) {
+#ifndef QRL_HAVE_CUDA
+        die("rollout.device cuda: UNSUPPORTED: this build has no CUDA (nvcc was not found when it "
+            "was built)");
+#endif
+        /* the GPU forward has BF16 weight GEMMs only (model/forward_cuda.h) */
+        if (prec != QRL_PRECISION_F32 && prec != QRL_PRECISION_BF16)
+            die("rollout.precision %s with rollout.device cuda: UNSUPPORTED: the CUDA engine runs "
+                "BF16 weights only (use rollout.precision f32 or bf16)", qrl_precision_name(prec));
+        if (kvf == QRL_KV_FORMAT_FP4)
+            die("rollout.kv_cache fp4 with rollout.device cuda: UNSUPPORTED (no CUDA kernels)");
+    }
 
     qrl_model *m;
     qrl_tokenizer *tok;
@@ -169,13 +190,13 @@ int main(int argc, char **argv) {
                               .tokenizer_option = "--rollout.tokenizer"};
     if (qrl_model_load_with_tokenizer(model_path, &lo, &m, &tok, tpath, sizeof tpath, &err) != QRL_OK)
         die("%s", err.msg);
-    qrl_precision prec;
-    if (qrl_precision_parse(qrl_config_get_string(cfg, "rollout.precision"), &prec, &err) != QRL_OK ||
-        qrl_model_quantize(m, prec, &err) != QRL_OK)
-        die("%s", err.msg);
-    QRL_LOG_INFO("rollout", "model loaded path=%s vocab=%d ctx=%d layers=%d tokenizer=%s precision=%s kv_cache=%s",
-                 model_path, m->cfg.vocab_size, m->cfg.max_seq_len, m->cfg.n_layers, tpath,
-                 qrl_precision_name(prec), qrl_kv_format_name(kvf));
+    if (qrl_model_quantize(m, prec, &err) != QRL_OK) die("%s", err.msg);
+    char dev[32];
+    if (cuda) snprintf(dev, sizeof dev, "cuda:%d", (int)qrl_config_get_int(cfg, "rollout.cuda_device"));
+    else snprintf(dev, sizeof dev, "cpu");
+    QRL_LOG_INFO("rollout", "model loaded path=%s vocab=%d ctx=%d layers=%d tokenizer=%s precision=%s kv_cache=%s "
+                 "device=%s", model_path, m->cfg.vocab_size, m->cfg.max_seq_len, m->cfg.n_layers, tpath,
+                 qrl_precision_name(prec), qrl_kv_format_name(kvf), dev);
 
     int rc = rd_daemon_run(cfg, m, tok);
     qrl_tokenizer_free(tok);

@@ -621,3 +621,27 @@ Test(scheduler, bad_input_is_refused_with_a_clear_error) {
     qrl_scheduler_free(s);
     fx_free(&fx);
 }
+
+/* config.device >= 0 asks for the CUDA engine: without CUDA in the build, or without that
+ * device, the scheduler refuses with one clear error (tests/cuda/test_cuda_scheduler.c
+ * runs the engine itself). */
+Test(scheduler, cuda_device_refused_without_cuda) {
+    fixture fx;
+    fx_init(&fx);
+    qrl_scheduler_config cfg;
+    qrl_scheduler_config_default(&cfg);
+    cr_assert_eq(cfg.device, -1, "the CPU engine is the default");
+    cfg.device = 63;
+    qrl_scheduler *s = NULL;
+    qrl_error err;
+    qrl_status st = qrl_scheduler_new(fx.m, fx.tok, &cfg, st_on_group, &fx.col, &s, &err);
+#ifdef QRL_HAVE_CUDA
+    cr_assert_eq(st, QRL_STATUS_CUDA, "%s", err.msg);
+    cr_assert(strstr(err.msg, "device 63"), "%s", err.msg);
+#else
+    cr_assert_eq(st, QRL_STATUS_UNSUPPORTED, "%s", err.msg);
+    cr_assert(strstr(err.msg, "no CUDA"), "%s", err.msg);
+#endif
+    cr_assert_null(s);
+    fx_free(&fx);
+}

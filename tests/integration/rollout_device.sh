@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# qrl-rollout's engine device keys refuse what the CUDA engine cannot run, at start and
+# before touching Kafka (exit 1, one "qrl-rollout: error:" line naming the key):
+#   - rollout.device cuda with a quantized rollout.precision (w8a8-int8): the GPU forward
+#     has BF16 weight GEMMs only; in a build without CUDA the no-CUDA refusal comes first;
+#   - rollout.device gpu: not one of cpu|cuda.
+# The CUDA engine itself is tested on a GPU by tests/cuda/test_cuda_scheduler.c.
+set -u
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+bin=${BUILD:-build}/bin/qrl-rollout
+[ -x "$bin" ] || { echo "missing $bin (run make)"; exit 1; }
+model=${QRL_DATA_DIR:-../shared/data}/llama2c_stories260K/stories260K.bin
+tmp=$(mktemp -d /tmp/qrl-rollout-device-XXXXXX)
+trap 'rm -rf "$tmp"' EXIT
+fails=0
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+
+# expect_refused PATTERN ARGS...: exit 1, the error line matches PATTERN (extended regex)
+expect_refused() {
+  local pat=$1 rc line
+  shift
+  "$bin" --rollout.model "$model" --kafka.bootstrap 127.0.0.1:1 "$@" >/dev/null 2>"$tmp/err"
+  rc=$?
+  [ $rc -eq 1 ] || fail "$*: exit $rc (expected 1): $(tail -3 "$tmp/err")"
+  line=$(grep -c '^qrl-rollout: error:' "$tmp/err")
+  [ "$line" -eq 1 ] || fail "$*: $line error lines: $(cat "$tmp/err")"
+  grep -qE "$pat" "$tmp/err" || fail "$*: error does not match '$pat': $(grep error: "$tmp/err")"
+}
+
+expect_refused 'error: (rollout\.precision w8a8-int8 with rollout\.device cuda: UNSUPPORTED|rollout\.device cuda: UNSUPPORTED: this build has no CUDA)' \
+  --rollout.device cuda --rollout.precision w8a8-int8
+expect_refused "rollout\.device: 'gpu' is not one of the allowed values: cpu, cuda" --rollout.device gpu
+
+[ $fails -eq 0 ] && echo "ok: rollout.device refusals" && exit 0
+exit 1
