@@ -250,7 +250,8 @@ qrl_status ld_ckpt_restore(ld_daemon *d, const char *dir, const qrl_ckpt_state *
     for (size_t i = 0; i < s->n_pending; i++) {
         const qrl_ckpt_group *g = &s->pending[i];
         d->state[g->id] = GS_DISPATCHED;
-        d->ginfo[g->id] = (ld_ginfo){.dispatch_version = g->dispatch_version, .delivered = g->delivered};
+        d->ginfo[g->id] = (ld_ginfo){.dispatch_version = g->dispatch_version,
+                                     .sent_ms = (uint64_t)ckpt_unix_ms(), .delivered = g->delivered};
         d->in_flight++;
         if (g->delivered) continue;
         ld_dataset_order(d->ds->n, d->seed, g->epoch, perm);

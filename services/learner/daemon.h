@@ -29,7 +29,8 @@ typedef struct ld_buffered { /* a result waiting for its quota */
 
 typedef struct ld_ginfo { /* what a checkpoint needs of a dispatched group */
     uint64_t dispatch_version;
-    bool delivered; /* the broker acknowledged its PromptGroup */
+    uint64_t sent_ms; /* unix ms of its last production (learner.redispatch_timeout_s) */
+    bool delivered;   /* the broker acknowledged its PromptGroup */
 } ld_ginfo;
 
 typedef struct ld_daemon {
@@ -53,6 +54,8 @@ typedef struct ld_daemon {
     uint32_t *perm, epoch;
     size_t cursor;
     uint64_t next_id, in_flight; /* dispatched, not yet taken into an update */
+    uint64_t oldest_dispatched;  /* ids below it are past GS_DISPATCHED (redispatch scan) */
+    uint64_t redispatched;       /* groups produced again after learner.redispatch_timeout_s */
     uint8_t *state;
     size_t state_cap;
     ld_ginfo *ginfo; /* [state_cap]: per group, for checkpoints */

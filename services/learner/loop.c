@@ -112,7 +112,7 @@ static void dispatch_one(ld_daemon *d) {
     uint64_t id = d->next_id++;
     send_group(d, id, d->epoch, index, d->perm[index], d->version);
     state_set(d, id, GS_DISPATCHED);
-    d->ginfo[id] = (ld_ginfo){.dispatch_version = d->version};
+    d->ginfo[id] = (ld_ginfo){.dispatch_version = d->version, .sent_ms = unix_ms()};
     d->in_flight++;
     QRL_LOG_DEBUG("learner", "dispatched group=%" PRIu64 " epoch=%u index=%" PRIu64, id, d->epoch, index);
 }
@@ -156,6 +156,43 @@ static void send_group(ld_daemon *d, uint64_t id, uint32_t epoch, uint64_t index
     qrl_error err;
     QRL_CHECK(qrl_wire_encode_alloc(&pg.base, &buf, &len, &err) == QRL_OK); /* only NOMEM */
     queue_record(d, d->prompts_topic, id, buf, len);
+}
+
+/* learner.redispatch_timeout_s: a group produced that long ago (and acknowledged by the
+ * broker) with no result yet is produced again with the same id and content: a replica
+ * lost it (e.g. dead-lettered the prompt, or hung).  The first result for the id trains;
+ * a later one is dropped as a duplicate, so nothing trains twice. */
+static void redispatch_stale(ld_daemon *d) {
+    int64_t timeout_s = qrl_config_get_int(d->cfg, "learner.redispatch_timeout_s");
+    if (timeout_s <= 0 || d->paused || d->stopping || d->finished) return;
+    uint64_t now = unix_ms(), N = d->ds->n;
+    if (d->oldest_dispatched == 0) d->oldest_dispatched = 1;
+    while (d->oldest_dispatched < d->next_id && state_of_group(d, d->oldest_dispatched) != GS_DISPATCHED)
+        d->oldest_dispatched++;
+    uint32_t *perm = NULL;
+    uint32_t perm_epoch = UINT32_MAX;
+    for (uint64_t id = d->oldest_dispatched; id < d->next_id; id++) {
+        ld_ginfo *gi = &d->ginfo[id];
+        if (state_of_group(d, id) != GS_DISPATCHED || !gi->delivered ||
+            now - gi->sent_ms < (uint64_t)timeout_s * 1000)
+            continue;
+        /* ids follow the dataset walk one to one: id k is position k - 1 of the walk */
+        uint32_t epoch = (uint32_t)((id - 1) / N);
+        uint64_t index = (id - 1) % N;
+        const uint32_t *order = d->perm;
+        if (epoch != d->epoch) {
+            if (!perm) perm = malloc(N * sizeof *perm);
+            QRL_CHECK(perm != NULL);
+            if (perm_epoch != epoch) ld_dataset_order(N, d->seed, epoch, perm), perm_epoch = epoch;
+            order = perm;
+        }
+        QRL_LOG_WARN("learner", "group=%" PRIu64 " no result %.0f s after it was sent: dispatched "
+                     "again at version %" PRIu64, id, (double)(now - gi->sent_ms) / 1000.0, d->version);
+        send_group(d, id, epoch, index, order[index], d->version);
+        gi->dispatch_version = d->version, gi->sent_ms = now, gi->delivered = false;
+        d->redispatched++;
+    }
+    free(perm);
 }
 
 static void dispatch(ld_daemon *d) {
@@ -446,8 +483,9 @@ static void begin_close(ld_daemon *d) {
     if (d->closing) return;
     d->closing = true;
     QRL_LOG_INFO("learner", "stopping: step=%" PRIu64 " version=%" PRIu64 " dispatched=%" PRIu64
-                 " results=%" PRIu64 " duplicates=%" PRIu64 " dead_letters=%" PRIu64, d->step, d->version,
-                 d->next_id - 1, d->results, d->duplicates, d->dead_letters);
+                 " results=%" PRIu64 " duplicates=%" PRIu64 " dead_letters=%" PRIu64
+                 " redispatched=%" PRIu64, d->step, d->version, d->next_id - 1, d->results,
+                 d->duplicates, d->dead_letters, d->redispatched);
     uv_timer_stop(&d->tick);
     for (int i = 0; i < d->members.n; i++) d->members.r[i].watch = NULL; /* the server cancels them */
     qrl_rpc_server_close(d->rpc, on_rpc_closed, d);
@@ -497,6 +535,7 @@ static void on_tick(uv_timer_t *t) {
         o = next;
     }
     dispatch(d);
+    redispatch_stale(d);
     for (int n = 0; n < 64 && !d->finished; n++) {
         qrl_kafka_message msg = {0};
         bool got = false;

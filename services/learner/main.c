@@ -65,6 +65,10 @@ static const qrl_config_entry CONFIG[] = {
      "drop groups whose rewards are all equal (DAPO)"},
     {"learner.accuracy_threshold", QRL_CONFIG_TYPE_DOUBLE, "1.0", -1e9, 1e9, NULL, false,
      "a response counts as correct when its reward >= this"},
+    {"learner.redispatch_timeout_s", QRL_CONFIG_TYPE_INT, "0", 0, 1e9, NULL, false,
+     "a group sent this many seconds ago with no result yet is sent again with the same id "
+     "(a replica lost or dead-lettered its prompt); the first result trains, later ones are "
+     "dropped as duplicates; 0 = never"},
     {"learner.heartbeat_interval_ms", QRL_CONFIG_TYPE_INT, "1000", 50, 600000, NULL, false,
      "told to replicas at Register"},
     {"learner.heartbeat_timeout_ms", QRL_CONFIG_TYPE_INT, "10000", 100, 3600000, NULL, false,

@@ -1,7 +1,8 @@
 /* Helper of tests/integration/learner_resume.sh.
  *
  *   learner_resume_harness feed --bootstrap B --prompts T --results T --vocab V
- *                          [--hold-after N --go FILE] [--bad-first K] [--timeout S]
+ *                          [--hold-after N --go FILE] [--bad-first K] [--ignore-first ID]
+ *                          [--timeout S]
  *       A scripted replica: reads every PromptGroup of topic --prompts (a fresh consumer
  *       group, from the earliest record, in record order) and answers each one at once
  *       with a GroupResult whose content is a function of the group id only: G responses
@@ -10,8 +11,9 @@
  *       With --hold-after N, groups above N wait until FILE exists (so the test decides
  *       when updates past N*... may start).  With --bad-first K, groups up to K are first
  *       answered with four bad results (a log-prob missing, a NaN log-prob, an id never
- *       dispatched, schema_version 99), then with the good one.  Runs until killed or S
- *       seconds (default 120).
+ *       dispatched, schema_version 99), then with the good one.  With --ignore-first ID, the
+ *       first delivery of group ID gets no answer (a lost prompt: the learner must send it
+ *       again).  Runs until killed or S seconds (default 120).
  *   learner_resume_harness logits --checkpoint DIR --ids 1,2,3 --out FILE.npy [--model P]
  *       The learner's policy as a checkpoint holds it: the base model (manifest's or
  *       --model) with the checkpoint's parameters, UAQ-scaled as trained; the logits of
@@ -117,6 +119,7 @@ static int feed(int argc, char **argv) {
     uint32_t V = (uint32_t)atoi(arg(argc, argv, "--vocab", "0"));
     uint64_t hold = strtoull(arg(argc, argv, "--hold-after", "0"), NULL, 10);
     uint64_t bad_first = strtoull(arg(argc, argv, "--bad-first", "0"), NULL, 10);
+    uint64_t ignore = strtoull(arg(argc, argv, "--ignore-first", "0"), NULL, 10);
     double timeout = atof(arg(argc, argv, "--timeout", "120"));
     if (!bootstrap || !prompts || !results || !V) die("feed", "--bootstrap, --prompts, --results, --vocab needed");
     if (hold && !go) die("feed", "--hold-after needs --go FILE");
@@ -143,6 +146,13 @@ static int feed(int argc, char **argv) {
         if (hold && pg->group_id > hold && access(go, F_OK) != 0) {
             fprintf(stderr, "feeder: holding group %" PRIu64 " until %s exists\n", pg->group_id, go);
             while (access(go, F_OK) != 0 && now_s() < end) usleep(20000);
+        }
+        if (ignore && pg->group_id == ignore) {
+            fprintf(stderr, "feeder: ignored the first delivery of group %" PRIu64 "\n", ignore);
+            ignore = 0;
+            qrl_wire_free(pm);
+            qrl_kafka_message_release(&m);
+            continue;
         }
         if (pg->group_id <= bad_first) /* the bad variants first, then the good result */
             for (int b = 1; b <= 4; b++) answer(p, results, pg, V, b);
