@@ -1,16 +1,23 @@
 /* Causal GQA attention over packed sequences for training (train_attention.cuh).
  *
  * head_dim 64 / 128: tensor cores (mma.sync m16n8k16, BF16 in, F32 accumulate), FA2 style.
- *   forward:  one 128-thread block per (64-query tile, q head); each warp owns 16 query
- *             rows, K/V tiles of 64 keys double-buffered through cp.async; online softmax
- *             in the log2 domain; P rounded to BF16 for P V (as FlashAttention).
- *   backward: one block per (64-key tile, q head); each warp owns 16 keys and keeps their
+ *   forward:  one 256-thread block per (128-query tile, q head); each of the 8 warps owns
+ *             16 query rows, K/V tiles of 64 keys double-buffered through cp.async (shared
+ *             by twice the queries of a 64-query block); online softmax in the log2
+ *             domain; P rounded to BF16 for P V (as FlashAttention).  A warp skips the
+ *             key tiles wholly after its rows (the diagonal tiles).
+ *   backward: one 256-thread block per (128-key tile, q head); each of the 8 warps owns
+ *             16 keys and keeps their
  *             dK/dV in registers while it walks the query tiles that can see the keys
  *             (S^T = K Q^T, P^T = exp2(S^T - lse), dV += P^T dO, dP^T = V dO^T,
  *             dS^T = P^T (dP^T - D), dK += dS^T Q); dQ = dS K goes through shared memory
  *             and F32 atomics, and so do dK/dV at the end (the q heads of a GQA group
  *             share them).  One q head per block, not the whole group: Hkv = 2 would
- *             otherwise leave most of the chip idle on the long key tiles.
+ *             otherwise leave most of the chip idle on the long key tiles.  128 keys per
+ *             block halve the dQ atomics and the Q/dO tile loads per key (H200, T = 8192:
+ *             178 -> 221 TFLOPS at hd 128).
+ * Both grids are (heads, tiles), heads fastest, longest tiles first: the causal tail is
+ * short, and a head-fastest backward measured faster than a tile-fastest one.
  * other even head_dim <= 256: CUDA cores, one warp per row, correctness over speed.
  * Tiles wholly outside the block-diagonal causal mask are skipped: seg_start is
  * non-decreasing, so a query tile's first key is seg_start of its first query, and a key
@@ -94,152 +101,195 @@ static __device__ __forceinline__ void load_tile(uint16_t *dst, const uint16_t *
 
 /* ---- tensor-core forward ------------------------------------------------------------------ */
 
-#define FBM 64 /* queries per block */
-
-template <int HD>
-static __global__ void __launch_bounds__(128)
+/* NW warps, each owning WM 16-row query slices: BQ = NW * 16 * WM queries per block.  With
+ * WM = 2 every K/V fragment read from shared memory feeds two mma, at the price of the Q
+ * fragments being re-read per key tile; measured no faster than WM = 1, NW = 8 (and slower
+ * at T = 2048: fewer blocks), so the launcher uses the latter. */
+template <int HD, int WM, int NW>
+static __global__ void __launch_bounds__(NW * 32, HD == 128 && NW == 8 ? 1 : 2)
 fwd_tc_kernel(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, const uint16_t *v,
               const int32_t *seg_start, int T, int H, int Hkv, float scale_log2) {
-    constexpr int LD = HD + 8, KS = HD / 16;
+    constexpr int LD = HD + 8, KS = HD / 16, BQ = NW * 16 * WM;
     extern __shared__ __align__(16) uint16_t fsm[];
-    uint16_t *sQ = fsm, *sK = sQ + FBM * LD, *sV = sK + 2 * BN * LD;
-    const int qt = gridDim.x - 1 - blockIdx.x; /* longest rows first */
-    const int h = blockIdx.y, kh = h / (H / Hkv);
+    uint16_t *sQ = fsm, *sK = sQ + BQ * LD, *sV = sK + 2 * BN * LD;
+    /* blocks are issued x-fastest: every head's longest query tiles first (causal tail) */
+    const int qt = gridDim.y - 1 - blockIdx.y;
+    const int h = blockIdx.x, kh = h / (H / Hkv);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    const int q0 = qt * FBM, q_last = min(q0 + FBM - 1, T - 1);
+    const int q0 = qt * BQ, q_last = min(q0 + BQ - 1, T - 1);
     const int kt0 = max(seg_start[q0], 0) / BN, /* clamp: never read before row 0 */
               kt1 = q_last / BN, ss_last = seg_start[q_last];
     const size_t qs = (size_t)H * HD, kvs = (size_t)Hkv * HD;
     const uint16_t *kb = k + (size_t)kh * HD, *vb = v + (size_t)kh * HD;
-    load_tile<HD>(sQ, q + (size_t)h * HD, qs, q0, FBM, T);
+    load_tile<HD>(sQ, q + (size_t)h * HD, qs, q0, BQ, T);
     load_tile<HD>(sK, kb, kvs, kt0 * BN, BN, T);
     load_tile<HD>(sV, vb, kvs, kt0 * BN, BN, T);
     cp_commit();
     /* padding rows (>= T) take row T-1's mask: finite statistics, never written */
-    const int r_lo = q0 + warp * 16 + g, t_lo = min(r_lo, T - 1), t_hi = min(r_lo + 8, T - 1);
-    const int ss_lo = seg_start[t_lo], ss_hi = seg_start[t_hi];
-    float o[HD / 8][4], m[2] = {-INFINITY, -INFINITY}, l[2] = {0.0f, 0.0f};
+    int r_lo[WM], t_lo[WM], t_hi[WM], ss_lo[WM], ss_hi[WM];
 #pragma unroll
-    for (int n = 0; n < HD / 8; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    uint32_t qa[KS][4];
+    for (int w = 0; w < WM; w++) {
+        r_lo[w] = q0 + (warp * WM + w) * 16 + g;
+        t_lo[w] = min(r_lo[w], T - 1), t_hi[w] = min(r_lo[w] + 8, T - 1);
+        ss_lo[w] = seg_start[t_lo[w]], ss_hi[w] = seg_start[t_hi[w]];
+    }
+    /* the last key any row of this warp sees: tiles past it are skipped by the warp */
+    const int warp_last = min(q0 + (warp + 1) * WM * 16 - 1, T - 1);
+    float o[WM][HD / 8][4], m[WM][2], l[WM][2];
+#pragma unroll
+    for (int w = 0; w < WM; w++) {
+        m[w][0] = m[w][1] = -INFINITY, l[w][0] = l[w][1] = 0.0f;
+#pragma unroll
+        for (int n = 0; n < HD / 8; n++) o[w][n][0] = o[w][n][1] = o[w][n][2] = o[w][n][3] = 0.0f;
+    }
+    uint32_t qa[WM == 1 ? KS : 1][4]; /* WM == 1: the warp's Q fragments stay in registers */
     for (int kt = kt0; kt <= kt1; kt++) {
         const int buf = (kt - kt0) & 1;
         cp_wait_all();
         __syncthreads();
-        if (kt == kt0)
+        if constexpr (WM == 1)
+            if (kt == kt0)
 #pragma unroll
-            for (int ks = 0; ks < KS; ks++)
-                ldsm_x4(sQ + (warp * 16 + (lane & 15)) * LD + ks * 16 + (lane >> 4) * 8, qa[ks]);
+                for (int ks = 0; ks < KS; ks++)
+                    ldsm_x4(sQ + (warp * 16 + (lane & 15)) * LD + ks * 16 + (lane >> 4) * 8, qa[ks]);
         if (kt < kt1) {
             load_tile<HD>(sK + (buf ^ 1) * BN * LD, kb, kvs, (kt + 1) * BN, BN, T);
             load_tile<HD>(sV + (buf ^ 1) * BN * LD, vb, kvs, (kt + 1) * BN, BN, T);
         }
         cp_commit();
+        const int k0 = kt * BN;
+        if (k0 > warp_last) continue; /* warp-uniform: every key of the tile is in the future */
         const uint16_t *K_ = sK + buf * BN * LD, *V_ = sV + buf * BN * LD;
-        float s[BN / 8][4];
+        float s[WM][BN / 8][4];
 #pragma unroll
-        for (int n = 0; n < BN / 8; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        for (int w = 0; w < WM; w++)
 #pragma unroll
-        for (int ks = 0; ks < KS; ks++)
+            for (int n = 0; n < BN / 8; n++) s[w][n][0] = s[w][n][1] = s[w][n][2] = s[w][n][3] = 0.0f;
+#pragma unroll
+        for (int ks = 0; ks < KS; ks++) {
+            uint32_t a[WM][4];
+            if constexpr (WM > 1)
+#pragma unroll
+                for (int w = 0; w < WM; w++)
+                    ldsm_x4(sQ + ((warp * WM + w) * 16 + (lane & 15)) * LD + ks * 16 + (lane >> 4) * 8, a[w]);
 #pragma unroll
             for (int n = 0; n < BN / 8; n += 2) {
                 uint32_t b[4];
                 ldsm_x4(K_ + (n * 8 + (lane & 7) + (lane >> 4) * 8) * LD + ks * 16 + ((lane >> 3) & 1) * 8, b);
-                mma(s[n], qa[ks], b[0], b[1]);
-                mma(s[n + 1], qa[ks], b[2], b[3]);
-            }
-        const int k0 = kt * BN;
-        const bool full = k0 + BN - 1 <= q0 && k0 >= ss_last;
-        float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-        for (int n = 0; n < BN / 8; n++)
-#pragma unroll
-            for (int i = 0; i < 4; i++) {
-                float x = s[n][i] * scale_log2;
-                if (!full) {
-                    int key = k0 + n * 8 + 2 * c + (i & 1);
-                    int t = i < 2 ? t_lo : t_hi, ss = i < 2 ? ss_lo : ss_hi;
-                    if (key > t || key < ss) x = -INFINITY;
+                for (int w = 0; w < WM; w++) {
+                    const uint32_t *aw = WM == 1 ? qa[WM == 1 ? ks : 0] : a[w];
+                    mma(s[w][n], aw, b[0], b[1]);
+                    mma(s[w][n + 1], aw, b[2], b[3]);
                 }
-                s[n][i] = x;
-                mx[i >> 1] = fmaxf(mx[i >> 1], x);
             }
-        float alpha[2], mu[2];
-#pragma unroll
-        for (int r = 0; r < 2; r++) {
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-            float mn = fmaxf(m[r], mx[r]);
-            mu[r] = mn == -INFINITY ? 0.0f : mn; /* a row with no key yet stays at zero */
-            alpha[r] = exp2f(m[r] - mu[r]);
-            m[r] = mn;
-            l[r] *= alpha[r];
         }
+        const bool full = k0 + BN - 1 <= q0 && k0 >= ss_last;
 #pragma unroll
-        for (int n = 0; n < BN / 8; n++)
+        for (int w = 0; w < WM; w++) {
+            float mx[2] = {-INFINITY, -INFINITY};
 #pragma unroll
-            for (int i = 0; i < 4; i++) {
-                float p = exp2f(s[n][i] - mu[i >> 1]);
-                s[n][i] = p;
-                l[i >> 1] += p;
+            for (int n = 0; n < BN / 8; n++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    float x = s[w][n][i] * scale_log2;
+                    if (!full) {
+                        int key = k0 + n * 8 + 2 * c + (i & 1);
+                        int t = i < 2 ? t_lo[w] : t_hi[w], ss = i < 2 ? ss_lo[w] : ss_hi[w];
+                        if (key > t || key < ss) x = -INFINITY;
+                    }
+                    s[w][n][i] = x;
+                    mx[i >> 1] = fmaxf(mx[i >> 1], x);
+                }
+            float alpha[2], mu[2];
+#pragma unroll
+            for (int r = 0; r < 2; r++) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                float mn = fmaxf(m[w][r], mx[r]);
+                mu[r] = mn == -INFINITY ? 0.0f : mn; /* a row with no key yet stays at zero */
+                alpha[r] = exp2f(m[w][r] - mu[r]);
+                m[w][r] = mn;
+                l[w][r] *= alpha[r];
             }
 #pragma unroll
-        for (int n = 0; n < HD / 8; n++) {
-            o[n][0] *= alpha[0], o[n][1] *= alpha[0];
-            o[n][2] *= alpha[1], o[n][3] *= alpha[1];
+            for (int n = 0; n < BN / 8; n++)
+#pragma unroll
+                for (int i = 0; i < 4; i++) {
+                    float p = exp2f(s[w][n][i] - mu[i >> 1]);
+                    s[w][n][i] = p;
+                    l[w][i >> 1] += p;
+                }
+#pragma unroll
+            for (int n = 0; n < HD / 8; n++) {
+                o[w][n][0] *= alpha[0], o[w][n][1] *= alpha[0];
+                o[w][n][2] *= alpha[1], o[w][n][3] *= alpha[1];
+            }
         }
 #pragma unroll
         for (int kk = 0; kk < BN / 16; kk++) {
-            const uint32_t pa[4] = {pack_bf16(s[2 * kk][0], s[2 * kk][1]), pack_bf16(s[2 * kk][2], s[2 * kk][3]),
-                                    pack_bf16(s[2 * kk + 1][0], s[2 * kk + 1][1]),
-                                    pack_bf16(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+            uint32_t pa[WM][4];
+#pragma unroll
+            for (int w = 0; w < WM; w++) {
+                pa[w][0] = pack_bf16(s[w][2 * kk][0], s[w][2 * kk][1]);
+                pa[w][1] = pack_bf16(s[w][2 * kk][2], s[w][2 * kk][3]);
+                pa[w][2] = pack_bf16(s[w][2 * kk + 1][0], s[w][2 * kk + 1][1]);
+                pa[w][3] = pack_bf16(s[w][2 * kk + 1][2], s[w][2 * kk + 1][3]);
+            }
 #pragma unroll
             for (int n = 0; n < HD / 8; n += 2) {
                 uint32_t b[4];
                 ldsm_x4_t(V_ + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + n * 8 + (lane >> 4) * 8, b);
-                mma(o[n], pa, b[0], b[1]);
-                mma(o[n + 1], pa, b[2], b[3]);
+#pragma unroll
+                for (int w = 0; w < WM; w++) {
+                    mma(o[w][n], pa[w], b[0], b[1]);
+                    mma(o[w][n + 1], pa[w], b[2], b[3]);
+                }
             }
         }
     }
 #pragma unroll
-    for (int r = 0; r < 2; r++) {
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 1);
-        l[r] += __shfl_xor_sync(0xffffffffu, l[r], 2);
-        int row = r_lo + 8 * r;
-        if (row >= T) continue;
-        float inv = 1.0f / l[r]; /* l >= 1: the row's max contributes exp2(0) */
-        uint16_t *op = out + ((size_t)row * H + h) * HD + 2 * c;
+    for (int w = 0; w < WM; w++)
 #pragma unroll
-        for (int n = 0; n < HD / 8; n++)
-            *(uint32_t *)(op + n * 8) = pack_bf16(o[n][2 * r] * inv, o[n][2 * r + 1] * inv);
-        if (c == 0) lse[(size_t)h * T + row] = (m[r] + log2f(l[r])) * LN2;
-    }
+        for (int r = 0; r < 2; r++) {
+            float lr = l[w][r];
+            lr += __shfl_xor_sync(0xffffffffu, lr, 1);
+            lr += __shfl_xor_sync(0xffffffffu, lr, 2);
+            int row = r_lo[w] + 8 * r;
+            if (row >= T) continue;
+            float inv = 1.0f / lr; /* l >= 1: the row's max contributes exp2(0) */
+            uint16_t *op = out + ((size_t)row * H + h) * HD + 2 * c;
+#pragma unroll
+            for (int n = 0; n < HD / 8; n++)
+                *(uint32_t *)(op + n * 8) = pack_bf16(o[w][n][2 * r] * inv, o[w][n][2 * r + 1] * inv);
+            if (c == 0) lse[(size_t)h * T + row] = (m[w][r] + log2f(lr)) * LN2;
+        }
 }
-
 /* ---- tensor-core backward ------------------------------------------------------------------ */
 
-template <int HD, int BM>
+template <int HD, int BM, int NW>
 struct bwd_smem {
-    static constexpr int LD = HD + 8, LDS = BM + 8;
-    static constexpr size_t BYTES = (size_t)(2 * BN * LD + 4 * BM * LD + BN * LDS) * 2 + 6 * BM * 4;
+    static constexpr int LD = HD + 8, LDS = BM + 8, BK = NW * 16;
+    static constexpr size_t BYTES = (size_t)(2 * BK * LD + 4 * BM * LD + BK * LDS) * 2 + 6 * BM * 4;
 };
 
-template <int HD, int BM>
-static __global__ void __launch_bounds__(128, 2)
+template <int HD, int BM, int NW>
+static __global__ void __launch_bounds__(NW * 32, NW == 4 ? 2 : 1)
 bwd_tc_kernel(float *dq, float *dk, float *dv, const uint16_t *dout, const uint16_t *q,
               const uint16_t *k, const uint16_t *v, const float *lse, const float *Dr,
               const int32_t *seg_start, int T, int H, int Hkv, float scale, float scale_log2) {
-    constexpr int LD = HD + 8, LDS = BM + 8, KS = HD / 16, QG = BM / 16, DG = 4 / QG, DW = HD / DG;
-    static_assert(QG * DG == 4 && DW % 16 == 0, "warp split of dQ");
+    constexpr int LD = HD + 8, LDS = BM + 8, KS = HD / 16, BK = NW * 16, QG = BM / 16, DG = NW / QG,
+                  DW = HD / DG;
+    static_assert(QG * DG == NW && DW % 16 == 0, "warp split of dQ");
     extern __shared__ __align__(16) uint16_t bsm[];
-    uint16_t *sK = bsm, *sV = sK + BN * LD, *sQ = sV + BN * LD, *sO = sQ + 2 * BM * LD;
+    uint16_t *sK = bsm, *sV = sK + BK * LD, *sQ = sV + BK * LD, *sO = sQ + 2 * BM * LD;
     uint16_t *sdS = sO + 2 * BM * LD;
-    float *sL = (float *)(sdS + BN * LDS), *sD = sL + 2 * BM;
+    float *sL = (float *)(sdS + BK * LDS), *sD = sL + 2 * BM;
     int32_t *sS = (int32_t *)(sD + 2 * BM);
-    const int kt = blockIdx.x, h = blockIdx.y, kh = h / (H / Hkv);
+    /* blocks are issued x-fastest: every head's longest key tiles (the first) go first */
+    const int kt = blockIdx.y, h = blockIdx.x, kh = h / (H / Hkv);
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
-    const int k0 = kt * BN, k_last = min(k0 + BN - 1, T - 1);
+    const int k0 = kt * BK, k_last = min(k0 + BK - 1, T - 1);
     /* queries that see a key of the tile: [k0, first t > k_last with seg_start[t] > k_last) */
     int lo = k_last + 1, hi = T;
     while (lo < hi) {
@@ -251,8 +301,8 @@ bwd_tc_kernel(float *dq, float *dk, float *dv, const uint16_t *dout, const uint1
     const size_t qs = (size_t)H * HD, kvs = (size_t)Hkv * HD;
     const uint16_t *qb = q + (size_t)h * HD, *ob = dout + (size_t)h * HD;
     const float *lb = lse + (size_t)h * T, *db = Dr + (size_t)h * T;
-    load_tile<HD>(sK, k + (size_t)kh * HD, kvs, k0, BN, T);
-    load_tile<HD>(sV, v + (size_t)kh * HD, kvs, k0, BN, T);
+    load_tile<HD>(sK, k + (size_t)kh * HD, kvs, k0, BK, T);
+    load_tile<HD>(sV, v + (size_t)kh * HD, kvs, k0, BK, T);
     auto prefetch = [&](int qt, int buf) {
         int t0 = qt * BM;
         load_tile<HD>(sQ + buf * BM * LD, qb, qs, t0, BM, T);
@@ -307,7 +357,7 @@ bwd_tc_kernel(float *dq, float *dk, float *dv, const uint16_t *dout, const uint1
             }
         }
         /* every key of the tile <= every query, every query's segment starts <= k0 */
-        const bool full = k0 + BN - 1 <= t0 && t0 + BM <= T && S_[BM - 1] <= k0;
+        const bool full = k0 + BK - 1 <= t0 && t0 + BM <= T && S_[BM - 1] <= k0;
 #pragma unroll
         for (int n = 0; n < BM / 8; n++)
 #pragma unroll
@@ -350,7 +400,7 @@ bwd_tc_kernel(float *dq, float *dk, float *dv, const uint16_t *dout, const uint1
 #pragma unroll
         for (int n = 0; n < DW / 8; n++) acc[n][0] = acc[n][1] = acc[n][2] = acc[n][3] = 0.0f;
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; kk++) {
+        for (int kk = 0; kk < BK / 16; kk++) {
             uint32_t a[4];
             ldsm_x4_t(sdS + (kk * 16 + (lane & 7) + (lane >> 4) * 8) * LDS + qg * 16 + ((lane >> 3) & 1) * 8, a);
 #pragma unroll
@@ -547,24 +597,26 @@ static qrl_status set_smem(K kernel, size_t bytes, const char *what, qrl_error *
     return QRL_OK;
 }
 
-template <int HD>
+template <int HD, int WM, int NW>
 static qrl_status launch_fwd_tc(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k,
                                 const uint16_t *v, const int32_t *ss, int T, int H, int Hkv,
                                 float sl2, cudaStream_t st, qrl_error *err) {
-    const size_t bytes = (size_t)(FBM + 4 * BN) * (HD + 8) * 2;
-    QRL_TRY(set_smem(fwd_tc_kernel<HD>, bytes, "train attention forward", err));
-    fwd_tc_kernel<HD><<<dim3((T + FBM - 1) / FBM, H), 128, bytes, st>>>(out, lse, q, k, v, ss, T, H, Hkv, sl2);
+    constexpr int BQ = NW * 16 * WM;
+    const size_t bytes = (size_t)(BQ + 4 * BN) * (HD + 8) * 2;
+    QRL_TRY(set_smem(fwd_tc_kernel<HD, WM, NW>, bytes, "train attention forward", err));
+    fwd_tc_kernel<HD, WM, NW><<<dim3(H, (T + BQ - 1) / BQ), NW * 32, bytes, st>>>(out, lse, q, k, v, ss, T, H, Hkv, sl2);
     return qrl_cuda_launch_status_("train attention forward", err);
 }
 
-template <int HD, int BM>
+template <int HD, int BM, int NW>
 static qrl_status launch_bwd_tc(float *dq, float *dk, float *dv, const uint16_t *dout, const uint16_t *q,
                                 const uint16_t *k, const uint16_t *v, const float *lse, const float *D,
                                 const int32_t *ss, int T, int H, int Hkv, float scale,
                                 cudaStream_t st, qrl_error *err) {
-    const size_t bytes = bwd_smem<HD, BM>::BYTES;
-    QRL_TRY(set_smem(bwd_tc_kernel<HD, BM>, bytes, "train attention backward", err));
-    bwd_tc_kernel<HD, BM><<<dim3((T + BN - 1) / BN, H), 128, bytes, st>>>(
+    const size_t bytes = bwd_smem<HD, BM, NW>::BYTES;
+    constexpr int BK = NW * 16;
+    QRL_TRY(set_smem(bwd_tc_kernel<HD, BM, NW>, bytes, "train attention backward", err));
+    bwd_tc_kernel<HD, BM, NW><<<dim3(H, (T + BK - 1) / BK), NW * 32, bytes, st>>>(
         dq, dk, dv, dout, q, k, v, lse, D, ss, T, H, Hkv, scale, scale * LOG2E);
     return qrl_cuda_launch_status_("train attention backward", err);
 }
@@ -582,8 +634,8 @@ extern "C" qrl_status qrl_cuda_train_attention_forward(uint16_t *out, float *lse
         const void *p[] = {out, q, k, v};
         QRL_TRY(check_align("train attention forward", p, 4, err));
     }
-    if (use_tc(hd) && hd == 64) return launch_fwd_tc<64>(out, lse, q, k, v, seg_start, T, H, Hkv, scale * LOG2E, st, err);
-    if (use_tc(hd)) return launch_fwd_tc<128>(out, lse, q, k, v, seg_start, T, H, Hkv, scale * LOG2E, st, err);
+    if (use_tc(hd) && hd == 64) return launch_fwd_tc<64, 1, 8>(out, lse, q, k, v, seg_start, T, H, Hkv, scale * LOG2E, st, err);
+    if (use_tc(hd)) return launch_fwd_tc<128, 1, 8>(out, lse, q, k, v, seg_start, T, H, Hkv, scale * LOG2E, st, err);
     fwd_simple_kernel<<<warp_blocks((long)T * H), 128, 0, st>>>(out, lse, q, k, v, seg_start, T, H, Hkv, hd, scale);
     return qrl_cuda_launch_status_("train attention forward", err);
 }
@@ -609,9 +661,9 @@ extern "C" qrl_status qrl_cuda_train_attention_backward(float *dq, float *dk, fl
     rowdot_kernel<<<warp_blocks((long)T * H), 128, 0, st>>>(work, dout, out, T, H, hd);
     QRL_TRY(qrl_cuda_launch_status_("train attention backward (row sums)", err));
     if (use_tc(hd) && hd == 64)
-        return launch_bwd_tc<64, 64>(dq, dk, dv, dout, q, k, v, lse, work, seg_start, T, H, Hkv, scale, st, err);
+        return launch_bwd_tc<64, 64, 8>(dq, dk, dv, dout, q, k, v, lse, work, seg_start, T, H, Hkv, scale, st, err);
     if (use_tc(hd))
-        return launch_bwd_tc<128, 32>(dq, dk, dv, dout, q, k, v, lse, work, seg_start, T, H, Hkv, scale, st, err);
+        return launch_bwd_tc<128, 32, 8>(dq, dk, dv, dout, q, k, v, lse, work, seg_start, T, H, Hkv, scale, st, err);
     dq_simple_kernel<<<warp_blocks((long)T * H), 128, 0, st>>>(dq, dout, q, k, v, lse, work, seg_start, T,
                                                                H, Hkv, hd, scale);
     QRL_TRY(qrl_cuda_launch_status_("train attention backward (dq)", err));
