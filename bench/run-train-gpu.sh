@@ -16,12 +16,13 @@ export NCCL_NVLS_ENABLE=0
 tests="test_cuda_train_ops test_cuda_train_attn test_cuda_train test_cuda_learner"
 targets=""
 for t in $tests; do [ -f tests/cuda/$t.c ] && targets="$targets build-gpu/tests/cuda/$t"; done
-make -k -j"$(nproc)" BUILD=build-gpu $targets build-gpu/bench/train_step > "$out/train-build.log" 2>&1 \
-  || grep -E 'error:|Error [0-9]|undefined reference' "$out/train-build.log" | head -30
 rc=0
+# a failed build fails the run (old binaries may survive in build-gpu between calls)
+make -k -j"$(nproc)" BUILD=build-gpu $targets build-gpu/bench/train_step > "$out/train-build.log" 2>&1 \
+  || { grep -E 'error:|Error [0-9]|undefined reference' "$out/train-build.log" | head -30; rc=1; }
 if [ "$what" != bench ]; then
   for t in $tests; do
-    [ -x build-gpu/tests/cuda/$t ] || continue
+    [ -x build-gpu/tests/cuda/$t ] || { echo "$t: not built"; rc=1; continue; }
     build-gpu/tests/cuda/$t --verbose > "$out/$t.log" 2>&1; r=$?
     grep -E "^train |^recompute|^data parallel|^learner|attn|FAIL|Assert|CRASH|Synthesis" "$out/$t.log" | tail -40
     echo "$t rc=$r"; [ $r -eq 0 ] || rc=1
@@ -29,7 +30,7 @@ if [ "$what" != bench ]; then
 fi
 if [ "$what" != tests ]; then
   build-gpu/bench/train_step "$@" 2>&1 | tee "$out/train_step.log"; r=${PIPESTATUS[0]}
-  cp bench/results/train_step-h200.json "$out/" 2>/dev/null
+  case " $* " in *" --out "*) ;; *) cp bench/results/train_step-h200.json "$out/" 2>/dev/null ;; esac
   [ $r -eq 0 ] || rc=1
 fi
 exit $rc

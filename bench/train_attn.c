@@ -118,6 +118,11 @@ int main(int argc, char **argv) {
     const char *out = "bench/results/train_attn-h200.json";
     for (int i = 1; i < argc; i++)
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
+    int ndev = 0;
+    if (cudaGetDeviceCount(&ndev) != cudaSuccess || ndev == 0) {
+        fprintf(stderr, "train_attn: no CUDA device\n");
+        return 77;
+    }
     struct cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s, %d SMs\n", prop.name, prop.multiProcessorCount);

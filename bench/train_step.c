@@ -255,12 +255,16 @@ int main(int argc, char **argv) {
     char mlist[64];
     snprintf(mlist, sizeof mlist, "%s", models);
     for (char *name = strtok(mlist, ","); name; name = strtok(NULL, ",")) {
+        if (strcmp(name, "0.5b") != 0 && strcmp(name, "1.5b") != 0) {
+            fprintf(stderr, "train_step: unknown model '%s' (0.5b or 1.5b)\n", name);
+            return 2;
+        }
         qrl_model *m = make_model(name);
         printf("model %s: %.3f B parameters (%.3f B in matmuls)\n", name,
                (double)(m->rope_inv_freq - m->arena) / 1e9, matmul_params(&m->cfg) / 1e9);
         for (int si = 0; si < ns; si++)
             for (int gi = 0; gi < ng; gi++) {
-                if (gl[gi] > ndev || gl[gi] < 1 || gl[gi] > 2) continue;
+                if (gl[gi] > ndev || gl[gi] < 1 || gl[gi] > 2 || nr == 32) continue;
                 if (run(m, name, seqs[si], gl[gi], recompute, steps, accum, peak, &res[nr])) nr++;
             }
         qrl_model_free(m);

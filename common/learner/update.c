@@ -9,23 +9,13 @@
 #include <time.h>
 
 #include "core/log.h"
+#include "learner/engine.h"
 #include "train/model_train.h"
-#ifdef QRL_HAVE_CUDA
-#include "train/model_train_cuda.h"
-#else
-typedef struct qrl_model_train_cuda qrl_model_train_cuda_t; /* never created */
-#endif
 
 struct qrl_learner {
     qrl_model *m;
     qrl_learner_config cfg;
-    qrl_model_train_t *tr;
-    qrl_adamw_t *opt;
-    float *params, *grads;
-    size_t n_params;
-    qrl_model *ref;              /* frozen initial weights (beta > 0), else NULL */
-    qrl_model_train_t *ref_tr;
-    qrl_model_train_cuda_t *gtr, *gref; /* device >= 0: the CUDA engines instead */
+    qrl_learner_engine e;        /* policy, reference policy, AdamW: CPU or CUDA */
     /* packed-batch buffers, max_tokens each (STYLE 6: sized once) */
     int32_t *tok, *tgt, *pos, *seg, *offs;
     float *lp, *ent, *dlp;
@@ -166,61 +156,7 @@ qrl_status qrl_learner_new(qrl_model *m, const qrl_learner_config *cfg, qrl_lear
     if (!l) return qrl_error_set(err, QRL_STATUS_NOMEM, "learner: struct");
     l->m = m;
     l->cfg = *cfg;
-    if (cfg->device >= 0) {
-#ifdef QRL_HAVE_CUDA
-        qrl_model_train_cuda_opts go = {.max_tokens = cfg->max_tokens, .device = cfg->device,
-                                        .recompute_activations = cfg->activation_recompute};
-        QRL_TRY_GOTO(qrl_model_train_cuda_new(m, &go, &l->gtr, err), fail);
-        l->params = m->arena;
-        l->n_params = (size_t)(m->rope_inv_freq - m->arena);
-#else
-        st = qrl_error_set(err, QRL_STATUS_UNSUPPORTED, "learner.device cuda: this build has "
-                           "no CUDA (nvcc was not found when it was built)");
-        goto fail;
-#endif
-    } else {
-        qrl_model_train_opts to = {.max_tokens = cfg->max_tokens,
-                                   .recompute_activations = cfg->activation_recompute};
-        QRL_TRY_GOTO(qrl_model_train_new_opts(m, &to, &l->tr, err), fail);
-        l->params = qrl_model_train_params(l->tr, &l->n_params);
-        l->grads = qrl_model_train_grads(l->tr, &l->n_params);
-    }
-    QRL_TRY_GOTO(qrl_adamw_new(l->n_params, &cfg->adamw, &l->opt, err), fail);
-    if (cfg->loss.beta > 0) {
-        QRL_TRY_GOTO(qrl_model_new(&m->cfg, &l->ref, err), fail);
-        if (l->ref->arena_floats != m->arena_floats) {
-            st = qrl_error_set(err, QRL_STATUS_INTERNAL,
-                               "learner: reference model arena %zu floats, model %zu",
-                               l->ref->arena_floats, m->arena_floats);
-            goto fail;
-        }
-        memcpy(l->ref->arena, m->arena, l->n_params * sizeof(float));
-        /* forward only (lp_ref): with recomputation it holds one layer's activations, and
-         * its log-probs are the same bits */
-        if (l->gtr) {
-#ifdef QRL_HAVE_CUDA
-            qrl_model_train_cuda_opts ro = {.max_tokens = cfg->max_tokens,
-                                            .device = cfg->device,
-                                            .recompute_activations = true};
-            QRL_TRY_GOTO(qrl_model_train_cuda_new(l->ref, &ro, &l->gref, err), fail);
-#endif
-        } else {
-            qrl_model_train_opts ro = {.max_tokens = cfg->max_tokens,
-                                       .recompute_activations = true};
-            QRL_TRY_GOTO(qrl_model_train_new_opts(l->ref, &ro, &l->ref_tr, err), fail);
-        }
-    }
-    size_t act = 0, ref_act = 0;
-#ifdef QRL_HAVE_CUDA
-    if (l->gtr) qrl_model_train_cuda_bytes(l->gtr, &act);
-    if (l->gref) qrl_model_train_cuda_bytes(l->gref, &ref_act);
-#endif
-    if (l->tr) act = qrl_model_train_activation_bytes(l->tr);
-    if (l->ref_tr) ref_act = qrl_model_train_activation_bytes(l->ref_tr);
-    QRL_LOG_INFO("learner", "training engine device=%s max_tokens=%d activation_recompute=%d "
-                 "activation_bytes=%zu ref_activation_bytes=%zu",
-                 l->gtr ? "cuda" : "cpu", cfg->max_tokens, (int)cfg->activation_recompute, act,
-                 ref_act);
+    QRL_TRY_GOTO(qrl_learner_engine_init(&l->e, m, cfg, err), fail);
     size_t T = (size_t)cfg->max_tokens;
     l->tok = malloc(T * sizeof *l->tok);
     l->tgt = malloc(T * sizeof *l->tgt);
@@ -243,95 +179,22 @@ fail:
 
 void qrl_learner_destroy(qrl_learner_t *l) {
     if (!l) return;
-    qrl_model_train_destroy(l->tr);
-    qrl_model_train_destroy(l->ref_tr);
-#ifdef QRL_HAVE_CUDA
-    qrl_model_train_cuda_destroy(l->gtr);
-    qrl_model_train_cuda_destroy(l->gref);
-#endif
-    qrl_model_free(l->ref);
-    qrl_adamw_destroy(l->opt);
+    qrl_learner_engine_free(&l->e);
     free(l->tok), free(l->tgt), free(l->pos), free(l->seg), free(l->offs);
     free(l->lp), free(l->ent), free(l->dlp);
     free(l);
 }
 
-qrl_adamw_t *qrl_learner_optimizer(qrl_learner_t *l) { return l->opt; }
+qrl_adamw_t *qrl_learner_optimizer(qrl_learner_t *l) { return l->e.opt; }
 
 qrl_status qrl_learner_sync_host(qrl_learner_t *l, qrl_error *err) {
-#ifdef QRL_HAVE_CUDA
-    if (l->gtr) {
-        float *m, *v;
-        int64_t steps;
-        qrl_adamw_moments(l->opt, &m, &v);
-        QRL_TRY(qrl_model_train_cuda_adamw_state(l->gtr, m, v, &steps, true, err));
-        qrl_adamw_set_steps(l->opt, steps);
-    }
-#endif
-    (void)l, (void)err;
-    return QRL_OK;
+    return qrl_learner_engine_sync_host(&l->e, err);
 }
 
 qrl_status qrl_learner_sync_device(qrl_learner_t *l, qrl_error *err) {
-#ifdef QRL_HAVE_CUDA
-    if (l->gtr) {
-        float *m, *v;
-        int64_t steps = qrl_adamw_steps(l->opt);
-        qrl_adamw_moments(l->opt, &m, &v);
-        QRL_TRY(qrl_model_train_cuda_set_params(l->gtr, l->m->arena, err));
-        QRL_TRY(qrl_model_train_cuda_adamw_state(l->gtr, m, v, &steps, false, err));
-    }
-#endif
-    (void)l, (void)err;
-    return QRL_OK;
+    return qrl_learner_engine_sync_device(&l->e, err);
 }
 
-/* ---- the engine: CPU reference or CUDA ------------------------------------------------ */
-
-/* Forward of the packed batch in l's buffers through the policy (ref false) or the
- * reference engine. */
-static qrl_status eng_forward(qrl_learner_t *l, bool ref, int T, float *lp, float *ent,
-                              qrl_error *err) {
-#ifdef QRL_HAVE_CUDA
-    if (l->gtr)
-        return qrl_model_train_cuda_forward(ref ? l->gref : l->gtr, l->tok, l->tgt, l->pos,
-                                            l->seg, T, lp, ent, err);
-#endif
-    return qrl_model_train_forward(ref ? l->ref_tr : l->tr, l->tok, l->tgt, l->pos, l->seg, T,
-                                   lp, ent, err);
-}
-
-static qrl_status eng_backward(qrl_learner_t *l, const float *dlp, qrl_error *err) {
-#ifdef QRL_HAVE_CUDA
-    if (l->gtr) return qrl_model_train_cuda_backward(l->gtr, dlp, NULL, false, err);
-#endif
-    return qrl_model_train_backward(l->tr, dlp, NULL, err);
-}
-
-static void eng_zero_grad(qrl_learner_t *l) {
-#ifdef QRL_HAVE_CUDA
-    if (l->gtr) {
-        qrl_model_train_cuda_zero_grad(l->gtr);
-        return;
-    }
-#endif
-    qrl_model_train_zero_grad(l->tr);
-}
-
-/* Clip + AdamW step.  On the GPU the updated F32 parameters are copied back into the
- * model (the weight broadcast and checkpoints read them there) and the host optimizer's
- * step count follows (the LR schedule reads it). */
-static qrl_status eng_step(qrl_learner_t *l, double lr, qrl_adamw_step_info *info,
-                           qrl_error *err) {
-#ifdef QRL_HAVE_CUDA
-    if (l->gtr) {
-        QRL_TRY(qrl_model_train_cuda_adamw_step(l->gtr, &l->cfg.adamw, lr, info, err));
-        qrl_adamw_set_steps(l->opt, info->step);
-        return qrl_model_train_cuda_get_params(l->gtr, l->m->arena, err);
-    }
-#endif
-    return qrl_adamw_step(l->opt, l->params, l->grads, lr, info, err);
-}
 qrl_status qrl_learner_set_lr(qrl_learner_t *l, double lr, qrl_error *err) {
     if (!(lr > 0) || !isfinite(lr))
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "learner: lr = %g must be finite and > 0", lr);
@@ -394,7 +257,8 @@ static qrl_status forward_all(qrl_learner_t *l, bool ref,
     for (size_t i = 0; i < n_seq;) {
         size_t c = chunk_len(l, seqs, all + i, n_seq - i);
         int T = pack(l, groups, seqs, all + i, c);
-        QRL_TRY(eng_forward(l, ref, T, l->lp, ent_sum ? l->ent : NULL, err));
+        QRL_TRY(qrl_learner_engine_forward(&l->e, ref, l->tok, l->tgt, l->pos, l->seg, T, l->lp,
+                                           ent_sum ? l->ent : NULL, err));
         for (size_t k = 0; k < c; k++) {
             const seq_info *s = &seqs[all[i + k]];
             for (int j = 0; j < s->R; j++) {
@@ -527,7 +391,8 @@ static qrl_status run_minibatch(qrl_learner_t *l, upd_ctx *c, const uint32_t *mb
     for (size_t i = 0; i < n;) {
         size_t cn = chunk_len(l, c->seqs, mb + i, n - i);
         int T = pack(l, c->groups, c->seqs, mb + i, cn);
-        QRL_TRY(eng_forward(l, false, T, l->lp, NULL, err));
+        QRL_TRY(qrl_learner_engine_forward(&l->e, false, l->tok, l->tgt, l->pos, l->seg, T, l->lp,
+                                           NULL, err));
         memset(l->dlp, 0, (size_t)T * sizeof *l->dlp);
         for (size_t k = 0; k < cn; k++) {
             const seq_info *s = &c->seqs[mb[i + k]];
@@ -562,7 +427,7 @@ static qrl_status run_minibatch(qrl_learner_t *l, upd_ctx *c, const uint32_t *mb
             }
             acc_add_seq(acc, &st, scale);
         }
-        QRL_TRY(eng_backward(l, l->dlp, err));
+        QRL_TRY(qrl_learner_engine_backward(&l->e, l->dlp, err));
         c->packed_tokens += (size_t)T;
         c->micro_batches++;
         i += cn;
@@ -648,7 +513,7 @@ qrl_status qrl_learner_update(qrl_learner_t *l, const qrl_learner_group *groups,
         }
     }
     S.seqs_trained = n_seq, S.tokens_trained = n_tok;
-    S.lr = qrl_lr_schedule_at(&cfg->lr, qrl_adamw_steps(l->opt));
+    S.lr = qrl_lr_schedule_at(&cfg->lr, qrl_adamw_steps(l->e.opt));
     if (n_seq == 0) goto finish;
 
     /* proximal log-probs: the pre-update parameters, one pass, plus the entropy */
@@ -671,7 +536,7 @@ qrl_status qrl_learner_update(qrl_learner_t *l, const qrl_learner_group *groups,
     S.time_prox_s = t2 - t1;
 
     /* reference log-probs from the frozen initial weights (beta > 0 only) */
-    if (l->ref_tr || l->gref) {
+    if (l->e.ref_tr || l->e.gref) {
         lp_ref = malloc(n_tok * sizeof *lp_ref);
         if (!lp_ref) {
             st = qrl_error_set(err, QRL_STATUS_NOMEM, "learner update: lp_ref");
@@ -710,7 +575,7 @@ qrl_status qrl_learner_update(qrl_learner_t *l, const qrl_learner_group *groups,
             size_t n = n_seq - b < mbs ? n_seq - b : mbs;
             loss_acc a = {0};
             qrl_error lerr;
-            eng_zero_grad(l);
+            qrl_learner_engine_zero_grad(&l->e);
             c.max_dlp = 0;
             qrl_status ls = run_minibatch(l, &c, order + b, n, &a, &lerr);
             if (S.minibatches == 0) {
@@ -719,7 +584,10 @@ qrl_status qrl_learner_update(qrl_learner_t *l, const qrl_learner_group *groups,
             }
             S.minibatches++;
             if (ls != QRL_OK) {
-                if (ls == QRL_STATUS_NOMEM) {
+                /* a non-finite loss skips the step; an engine failure (memory, the GPU)
+                 * ends the update */
+                if (ls == QRL_STATUS_NOMEM || ls == QRL_STATUS_CUDA ||
+                    ls == QRL_STATUS_INTERNAL) {
                     st = qrl_error_set(err, ls, "%s", lerr.msg);
                     goto done;
                 }
@@ -738,9 +606,9 @@ qrl_status qrl_learner_update(qrl_learner_t *l, const qrl_learner_group *groups,
                 S.tis_tokens += (size_t)llround(a.tis);
                 S.acr_tokens += (size_t)llround(a.acr);
             }
-            double lr = qrl_lr_schedule_at(&cfg->lr, qrl_adamw_steps(l->opt));
+            double lr = qrl_lr_schedule_at(&cfg->lr, qrl_adamw_steps(l->e.opt));
             qrl_adamw_step_info info;
-            qrl_status as = eng_step(l, lr, &info, &lerr);
+            qrl_status as = qrl_learner_engine_step(&l->e, &cfg->adamw, lr, &info, &lerr);
             if (as == QRL_STATUS_OUT_OF_RANGE) { /* non-finite gradient: params untouched */
                 S.steps_skipped++;
                 QRL_LOG_WARN("learner", "event=step_skipped update=%llu epoch=%d reason=\"%s\"",
@@ -772,6 +640,9 @@ qrl_status qrl_learner_update(qrl_learner_t *l, const qrl_learner_group *groups,
     S.train_tokens_per_s =
         S.time_train_s > 0 ? (double)c.packed_tokens / S.time_train_s : 0;
 finish:
+    /* GPU: the model's arena gets the new parameters once per update (weight broadcast,
+     * checkpoints), not once per optimizer step */
+    QRL_TRY_GOTO(qrl_learner_engine_flush(&l->e, err), done);
     l->updates++;
     S.time_total_s = now_s() - t0;
     QRL_LOG_INFO("learner",

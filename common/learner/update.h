@@ -17,9 +17,10 @@
  *      step at the LR schedule.  A non-finite loss or gradient skips that optimizer step
  *      (counted, logged), leaving the parameters untouched.
  *
- * Threading: single-threaded object (the engine inside uses OpenMP).  Results are
- * bit-reproducible given the seed, the inputs and the update count, whatever the OpenMP
- * thread count (the training engine and AdamW are). */
+ * Threading: single-threaded object (the engine inside uses OpenMP).  On the CPU engine
+ * results are bit-reproducible given the seed, the inputs and the update count, whatever
+ * the OpenMP thread count (the training engine and AdamW are).  On the CUDA engine
+ * (device >= 0) gradients are summed with atomics: reproducible to ~1e-8, not bit for bit. */
 #ifndef QRL_LEARNER_UPDATE_H
 #define QRL_LEARNER_UPDATE_H
 
@@ -181,7 +182,9 @@ typedef struct qrl_learner_stats {
 /* Run one update (see the file comment) on groups[n_groups] (borrowed for the call).
  * stats (may be NULL) is filled on success.  When every group is dropped (or no response
  * has a token) no optimizer step runs and OK is returned with steps_taken = 0.
- * Errors (nothing changed: parameters, optimizer and update count as before):
+ * Errors (nothing changed: parameters, optimizer and update count as before; except CUDA /
+ * INTERNAL from the GPU engine after some optimizer steps of this update were taken: the
+ * device state is then unknown and the caller should stop):
  *   INVALID_ARGUMENT: n_groups = 0 or groups NULL; a group with an empty prompt or no
  *     responses; a prompt or response token id outside the vocabulary; a non-finite
  *     reward; a non-finite behavior log-prob (the message names the group index and id,
@@ -189,7 +192,7 @@ typedef struct qrl_learner_stats {
  *   OUT_OF_RANGE: a sequence longer than max_tokens or the model's max_seq_len (names
  *     the group and response); a non-finite proximal / reference log-prob (the model
  *     itself is broken);
- *   NOMEM.
+ *   NOMEM; CUDA, INTERNAL (device >= 0).
  * Skipped optimizer steps are not errors: they are counted in stats->steps_skipped. */
 qrl_status qrl_learner_update(qrl_learner_t *l, const qrl_learner_group *groups,
                               size_t n_groups, qrl_learner_stats *stats, qrl_error *err);

@@ -182,6 +182,20 @@ static void point_weights(qrl_model_train_cuda_t *tr, const qrl_model *m) {
 #undef MG
 }
 
+/* Device AdamW state, created zeroed on first use. */
+static qrl_status adam_alloc(qrl_model_train_cuda_t *tr, qrl_error *err) {
+    if (tr->adam_m) return QRL_OK;
+    size_t n = tr->n_params;
+    if (cudaMalloc((void **)&tr->adam_m, n * 8) != cudaSuccess) {
+        cudaGetLastError();
+        tr->adam_m = NULL;
+        return qrl_error_set(err, QRL_STATUS_CUDA, "cuda train: out of device memory for the "
+                             "AdamW state (%zu bytes)", n * 8);
+    }
+    tr->adam_v = tr->adam_m + n;
+    return cu(cudaMemsetAsync(tr->adam_m, 0, n * 8, tr->s), "memset", err);
+}
+
 qrl_status qrl_model_train_cuda_new(const qrl_model *m, const qrl_model_train_cuda_opts *opts,
                                     qrl_model_train_cuda_t **out, qrl_error *err) {
     *out = NULL;
@@ -215,6 +229,15 @@ qrl_status qrl_model_train_cuda_new(const qrl_model *m, const qrl_model_train_cu
         goto fail;
     }
     memcpy(tr->h_inv_freq, m->rope_inv_freq, half * sizeof(float));
+    int ndev = 0;
+    cudaError_t ce = cudaGetDeviceCount(&ndev);
+    if (ce != cudaSuccess || opts->device < 0 || opts->device >= ndev) {
+        st = qrl_error_set(err, QRL_STATUS_CUDA, "cuda train: CUDA device %d does not exist "
+                           "(%d visible%s%s)", opts->device, ce == cudaSuccess ? ndev : 0,
+                           ce == cudaSuccess ? "" : ": ", ce == cudaSuccess ? "" : cudaGetErrorString(ce));
+        cudaGetLastError();
+        goto fail;
+    }
     QRL_TRY_GOTO(cu(cudaSetDevice(opts->device), "cudaSetDevice", err), fail);
     QRL_TRY_GOTO(cu(cudaStreamCreateWithFlags(&tr->s, cudaStreamNonBlocking), "stream", err), fail);
     QRL_TRY_GOTO(cu(cudaStreamCreateWithFlags(&tr->cs, cudaStreamNonBlocking), "stream", err), fail);
@@ -245,6 +268,7 @@ qrl_status qrl_model_train_cuda_new(const qrl_model *m, const qrl_model_train_cu
                     err), fail);
     QRL_TRY_GOTO(qrl_cuda_f32_to_bf16(tr->params, tr->pbf, np, tr->s, err), fail);
     QRL_TRY_GOTO(cu(cudaMemsetAsync(tr->grads, 0, np * 4, tr->s), "memset", err), fail);
+    if (opts->optimizer_state) QRL_TRY_GOTO(adam_alloc(tr, err), fail);
     QRL_TRY_GOTO(cu(cudaStreamSynchronize(tr->s), "init", err), fail);
     *out = tr;
     return QRL_OK;
@@ -255,7 +279,7 @@ fail:
 
 void qrl_model_train_cuda_destroy(qrl_model_train_cuda_t *tr) {
     if (!tr) return;
-    cudaSetDevice(tr->o.device);
+    if (cudaSetDevice(tr->o.device) != cudaSuccess) cudaGetLastError(); /* nothing was made */
     if (tr->s) cudaStreamSynchronize(tr->s);
     if (tr->cs) cudaStreamSynchronize(tr->cs);
     cudaFree(tr->params), cudaFree(tr->grads), cudaFree(tr->pbf), cudaFree(tr->block);
@@ -514,20 +538,6 @@ qrl_status qrl_model_train_cuda_backward(qrl_model_train_cuda_t *tr, const float
 
 /* ---- optimizer and copies ---------------------------------------------------------------- */
 
-/* Device AdamW state, created zeroed on first use. */
-static qrl_status adam_alloc(qrl_model_train_cuda_t *tr, qrl_error *err) {
-    if (tr->adam_m) return QRL_OK;
-    size_t n = tr->n_params;
-    if (cudaMalloc((void **)&tr->adam_m, n * 8) != cudaSuccess) {
-        cudaGetLastError();
-        tr->adam_m = NULL;
-        return qrl_error_set(err, QRL_STATUS_CUDA, "cuda train: out of device memory for the "
-                             "AdamW state (%zu bytes)", n * 8);
-    }
-    tr->adam_v = tr->adam_m + n;
-    return cu(cudaMemsetAsync(tr->adam_m, 0, n * 8, tr->s), "memset", err);
-}
-
 qrl_status qrl_model_train_cuda_adamw_step(qrl_model_train_cuda_t *tr,
                                            const qrl_adamw_config *cfg, double lr,
                                            qrl_adamw_step_info *info, qrl_error *err) {
@@ -540,6 +550,7 @@ qrl_status qrl_model_train_cuda_adamw_step(qrl_model_train_cuda_t *tr,
     QRL_TRY(adam_alloc(tr, err));
     int parts = qrl_cuda_train_norm_parts();
     double hpart[1024];
+    QRL_CHECK(parts <= 1024);
     int64_t bad = (int64_t)n;
     QRL_TRY(cu(cudaMemcpyAsync(tr->bad, &bad, 8, cudaMemcpyHostToDevice, tr->s), "upload", err));
     QRL_TRY(qrl_cuda_train_sumsq(tr->norm_part, tr->bad, tr->grads, n, tr->s, err));

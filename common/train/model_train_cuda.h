@@ -8,7 +8,7 @@
  * norm-gain and attention dq gradients also leave the summation order open).
  *
  * Memory: parameters 4 + 2 bytes, gradients 4 bytes, AdamW state 8 bytes per parameter;
- * activations per token and layer about 4 (2 D) + 2 (2 D + 3 Q + 2 KV + 3 F) bytes kept
+ * activations per token and layer about 4 (2 D) + 2 (2 D + 3 Q + 3 KV + 3 F) bytes kept
  * for the backward; with recompute_activations only the F32 layer input stays and the
  * layer's forward is re-run just before its backward (one layer's buffers shared by all).
  * The LM head keeps F32 logits [T, V] and writes BF16 dlogits in chunks of rows.
@@ -17,7 +17,10 @@
  * called with sync_grads all-reduces (sums) each layer's gradient range on a second
  * stream as soon as that layer's backward is done, overlapping the rest of the backward;
  * the head and embedding are reduced at the end.  Every rank must run the same number of
- * backward calls with sync_grads set (the last micro-batch of a step). */
+ * backward calls with sync_grads set (the last micro-batch of a step).
+ *
+ * Threads: one thread at a time per engine.  Every call makes the engine's device the
+ * calling thread's current CUDA device and leaves it so. */
 #ifndef QRL_TRAIN_MODEL_TRAIN_CUDA_H
 #define QRL_TRAIN_MODEL_TRAIN_CUDA_H
 
@@ -40,18 +43,25 @@ typedef struct qrl_model_train_cuda_opts {
     bool recompute_activations; /* keep only each layer's input; re-run its forward */
     int device;                 /* CUDA device ordinal */
     int lm_head_chunk;          /* rows of BF16 dlogits at a time; <= 0: 1024 */
+    bool optimizer_state;       /* allocate the AdamW state (8 bytes per parameter) now,
+                                   not at the first step (a trainer: fail at start) */
 } qrl_model_train_cuda_opts;
 
 /* Create the engine on opts->device and upload m's F32 weights (m is read only here and
- * not kept).  Errors: OUT_OF_RANGE (max_tokens <= 0), UNSUPPORTED (head_dim odd or > 256),
- * CUDA (no device, out of device memory: the message says how many bytes), NOMEM. */
+ * not kept).  *out is owned by the caller (qrl_model_train_cuda_destroy).
+ * Errors: OUT_OF_RANGE (max_tokens <= 0), UNSUPPORTED (head_dim odd or > 256), CUDA (no
+ * such device: names the ordinal and how many are visible; out of device memory: the
+ * message says how many bytes), NOMEM. */
 qrl_status qrl_model_train_cuda_new(const qrl_model *m, const qrl_model_train_cuda_opts *opts,
                                     qrl_model_train_cuda_t **out, qrl_error *err);
+/* Free every device buffer and stream; NULL is a no-op. */
 void qrl_model_train_cuda_destroy(qrl_model_train_cuda_t *tr);
 
 /* Bytes of device memory the engine holds, and the part that is activations. */
 size_t qrl_model_train_cuda_bytes(const qrl_model_train_cuda_t *tr, size_t *activation_bytes);
 
+/* Set the gradients to zero (queued on the engine's stream; an asynchronous failure is
+ * reported by the next call that synchronizes). */
 void qrl_model_train_cuda_zero_grad(qrl_model_train_cuda_t *tr);
 
 /* As qrl_model_train_forward (host arrays [T]; logp and ent host outputs, either may be

@@ -222,6 +222,9 @@ int ld_sft_run(const qrl_config_t *cfg, qrl_model *m, const qrl_tokenizer *tok, 
         fputs("qrl-learner: error: --sft.out is required in --mode sft\n", stderr);
         return 1;
     }
+    if (strcmp(qrl_config_get_string(cfg, "learner.device"), "cpu") != 0)
+        QRL_LOG_WARN("sft", "learner.device %s applies to RL updates only: --mode sft trains "
+                     "on the CPU engine", qrl_config_get_string(cfg, "learner.device"));
     int max_len = m->cfg.max_seq_len < cap ? m->cfg.max_seq_len : cap;
     sft_data d;
     qrl_model_train_t *tr = NULL;

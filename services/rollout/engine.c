@@ -211,7 +211,16 @@ static void swap_now(rd_engine *e, qrl_model *m, uint64_t version) {
     qrl_error err;
     qrl_scheduler_stats before;
     qrl_scheduler_get_stats(e->sched, &before);
-    if (qrl_scheduler_swap_weights(e->sched, m, version, &err) != QRL_OK) {
+    qrl_status st = qrl_scheduler_swap_weights(e->sched, m, version, &err);
+    if (st == QRL_STATUS_CUDA) {
+        /* a failed GPU upload may have replaced some tensors: decoding on mixed weights
+         * would record wrong behavior log-probs.  Stop loudly, as a failed step does; the
+         * groups held here were not committed and go to another replica. */
+        QRL_LOG_ERROR("engine", "weights version=%llu: GPU upload failed: %s", (unsigned long long)version,
+                      err.msg);
+        abort();
+    }
+    if (st != QRL_OK) {
         QRL_LOG_ERROR("engine", "weights version=%llu refused: %s", (unsigned long long)version, err.msg);
         qrl_model_free(m);
         return;

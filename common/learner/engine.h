@@ -1,0 +1,66 @@
+/* The learner's training engine (private to common/learner): the policy on the CPU
+ * reference engine (train/model_train.h) or on the CUDA engine (train/model_train_cuda.h,
+ * qrl_learner_config.device >= 0), the frozen reference policy when loss.beta > 0, and
+ * AdamW.  update.c calls only these functions, so the update does not depend on where it
+ * runs.
+ *
+ * GPU: the parameters live on the device; qrl_learner_engine_flush copies them into the
+ * model's F32 arena (the weight broadcast and checkpoints read them there) once per
+ * update, not per optimizer step (6 GB for 1.5B parameters).  The host AdamW object keeps
+ * the step count (the LR schedule reads it) and, at checkpoints, the moments. */
+#ifndef QRL_LEARNER_ENGINE_H
+#define QRL_LEARNER_ENGINE_H
+
+#include <stdbool.h>
+#include <stddef.h>
+#include <stdint.h>
+
+#include "core/status.h"
+#include "learner/update.h"
+#include "train/model_train.h"
+
+typedef struct qrl_model_train_cuda qrl_model_train_cuda_t;
+
+typedef struct qrl_learner_engine {
+    qrl_model *m;                        /* the policy's weights (borrowed) */
+    qrl_model *ref;                      /* frozen initial weights (beta > 0), else NULL */
+    qrl_model_train_t *tr, *ref_tr;      /* CPU engines */
+    qrl_model_train_cuda_t *gtr, *gref;  /* CUDA engines (device >= 0) */
+    qrl_adamw_t *opt;
+    float *params, *grads;               /* CPU: the flat F32 blocks AdamW updates */
+    size_t n_params;
+    int device;                          /* -1 CPU */
+    bool dirty;                          /* GPU parameters newer than m's arena */
+} qrl_learner_engine;
+
+/* Build the engines for m (and a reference copy of m's current weights when
+ * cfg->loss.beta > 0) and the optimizer; logs one line with the activation memory.
+ * Errors: UNSUPPORTED (device >= 0 without CUDA in this build), CUDA (no such device, out
+ * of device memory; the message starts with the config keys), NOMEM.  On error *e holds
+ * nothing (qrl_learner_engine_free is still safe). */
+qrl_status qrl_learner_engine_init(qrl_learner_engine *e, qrl_model *m,
+                                   const qrl_learner_config *cfg, qrl_error *err);
+void qrl_learner_engine_free(qrl_learner_engine *e);
+
+/* Forward of a packed batch (int32 arrays [T], model_train.h's format) through the policy
+ * (ref false) or the reference policy: logp[T], ent[T] (either may be NULL). */
+qrl_status qrl_learner_engine_forward(qrl_learner_engine *e, bool ref, const int32_t *tok,
+                                      const int32_t *tgt, const int32_t *pos,
+                                      const int32_t *seg, int T, float *logp, float *ent,
+                                      qrl_error *err);
+/* Backward of the last policy forward with d loss / d logp [T]: adds into the gradients. */
+qrl_status qrl_learner_engine_backward(qrl_learner_engine *e, const float *dlogp,
+                                       qrl_error *err);
+void qrl_learner_engine_zero_grad(qrl_learner_engine *e);
+/* Clip + AdamW step (train/adamw.h): OUT_OF_RANGE on a non-finite gradient with nothing
+ * changed; CUDA errors leave the device state unknown (the caller stops). */
+qrl_status qrl_learner_engine_step(qrl_learner_engine *e, const qrl_adamw_config *cfg,
+                                   double lr, qrl_adamw_step_info *info, qrl_error *err);
+/* GPU: copy the parameters into m's arena if a step changed them.  Errors: CUDA. */
+qrl_status qrl_learner_engine_flush(qrl_learner_engine *e, qrl_error *err);
+/* GPU: flush, and copy the AdamW state into the host optimizer (before a checkpoint). */
+qrl_status qrl_learner_engine_sync_host(qrl_learner_engine *e, qrl_error *err);
+/* GPU: upload m's weights and the host optimizer state (after a checkpoint was loaded). */
+qrl_status qrl_learner_engine_sync_device(qrl_learner_engine *e, qrl_error *err);
+
+#endif
