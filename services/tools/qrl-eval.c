@@ -272,12 +272,13 @@ int main(int argc, char **argv) {
         pass += t.hits[i] > 0 ? 1.0 / (double)n : 0;
         gr += t.greedy_r[i] / (double)n;
     }
-    char gbuf[32] = "n/a";
+    char gbuf[32] = "n/a", abuf[32] = "n/a", pbuf[32] = "n/a"; /* k = 0: no sampled responses */
     if (greedy) snprintf(gbuf, sizeof gbuf, "%.3f", gr);
+    if (k) snprintf(abuf, sizeof abuf, "%.3f", avg), snprintf(pbuf, sizeof pbuf, "%.3f", pass);
     if (!json_only)
-        printf("qrl-eval: %s on %s: n=%zu k=%d T=%.2f avg@%d=%.3f pass@%d=%.3f greedy=%s ended=%.2f "
+        printf("qrl-eval: %s on %s: n=%zu k=%d T=%.2f avg@%d=%s pass@%d=%s greedy=%s ended=%.2f "
                "mean_tokens=%.1f %.1fs (%.0f tokens/s)\n", mpath, ds, n, k, sp.temperature, k,
-               avg, k, pass, gbuf, t.responses ? (double)t.eos / (double)t.responses : 0,
+               abuf, k, pbuf, gbuf, t.responses ? (double)t.eos / (double)t.responses : 0,
                t.responses ? (double)t.tokens / (double)t.responses : 0, secs, (double)t.tokens / secs);
     json_t *j = json_pack("{s:s, s:s, s:s, s:i, s:i, s:f, s:I, s:f, s:f, s:f, s:f, s:i, s:f, s:f}",
                           "model", mpath, "dataset", ds, "task", task, "n", (int)n, "k", k,
@@ -286,6 +287,10 @@ int main(int argc, char **argv) {
                           "mean_response_tokens", t.responses ? (double)t.tokens / (double)t.responses : 0.0,
                           "verify_failed", (int)t.verify_failed, "seconds", secs, "tokens_per_s",
                           (double)t.tokens / secs);
+    if (!k) { /* no sampled responses: no avg@k / pass@k (null, not 0) */
+        json_object_set_new(j, "avg_at_k", json_null());
+        json_object_set_new(j, "pass_at_k", json_null());
+    }
     if (greedy) json_object_set_new(j, "greedy_accuracy", json_real(gr));
     else json_object_set_new(j, "greedy_accuracy", json_null());
     char *line = json_dumps(j, JSON_COMPACT | JSON_PRESERVE_ORDER | JSON_REAL_PRECISION(6));

@@ -103,7 +103,7 @@ EOF
 # stop token ids end a response: "\n" (id 3) stops after the first step line
 "$bin/qrl-eval" --model "$tmp/s1" --dataset "$tmp/test.jsonl" --task arith --k 0 --n 10 --max-tokens 24 \
   --stop-token-ids 3 --json >"$tmp/e2.json" || fail "eval with stop ids"
-python3 -c "import json,sys; e=json.load(open(sys.argv[1])); assert e['ended_fraction']==1 and e['mean_response_tokens']<=8 and e['greedy_accuracy']==0, e" \
+python3 -c "import json,sys; e=json.load(open(sys.argv[1])); assert e['ended_fraction']==1 and e['mean_response_tokens']<=8 and e['greedy_accuracy']==0 and e['avg_at_k'] is None and e['pass_at_k'] is None, e" \
   "$tmp/e2.json" || fail "stop token ids: $(cat "$tmp/e2.json")"
 
 # 5. bad input
