@@ -34,9 +34,10 @@ qrl_status ld_chunks_add(ld_chunks *c, Qrl__GroupResult *r, int32_t partition, q
     while (i < c->n && !same_set(&c->sets[i], r)) i++;
     if (i == c->n) {
         if (r->chunk_count > LD_MAX_CHUNKS) {
+            uint32_t count = r->chunk_count; /* read before the free (was a use after free) */
             qrl_wire_free(&r->base);
             return qrl_error_set(err, QRL_STATUS_OUT_OF_RANGE, "chunked result: chunk_count %u above %d",
-                                 r->chunk_count, LD_MAX_CHUNKS);
+                                 count, LD_MAX_CHUNKS);
         }
         if (c->n == LD_MAX_CHUNK_SETS) {
             qrl_wire_free(&r->base);
