@@ -65,7 +65,7 @@ qrl_status qrl_cuda_int8_quantize_rows(int8_t *q, float *scales, const void *x, 
 
 /* ---- GEMM ---------------------------------------------------------------------------- */
 
-/* Block tile BT tokens x BN outputs, K in steps of BK bytes through shared memory; 256
+/* Prefill shapes (T > GEMV_MAX_T).  Block tile BT tokens x BN outputs, K in steps of BK bytes through shared memory; 256
  * threads, each 2 tokens x 4 outputs with __dp4a (exact INT32).  Shared rows are padded
  * to 20 words to spread banks while keeping 16-byte stores aligned. */
 #define BT 32
@@ -125,6 +125,51 @@ gemm_int8_kernel(float *y, const int8_t *xq, const float *sx, const int8_t *wq,
     }
 }
 
+/* Decode shapes (T <= GEMV_MAX_T): one warp per output row streams the weight row once in
+ * 16-byte lanes for up to GEMV_T tokens (their codes are small and stay in cache); the
+ * INT32 partial sums are combined by shuffles (integer: exact in any order). */
+#define GEMV_T 16
+#define GEMV_WARPS 8
+#define GEMV_MAX_T 64
+
+static __device__ __forceinline__ int dot16(int4 a, int4 b, int acc) {
+    acc = __dp4a(a.x, b.x, acc);
+    acc = __dp4a(a.y, b.y, acc);
+    acc = __dp4a(a.z, b.z, acc);
+    return __dp4a(a.w, b.w, acc);
+}
+
+static __global__ void __launch_bounds__(GEMV_WARPS * 32)
+gemv_int8_kernel(float *y, const int8_t *xq, const float *sx, const int8_t *wq, const float *sw,
+                 const float *bias, int T, int N, int ld) {
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    int n = blockIdx.x * GEMV_WARPS + warp, t0 = blockIdx.y * GEMV_T;
+    if (n >= N) return; /* whole warp */
+    int nt = T - t0 < GEMV_T ? T - t0 : GEMV_T;
+    int acc[GEMV_T];
+#pragma unroll
+    for (int t = 0; t < GEMV_T; t++) acc[t] = 0;
+    const int8_t *wr = wq + (size_t)n * ld, *xr = xq + (size_t)t0 * ld;
+    for (int k = lane * 16; k < ld; k += 32 * 16) {
+        int4 w = __ldg((const int4 *)(wr + k));
+#pragma unroll
+        for (int t = 0; t < GEMV_T; t++)
+            if (t < nt) acc[t] = dot16(w, __ldg((const int4 *)(xr + (size_t)t * ld + k)), acc[t]);
+    }
+#pragma unroll
+    for (int t = 0; t < GEMV_T; t++) {
+        if (t >= nt) break;
+        int a = acc[t];
+        for (int o = 16; o; o >>= 1) a += __shfl_xor_sync(0xffffffffu, a, o);
+        if (lane == t) {
+            int tt = t0 + t;
+            float v = __fmul_rn(__fmul_rn(__int2float_rn(a), sx[tt]), sw[n]);
+            if (bias) v = __fadd_rn(v, bias[n]);
+            y[(size_t)tt * N + n] = v;
+        }
+    }
+}
+
 qrl_status qrl_cuda_gemm_int8(float *y, const int8_t *xq, const float *sx, const int8_t *wq,
                               const float *sw, const float *bias, int T, int N, int ld,
                               void *stream, qrl_error *err) {
@@ -135,6 +180,12 @@ qrl_status qrl_cuda_gemm_int8(float *y, const int8_t *xq, const float *sx, const
     if (((uintptr_t)xq | (uintptr_t)wq) & 15)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "gemm_int8: codes must be 16-byte aligned");
+    if (T <= GEMV_MAX_T) {
+        dim3 grid((N + GEMV_WARPS - 1) / GEMV_WARPS, (T + GEMV_T - 1) / GEMV_T);
+        gemv_int8_kernel<<<grid, GEMV_WARPS * 32, 0, (cudaStream_t)stream>>>(y, xq, sx, wq, sw,
+                                                                            bias, T, N, ld);
+        return qrl_cuda_launch_status_("gemm_int8 (gemv)", err);
+    }
     dim3 grid((N + BN - 1) / BN, (T + BT - 1) / BT);
     gemm_int8_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>(y, xq, sx, wq, sw, bias, T, N, ld);
     return qrl_cuda_launch_status_("gemm_int8", err);

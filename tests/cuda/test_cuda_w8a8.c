@@ -18,6 +18,7 @@
  * The worst ratio is printed (stats gathered before asserting).
  * Perf (printed only): decode step time, random Qwen2.5-1.5B-shaped weights, bf16 vs
  * w8a8-int8. */
+#include <cuda_runtime.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -67,8 +68,11 @@ static void check_quantize(const float *x, int T, int K, int bf16) {
     void *dx = bf16 ? dev_from(xb, (size_t)T * K * 2) : dev_from(xr, (size_t)T * K * 4);
     guarded gq = guarded_new((size_t)T * ld / 4, 4), gs = guarded_new(T, 4);
     qrl_error err;
+    cudaError_t pe = cudaGetLastError();
+    cr_assert_eq(pe, cudaSuccess, "T=%d K=%d: pending error %s", T, K, cudaGetErrorName(pe));
     cr_assert_eq(qrl_cuda_int8_quantize_rows(guarded_ptr(gq), guarded_ptr(gs), dx, bf16, T, K, ld,
-                                             NULL, &err), QRL_OK, "%s", err.msg);
+                                             NULL, &err), QRL_OK, "T=%d K=%d bf16=%d: %s", T, K,
+                 bf16, err.msg);
     int8_t *got = malloc((size_t)T * ld);
     float *gs_h = malloc((size_t)T * 4);
     guarded_fetch(gq, got, "int8 codes");
@@ -124,9 +128,11 @@ static void check_gemm(int T, int N, int K, int with_bias, uint64_t seed) {
 
 Test(cuda_w8a8, kernels_bit_identical_to_cpu) {
     require_gpu();
+        /* T <= 64 runs the decode kernel (T = 37: 16-token chunks and a remainder of 5), T > 64
+     * the tiled one */
     static const int shapes[][3] = {{1, 1, 1},     {1, 37, 5},     {37, 33, 17},  {37, 64, 130},
                                     {5, 129, 4099}, {64, 200, 96},  {33, 65, 1000}, {70, 257, 63},
-                                    {1, 1536, 1536}, {37, 1, 2}};
+                                    {1, 1536, 1536}, {37, 1, 2},    {97, 131, 1001}, {65, 64, 16}};
     for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
         check_gemm(shapes[i][0], shapes[i][1], shapes[i][2], (int)(i & 1), 100 + i);
 }
