@@ -145,11 +145,12 @@ static qrl_status gpu_decode(qrl_scheduler *s, int b, qrl_error *err) {
  * to BF16 on upload, which is what f32 and bf16 precision mean for it; the quantized
  * precisions would silently run as BF16, so they are refused. */
 static qrl_status gpu_check_precision(const qrl_model *model, qrl_error *err) {
-    if (model->precision == QRL_PRECISION_F32 || model->precision == QRL_PRECISION_BF16)
+    if (model->precision == QRL_PRECISION_F32 || model->precision == QRL_PRECISION_BF16 ||
+        model->precision == QRL_PRECISION_W8A8_INT8)
         return QRL_OK;
     return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
-                         "scheduler: the CUDA engine runs BF16 weights only; model precision "
-                         "'%s' has no GPU GEMMs (use f32 or bf16)",
+                         "scheduler: the CUDA engine runs BF16 or w8a8-int8 weights; model "
+                         "precision '%s' has no GPU GEMMs (use f32, bf16 or w8a8-int8)",
                          qrl_precision_name(model->precision));
 }
 static qrl_status gpu_load(qrl_scheduler *s, const qrl_model *model, qrl_error *err) {
@@ -196,12 +197,14 @@ static qrl_status gpu_open(qrl_scheduler *s, const qrl_model *model, int n_block
     qrl_cuda_forward_desc d = {
         .max_rows = s->max_rows, .max_ctx = s->ctx_len, .block_size = cfg->kv_block_size,
         .n_blocks = n_blocks, .max_seqs = cfg->max_slots, .kv_format = cfg->kv_format,
-        .protected_sink = cfg->kv_sink, .protected_recent = cfg->kv_recent};
+        .protected_sink = cfg->kv_sink, .protected_recent = cfg->kv_recent,
+        .precision = model->precision};
     QRL_TRY(qrl_cuda_forward_new(&model->cfg, &d, &s->gpu, err));
     s->be = &GPU_BACKEND;
     QRL_TRY(qrl_cuda_forward_upload(s->gpu, model, err));
-    QRL_LOG_INFO("sched", "engine device=cuda:%d kv=%s blocks=%d weight_bytes=%zu "
+    QRL_LOG_INFO("sched", "engine device=cuda:%d weights=%s kv=%s blocks=%d weight_bytes=%zu "
                  "kv_bytes_per_pos=%zu", cfg->device,
+                 qrl_precision_name(qrl_cuda_forward_precision(s->gpu)),
                  qrl_kv_format_name(qrl_cuda_forward_kv_format(s->gpu)), n_blocks,
                  qrl_cuda_forward_weight_bytes(s->gpu), qrl_cuda_forward_kv_bytes_per_pos(s->gpu));
     return QRL_OK;

@@ -175,10 +175,12 @@ int main(int argc, char **argv) {
         die("rollout.device cuda: UNSUPPORTED: this build has no CUDA (nvcc was not found when it "
             "was built)");
 #endif
-        /* the GPU forward has BF16 weight GEMMs only (model/forward_cuda.h) */
-        if (prec != QRL_PRECISION_F32 && prec != QRL_PRECISION_BF16)
+        /* the GPU forward has BF16 and W8A8 INT8 weight GEMMs (model/forward_cuda.h) */
+        if (prec != QRL_PRECISION_F32 && prec != QRL_PRECISION_BF16 &&
+            prec != QRL_PRECISION_W8A8_INT8)
             die("rollout.precision %s with rollout.device cuda: UNSUPPORTED: the CUDA engine runs "
-                "BF16 weights only (use rollout.precision f32 or bf16)", qrl_precision_name(prec));
+                "BF16 or w8a8-int8 weights (use rollout.precision f32, bf16 or w8a8-int8)",
+                qrl_precision_name(prec));
         if (kvf == QRL_KV_FORMAT_FP4)
             die("rollout.kv_cache fp4 with rollout.device cuda: UNSUPPORTED (no CUDA kernels)");
     }

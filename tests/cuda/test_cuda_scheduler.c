@@ -18,7 +18,8 @@
  *     prefill is chunked and decode batches mix lengths: every group is emitted once,
  *     every response runs to its length, token ids in the vocabulary, log-probs within
  *     the bound, no KV block leaked;
- *   - greedy (T = 0) on stories260K: the GPU scheduler's tokens equal the CPU
+ *   - greedy (T = 0) on stories260K, weights bf16 and w8a8-int8 (bound 0.05 for the INT8
+ *     codes the GPU's BF16 GEMM inputs can move by one step): the GPU scheduler's tokens equal the CPU
  *     scheduler's until the first position where they differ, which must have a CPU top-1
  *     margin <= 2 eps (a flip the bound allows; the continuations differ after it); at
  *     least MIN_GREEDY tokens compared, MIN_GREEDY / 4 of them at a margin > 2 eps;
@@ -234,11 +235,14 @@ static void run_greedy(qrl_model *m, const qrl_tokenizer *tok, const prompts *pr
     qrl_scheduler_free(s);
 }
 
-Test(cuda_scheduler, greedy_equals_cpu_scheduler) {
-    require_gpu();
+/* Greedy GPU vs CPU scheduler with the model in precision `prec` (after the BF16 rounding
+ * both sides share) and the bound tol. */
+static void greedy_case(qrl_precision prec, double eps_tol) {
     qrl_model *m = st_load_model();
     qrl_tokenizer *tok = st_load_tok();
     qrl_model_round_bf16(m);
+    qrl_error qerr;
+    cr_assert_eq(qrl_model_quantize(m, prec, &qerr), QRL_OK, "%s", qerr.msg);
     prompts pr;
     for (int g = 0; g < N_GROUPS; g++) pr.ids[g] = st_encode(tok, TEXTS[g], &pr.n[g]);
     st_collect cpu, gpu;
@@ -247,7 +251,6 @@ Test(cuda_scheduler, greedy_equals_cpu_scheduler) {
     run_greedy(m, tok, &pr, -1, &cpu);
     run_greedy(m, tok, &pr, 0, &gpu);
     int V = m->cfg.vocab_size, compared = 0, large = 0, flips = 0;
-    double eps_tol = TOL[0];
     for (int g = 0; g < N_GROUPS; g++) {
         st_resp *c = &st_find(&cpu, 200 + g)->r[0], *q = &st_find(&gpu, 200 + g)->r[0];
         int n = pr.n[g] + c->n;
@@ -281,9 +284,9 @@ Test(cuda_scheduler, greedy_equals_cpu_scheduler) {
         free(lg);
         free(ids);
     }
-    fprintf(stderr, "greedy stories260K kv=bf16: %d tokens equal to the CPU scheduler's (%d of "
-            "them at a CPU margin > 2 eps); %d of %d responses flipped at a margin <= 2 eps\n",
-            compared, large, flips, N_GROUPS);
+    fprintf(stderr, "greedy stories260K weights=%s kv=bf16: %d tokens equal to the CPU "
+            "scheduler's (%d of them at a CPU margin > 2 eps); %d of %d responses flipped at a "
+            "margin <= 2 eps\n", qrl_precision_name(prec), compared, large, flips, N_GROUPS);
     cr_assert_geq(large, MIN_GREEDY / 4);
     cr_assert_geq(compared, MIN_GREEDY);
     st_collect_free(&cpu);
@@ -291,6 +294,18 @@ Test(cuda_scheduler, greedy_equals_cpu_scheduler) {
     for (int g = 0; g < N_GROUPS; g++) free(pr.ids[g]);
     qrl_tokenizer_free(tok);
     qrl_model_free(m);
+}
+
+Test(cuda_scheduler, greedy_equals_cpu_scheduler) {
+    require_gpu();
+    greedy_case(QRL_PRECISION_BF16, TOL[0]);
+}
+
+/* w8a8-int8 on both sides (the same codes and scales; the GPU quantizes its BF16 GEMM
+ * inputs, so a code can land one step away): the bf16 bound plus a margin. */
+Test(cuda_scheduler, greedy_w8a8_int8_equals_cpu_scheduler) {
+    require_gpu();
+    greedy_case(QRL_PRECISION_W8A8_INT8, 0.05);
 }
 
 /* ---- sync boundary on the GPU ------------------------------------------------------ */
@@ -376,10 +391,12 @@ Test(cuda_scheduler, refuses_quantized_weights_and_fp4) {
                  QRL_STATUS_UNSUPPORTED);
     cr_assert(strstr(err.msg, "fp4"), "%s", err.msg);
     cfg.kv_format = QRL_KV_FORMAT_BF16;
-    cr_assert_eq(qrl_model_quantize(m, QRL_PRECISION_W8A8_INT8, &err), QRL_OK, "%s", err.msg);
+    /* w8a8-int8 runs on the GPU (greedy_w8a8_int8_equals_cpu_scheduler); w8a8-fp8 and
+     * the FP4 formats have no GPU GEMMs */
+    cr_assert_eq(qrl_model_quantize(m, QRL_PRECISION_W8A8_FP8, &err), QRL_OK, "%s", err.msg);
     cr_assert_eq(qrl_scheduler_new(m, NULL, &cfg, st_on_group, NULL, &s, &err),
                  QRL_STATUS_UNSUPPORTED);
-    cr_assert(strstr(err.msg, "w8a8-int8"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "w8a8-fp8"), "%s", err.msg);
     cr_assert_null(s);
     qrl_model_free(m);
 }

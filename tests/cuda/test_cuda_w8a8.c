@@ -1,0 +1,361 @@
+/* W8A8 INT8 on the GPU (kernels/cuda/gemm_int8.cuh, the w8a8-int8 CUDA forward) against
+ * the CPU reference (kernels/cpu/quant.h, model/linear.h, model/forward.h).
+ *
+ * Kernels, on fresh random inputs (odd shapes: K not a multiple of 4 or 16, T = 1 and 37,
+ * N odd; rows with NaN, +-Inf and all zeros), guard regions around every output:
+ *   - per-token quantization (F32 and BF16 inputs) == qrl_int8_quantize_rows: memcmp of
+ *     codes (padding bytes 0) and scales;
+ *   - GEMM + epilogue (+ F32 bias) == qrl_gemm_int8 (+ bias[n] after the epilogue, as
+ *     model/linear.c): memcmp of the F32 outputs.  INT32 sums are exact and the epilogue
+ *     runs the same two multiplies and add in the same order, rounded to nearest.
+ * Forward: the model rounded to BF16 (embedding, norms, LM head: what the GPU uploads) and
+ * quantized to w8a8-int8 (same codes and scales on both sides); CPU forward vs CUDA
+ * forward, teacher-forced (chunked prefill, then batched decode of three sequences).  Not
+ * bit-exact: the GPU quantizes BF16-rounded activations (its GEMM inputs are BF16) and sums
+ * elsewhere in another order, so a code now and then lands one step away.  Rules per row:
+ *   eps_row = LOGIT_TOL * max_i |cpu_i|;  max_i |gpu_i - cpu_i| <= eps_row
+ *   where the CPU top-1 margin > 2 eps_row, the GPU greedy token equals the CPU argmax.
+ * The worst ratio is printed (stats gathered before asserting).
+ * Perf (printed only): decode step time, random Qwen2.5-1.5B-shaped weights, bf16 vs
+ * w8a8-int8. */
+#include <cuda_runtime.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "cpu/quant.h"
+#include "cuda/gemm_int8.cuh"
+#include "cuda_test_util.h"
+#include "model/forward.h"
+#include "model/forward_cuda.h"
+#include "support/test_files.h"
+
+#define LOGIT_TOL 0.05
+
+/* ---- kernels ------------------------------------------------------------------------ */
+
+/* x [T, K]: uniform in [-scale, scale]; row 1 (when T > 2) with NaN, +Inf, -Inf; row 2
+ * (when T > 3) all zeros. */
+static void rand_acts(float *x, int T, int K, float scale, uint64_t *s) {
+    rand_f32(x, (size_t)T * K, scale, s);
+    if (T > 2) {
+        x[K + 0] = NAN;
+        if (K > 1) x[K + 1] = INFINITY;
+        if (K > 2) x[K + K / 2] = -INFINITY;
+    }
+    if (T > 3) memset(x + 2 * (size_t)K, 0, (size_t)K * 4);
+}
+
+/* Codes [T, K] -> [T, ld] zero padded. */
+static int8_t *pad_codes(const int8_t *q, int T, int K, int ld) {
+    int8_t *p = calloc((size_t)T * ld, 1);
+    for (int t = 0; t < T; t++) memcpy(p + (size_t)t * ld, q + (size_t)t * K, K);
+    return p;
+}
+
+/* GPU quantization of x (F32, or its BF16 rounding when bf16) vs the CPU's. */
+static void check_quantize(const float *x, int T, int K, int bf16) {
+    int ld = qrl_cuda_int8_ld(K);
+    float *xr = malloc((size_t)T * K * 4);
+    uint16_t *xb = malloc((size_t)T * K * 2);
+    for (size_t i = 0; i < (size_t)T * K; i++) {
+        xb[i] = qrl_cpu_bf16_store(x[i]);
+        xr[i] = bf16 ? qrl_cpu_bf16_load(xb[i]) : x[i];
+    }
+    int8_t *cq = malloc((size_t)T * K);
+    float *cs = malloc((size_t)T * 4);
+    qrl_int8_quantize_rows(xr, T, K, cq, cs);
+    int8_t *want = pad_codes(cq, T, K, ld);
+    void *dx = bf16 ? dev_from(xb, (size_t)T * K * 2) : dev_from(xr, (size_t)T * K * 4);
+    guarded gq = guarded_new((size_t)T * ld / 4, 4), gs = guarded_new(T, 4);
+    qrl_error err;
+    /* on the H200 a cudaErrorInvalidValue is pending here before the first launch, though
+     * every allocation and copy above returned success (source not found); clear it so the
+     * launcher reports its own launch */
+    cudaError_t pe = cudaGetLastError();
+    if (pe != cudaSuccess)
+        fprintf(stderr, "T=%d K=%d: cleared pending %s before the launch\n", T, K,
+                cudaGetErrorName(pe));
+    cr_assert_eq(qrl_cuda_int8_quantize_rows(guarded_ptr(gq), guarded_ptr(gs), dx, bf16, T, K, ld,
+                                             NULL, &err), QRL_OK, "T=%d K=%d bf16=%d: %s", T, K,
+                 bf16, err.msg);
+    int8_t *got = malloc((size_t)T * ld);
+    float *gs_h = malloc((size_t)T * 4);
+    guarded_fetch(gq, got, "int8 codes");
+    guarded_fetch(gs, gs_h, "int8 scales");
+    cr_assert(memcmp(gs_h, cs, (size_t)T * 4) == 0, "T=%d K=%d bf16=%d: scales differ", T, K, bf16);
+    for (size_t i = 0; i < (size_t)T * ld; i++)
+        cr_assert_eq(got[i], want[i], "T=%d K=%d bf16=%d: code %zu (row %zu col %zu): gpu %d cpu %d",
+                     T, K, bf16, i, i / ld, i % ld, got[i], want[i]);
+    qrl_cuda_free(dx);
+    qrl_cuda_free(gq.base);
+    qrl_cuda_free(gs.base);
+    free(xr); free(xb); free(cq); free(cs); free(want); free(got); free(gs_h);
+}
+
+static void check_gemm(int T, int N, int K, int with_bias, uint64_t seed) {
+    uint64_t s = seed;
+    int ld = qrl_cuda_int8_ld(K);
+    float *x = malloc((size_t)T * K * 4), *w = malloc((size_t)N * K * 4), *b = malloc((size_t)N * 4);
+    rand_acts(x, T, K, 3.0f, &s);
+    rand_f32(w, (size_t)N * K, 0.05f, &s);
+    rand_f32(b, N, 0.5f, &s);
+    check_quantize(x, T, K, 0);
+    check_quantize(x, T, K, 1);
+    int8_t *xq = malloc((size_t)T * K), *wq = malloc((size_t)N * K);
+    float *sx = malloc((size_t)T * 4), *sw = malloc((size_t)N * 4), *want = malloc((size_t)T * N * 4);
+    qrl_int8_quantize_rows(x, T, K, xq, sx);
+    qrl_int8_quantize_rows(w, N, K, wq, sw);
+    qrl_error err;
+    cr_assert_eq(qrl_gemm_int8(xq, sx, wq, sw, T, N, K, want, &err), QRL_OK, "%s", err.msg);
+    if (with_bias)
+        for (int t = 0; t < T; t++)
+            for (int n = 0; n < N; n++) want[(size_t)t * N + n] += b[n];
+    int8_t *xp = pad_codes(xq, T, K, ld), *wp = pad_codes(wq, N, K, ld);
+    void *dxq = dev_from(xp, (size_t)T * ld), *dwq = dev_from(wp, (size_t)N * ld),
+         *dsx = dev_from(sx, (size_t)T * 4), *dsw = dev_from(sw, (size_t)N * 4),
+         *db = dev_from(b, (size_t)N * 4);
+    guarded gy = guarded_new((size_t)T * N, 4);
+    cr_assert_eq(qrl_cuda_gemm_int8(guarded_ptr(gy), dxq, dsx, dwq, dsw, with_bias ? db : NULL, T,
+                                    N, ld, NULL, &err), QRL_OK, "%s", err.msg);
+    float *got = malloc((size_t)T * N * 4);
+    guarded_fetch(gy, got, "gemm_int8");
+    for (size_t i = 0; i < (size_t)T * N; i++)
+        cr_assert(memcmp(&got[i], &want[i], 4) == 0,
+                  "T=%d N=%d K=%d bias=%d: y[%zu] gpu %.9g cpu %.9g", T, N, K, with_bias, i,
+                  got[i], want[i]);
+    fprintf(stderr, "gemm_int8 T=%d N=%d K=%d bias=%d: %d outputs bit-identical to the CPU\n", T,
+            N, K, with_bias, T * N);
+    void *dev[] = {dxq, dwq, dsx, dsw, db, gy.base};
+    for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) qrl_cuda_free(dev[i]);
+    free(x); free(w); free(b); free(xq); free(wq); free(sx); free(sw); free(want); free(xp);
+    free(wp); free(got);
+}
+
+Test(cuda_w8a8, kernels_bit_identical_to_cpu) {
+    require_gpu();
+    /* creating the context (the first allocation) leaves a pending cudaErrorInvalidValue on
+     * the H200 (seen before any launch of this test; the forward's cuBLAS set-up clears it
+     * there): create it now and clear it so each launch reports its own status */
+    cudaFree(0);
+    cudaError_t e0 = cudaGetLastError();
+    if (e0 != cudaSuccess) fprintf(stderr, "cleared pending %s at test start\n", cudaGetErrorName(e0));
+        /* T <= 64 runs the decode kernel (T = 37: 16-token chunks and a remainder of 5), T > 64
+     * the tiled one */
+    static const int shapes[][3] = {{1, 1, 1},     {1, 37, 5},     {37, 33, 17},  {37, 64, 130},
+                                    {5, 129, 4099}, {64, 200, 96},  {33, 65, 1000}, {70, 257, 63},
+                                    {1, 1536, 1536}, {37, 1, 2},    {97, 131, 1001}, {65, 64, 16}};
+    for (size_t i = 0; i < sizeof shapes / sizeof *shapes; i++)
+        check_gemm(shapes[i][0], shapes[i][1], shapes[i][2], (int)(i & 1), 100 + i);
+}
+
+Test(cuda_w8a8, kernel_errors) {
+    require_gpu();
+    qrl_error err;
+    void *d = dev_from("0123456789abcdef0123456789abcdef", 32);
+    cr_assert_eq(qrl_cuda_int8_quantize_rows(d, d, d, 0, 1, 17, 17, NULL, &err),
+                 QRL_STATUS_INVALID_ARGUMENT);
+    cr_assert(strstr(err.msg, "ld=17"), "%s", err.msg);
+    cr_assert_eq(qrl_cuda_gemm_int8(d, d, d, d, d, NULL, 0, 1, 16, NULL, &err),
+                 QRL_STATUS_INVALID_ARGUMENT);
+    cr_assert_eq(qrl_cuda_gemm_int8(d, (int8_t *)d + 1, d, d, d, NULL, 1, 1, 16, NULL, &err),
+                 QRL_STATUS_INVALID_ARGUMENT);
+    cr_assert(strstr(err.msg, "aligned"), "%s", err.msg);
+    qrl_cuda_free(d);
+}
+
+/* ---- forward ------------------------------------------------------------------------ */
+
+typedef struct stats { double worst; int checked, skipped, bad_tok, bad_logit; } stats;
+
+static void cpu_logits_all(qrl_model *m, const int32_t *ids, int n, float *out) {
+    qrl_error err;
+    qrl_kv_cache_desc d = {.n_layers = m->cfg.n_layers, .n_kv_heads = m->cfg.n_kv_heads,
+                           .head_dim = m->cfg.head_dim, .block_size = 16,
+                           .n_blocks = n / 16 + 2, .max_seqs = 1, .max_seq_len = n,
+                           .format = QRL_KV_FORMAT_BF16};
+    qrl_kv_cache *kv;
+    qrl_forward *f;
+    int seq;
+    cr_assert_eq(qrl_kv_cache_new(&d, &kv, &err), QRL_OK, "%s", err.msg);
+    cr_assert_eq(qrl_forward_new(m, 64, n, &f, &err), QRL_OK, "%s", err.msg);
+    cr_assert_eq(qrl_kv_cache_seq_new(kv, &seq, &err), QRL_OK);
+    cr_assert_eq(qrl_forward_prefill(f, kv, seq, ids, n, out, true, &err), QRL_OK, "%s", err.msg);
+    qrl_forward_free(f);
+    qrl_kv_cache_free(kv);
+}
+
+static void row_stats(const float *gpu, const float *cpu, int V, const int32_t *tok, stats *st) {
+    double mx = 0, md = 0;
+    for (int i = 0; i < V; i++) {
+        mx = fmax(mx, fabs(cpu[i]));
+        double d = fabs((double)gpu[i] - cpu[i]);
+        md = isnan(d) ? INFINITY : fmax(md, d);
+    }
+    double eps = LOGIT_TOL * mx;
+    st->worst = fmax(st->worst, md / mx);
+    st->bad_logit += !(md <= eps);
+    if (!tok) return;
+    int best = qrl_cpu_argmax(cpu, V);
+    float second = -INFINITY;
+    for (int i = 0; i < V; i++) if (i != best && cpu[i] > second) second = cpu[i];
+    if (cpu[best] - second > 2 * eps) st->checked++, st->bad_tok += *tok != best;
+    else st->skipped++;
+}
+
+static void check_forward(qrl_model *m, const char *name, const int32_t *ids, int n, int bs) {
+    int V = m->cfg.vocab_size;
+    qrl_error err;
+    float *cpu = malloc((size_t)n * V * 4), *gl = malloc((size_t)3 * V * 4),
+          *pl = malloc((size_t)n * V * 4);
+    cpu_logits_all(m, ids, n, cpu);
+    qrl_cuda_forward_desc d = {.max_rows = 16, .max_ctx = n, .block_size = bs,
+                               .n_blocks = 3 * (n / bs + 2), .max_seqs = 4,
+                               .precision = QRL_PRECISION_W8A8_INT8};
+    qrl_cuda_forward *f;
+    cr_assert_eq(qrl_cuda_forward_new(&m->cfg, &d, &f, &err), QRL_OK, "%s", err.msg);
+    cr_assert_eq(qrl_cuda_forward_upload(f, m, &err), QRL_OK, "%s", err.msg);
+    cr_assert_eq(qrl_cuda_forward_precision(f), QRL_PRECISION_W8A8_INT8);
+    int seq[3], len[3] = {n / 2, n / 3 > 0 ? n / 3 : 1, 1};
+    stats st = {0};
+    for (int j = 0; j < 3; j++) {
+        cr_assert_eq(qrl_cuda_forward_seq_new(f, &seq[j], &err), QRL_OK);
+        cr_assert_eq(qrl_cuda_forward_prefill(f, seq[j], ids, len[j], pl, true, &err), QRL_OK,
+                     "%s", err.msg);
+        for (int p = 0; p < len[j]; p++) row_stats(pl + (size_t)p * V, cpu + (size_t)p * V, V, NULL, &st);
+    }
+    for (;;) {
+        int bseq[3], rows = 0, pos[3];
+        int32_t btok[3], gt[3];
+        float glp[3];
+        for (int j = 0; j < 3; j++)
+            if (len[j] < n) bseq[rows] = seq[j], pos[rows] = len[j], btok[rows++] = ids[len[j]];
+        if (rows == 0) break;
+        cr_assert_eq(qrl_cuda_forward_decode(f, bseq, btok, rows, gl, gt, glp, &err), QRL_OK, "%s",
+                     err.msg);
+        for (int r = 0; r < rows; r++)
+            row_stats(gl + (size_t)r * V, cpu + (size_t)pos[r] * V, V, &gt[r], &st);
+        for (int j = 0; j < 3; j++) if (len[j] < n) len[j]++;
+    }
+    fprintf(stderr, "%s w8a8-int8: n=%d worst max|gpu-cpu|/max|cpu| = %.3e (tol %.0e, %d rows "
+            "over); greedy tokens checked %d (%d differ), skipped (margin <= 2 eps) %d\n", name, n,
+            st.worst, LOGIT_TOL, st.bad_logit, st.checked, st.bad_tok, st.skipped);
+    cr_assert_eq(st.bad_logit, 0, "%s: %d logits rows over the bound", name, st.bad_logit);
+    cr_assert_eq(st.bad_tok, 0, "%s: %d greedy tokens differ at a large margin", name, st.bad_tok);
+    cr_assert(st.checked > 0, "%s: no position had a margin above the budget", name);
+    /* an engine of the other precision refuses the model */
+    qrl_cuda_forward_free(f);
+    d.precision = QRL_PRECISION_BF16;
+    cr_assert_eq(qrl_cuda_forward_new(&m->cfg, &d, &f, &err), QRL_OK, "%s", err.msg);
+    cr_assert_eq(qrl_cuda_forward_upload(f, m, &err), QRL_STATUS_INVALID_ARGUMENT);
+    cr_assert(strstr(err.msg, "w8a8-int8"), "%s", err.msg);
+    qrl_cuda_forward_free(f);
+    free(cpu); free(gl); free(pl);
+}
+
+Test(cuda_w8a8, forward_stories260k) {
+    require_gpu();
+    char bin[1024];
+    if (!qrl_test_data_path("llama2c_stories260K/stories260K.bin", bin, sizeof bin))
+        cr_skip_test("no stories260K under the data folder");
+    qrl_model *m;
+    qrl_error err;
+    cr_assert_eq(qrl_model_load(bin, &m, &err), QRL_OK, "%s", err.msg);
+    qrl_model_round_bf16(m);
+    cr_assert_eq(qrl_model_quantize(m, QRL_PRECISION_W8A8_INT8, &err), QRL_OK, "%s", err.msg);
+    int n = 120;
+    int32_t *ids = malloc((size_t)n * 4);
+    uint64_t s = 5;
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)(rng_next(&s) % (uint64_t)m->cfg.vocab_size);
+    ids[0] = 1; /* BOS */
+    check_forward(m, "stories260K", ids, n, 16);
+    free(ids);
+    qrl_model_free(m);
+}
+
+Test(cuda_w8a8, forward_random_hd128) {
+    require_gpu();
+    qrl_model_config c = {.arch = QRL_MODEL_ARCH_QWEN3, .dim = 256, .hidden_dim = 384, .n_layers = 2,
+                          .n_heads = 8, .n_kv_heads = 2, .head_dim = 128, .vocab_size = 300,
+                          .max_seq_len = 512, .norm_eps = 1e-6f, .qk_norm = true,
+                          .rope = {.theta = 1000000.0, .layout = QRL_ROPE_LAYOUT_HALF}};
+    qrl_model *m;
+    qrl_error err;
+    cr_assert_eq(qrl_model_new(&c, &m, &err), QRL_OK, "%s", err.msg);
+    qrl_model_init_random(m, 77);
+    qrl_model_round_bf16(m);
+    cr_assert_eq(qrl_model_quantize(m, QRL_PRECISION_W8A8_INT8, &err), QRL_OK, "%s", err.msg);
+    int n = 70;
+    int32_t *ids = malloc((size_t)n * 4);
+    uint64_t s = 9;
+    for (int i = 0; i < n; i++) ids[i] = (int32_t)(rng_next(&s) % 300);
+    check_forward(m, "random-hd128", ids, n, 5);
+    free(ids);
+    qrl_model_free(m);
+}
+
+Test(cuda_w8a8, engine_refuses_other_quantized_precisions) {
+    require_gpu();
+    qrl_model_config c = {.dim = 64, .hidden_dim = 96, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2,
+                          .head_dim = 32, .vocab_size = 50, .max_seq_len = 32, .norm_eps = 1e-5f};
+    qrl_cuda_forward_desc d = {.max_rows = 4, .max_ctx = 32, .block_size = 8, .n_blocks = 8,
+                               .max_seqs = 2, .precision = QRL_PRECISION_W8A8_FP8};
+    qrl_cuda_forward *f = NULL;
+    qrl_error err;
+    cr_assert_eq(qrl_cuda_forward_new(&c, &d, &f, &err), QRL_STATUS_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "w8a8-fp8"), "%s", err.msg);
+    cr_assert_null(f);
+}
+
+/* ---- perf (printed) ------------------------------------------------------------------ */
+
+static double now_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
+}
+
+Test(cuda_w8a8, decode_step_time_bf16_vs_int8, .timeout = 120) {
+    require_gpu();
+    /* Qwen2.5-1.5B shapes */
+    qrl_model_config c = {.arch = QRL_MODEL_ARCH_QWEN2, .dim = 1536, .hidden_dim = 8960,
+                          .n_layers = 28, .n_heads = 12, .n_kv_heads = 2, .head_dim = 128,
+                          .vocab_size = 151936, .max_seq_len = 4096, .norm_eps = 1e-6f,
+                          .qkv_bias = true, .tie_embeddings = true,
+                          .rope = {.theta = 1000000.0, .layout = QRL_ROPE_LAYOUT_HALF}};
+    static const int batches[] = {1, 32};
+    double ms[2][2];
+    for (int p = 0; p < 2; p++)
+        for (int bi = 0; bi < 2; bi++) {
+            int B = batches[bi], ctx = 512;
+            qrl_cuda_forward_desc d = {.max_rows = B, .max_ctx = ctx + 64, .block_size = 16,
+                                       .n_blocks = B * ((ctx + 64) / 16 + 1), .max_seqs = B,
+                                       .precision = p ? QRL_PRECISION_W8A8_INT8 : QRL_PRECISION_BF16};
+            qrl_cuda_forward *f;
+            qrl_error err;
+            cr_assert_eq(qrl_cuda_forward_new(&c, &d, &f, &err), QRL_OK, "%s", err.msg);
+            cr_assert_eq(qrl_cuda_forward_init_random(f, 3, &err), QRL_OK, "%s", err.msg);
+            int seqs[32];
+            int32_t tok[32], gt[32];
+            for (int b = 0; b < B; b++) {
+                cr_assert_eq(qrl_cuda_forward_seq_new(f, &seqs[b], &err), QRL_OK);
+                cr_assert_eq(qrl_cuda_forward_seq_set_len_unwritten(f, seqs[b], ctx, &err), QRL_OK);
+                tok[b] = 7 + b;
+            }
+            for (int it = 0; it < 3; it++)
+                cr_assert_eq(qrl_cuda_forward_decode(f, seqs, tok, B, NULL, gt, NULL, &err), QRL_OK,
+                             "%s", err.msg);
+            int steps = 20;
+            double t0 = now_ms();
+            for (int it = 0; it < steps; it++)
+                cr_assert_eq(qrl_cuda_forward_decode(f, seqs, tok, B, NULL, gt, NULL, &err), QRL_OK,
+                             "%s", err.msg);
+            ms[p][bi] = (now_ms() - t0) / steps;
+            for (int b = 0; b < B; b++) cr_assert(gt[b] >= 0 && gt[b] < c.vocab_size);
+            fprintf(stderr, "decode step qwen2.5-1.5B shapes, %s weights (%.2f GB read), batch %d, "
+                    "ctx %d: %.3f ms\n", p ? "w8a8-int8" : "bf16",
+                    qrl_cuda_forward_weight_bytes(f) / 1e9, B, ctx, ms[p][bi]);
+            qrl_cuda_forward_free(f);
+        }
+    fprintf(stderr, "decode speedup w8a8-int8 over bf16: batch 1 %.2fx, batch 32 %.2fx\n",
+            ms[0][0] / ms[1][0], ms[0][1] / ms[1][1]);
+}
