@@ -68,13 +68,6 @@ static void check_quantize(const float *x, int T, int K, int bf16) {
     void *dx = bf16 ? dev_from(xb, (size_t)T * K * 2) : dev_from(xr, (size_t)T * K * 4);
     guarded gq = guarded_new((size_t)T * ld / 4, 4), gs = guarded_new(T, 4);
     qrl_error err;
-    /* on the H200 a cudaErrorInvalidValue is pending here before the first launch, though
-     * every allocation and copy above returned success (source not found); clear it so the
-     * launcher reports its own launch */
-    cudaError_t pe = cudaGetLastError();
-    if (pe != cudaSuccess)
-        fprintf(stderr, "T=%d K=%d: cleared pending %s before the launch\n", T, K,
-                cudaGetErrorName(pe));
     cr_assert_eq(qrl_cuda_int8_quantize_rows(guarded_ptr(gq), guarded_ptr(gs), dx, bf16, T, K, ld,
                                              NULL, &err), QRL_OK, "T=%d K=%d bf16=%d: %s", T, K,
                  bf16, err.msg);
@@ -86,9 +79,7 @@ static void check_quantize(const float *x, int T, int K, int bf16) {
     for (size_t i = 0; i < (size_t)T * ld; i++)
         cr_assert_eq(got[i], want[i], "T=%d K=%d bf16=%d: code %zu (row %zu col %zu): gpu %d cpu %d",
                      T, K, bf16, i, i / ld, i % ld, got[i], want[i]);
-    qrl_cuda_free(dx);
-    qrl_cuda_free(gq.base);
-    qrl_cuda_free(gs.base);
+    qrl_cuda_free(dx); /* gq, gs: freed by guarded_fetch */
     free(xr); free(xb); free(cq); free(cs); free(want); free(got); free(gs_h);
 }
 
@@ -125,7 +116,7 @@ static void check_gemm(int T, int N, int K, int with_bias, uint64_t seed) {
                   got[i], want[i]);
     fprintf(stderr, "gemm_int8 T=%d N=%d K=%d bias=%d: %d outputs bit-identical to the CPU\n", T,
             N, K, with_bias, T * N);
-    void *dev[] = {dxq, dwq, dsx, dsw, db, gy.base};
+    void *dev[] = {dxq, dwq, dsx, dsw, db}; /* gy: freed by guarded_fetch */
     for (size_t i = 0; i < sizeof dev / sizeof *dev; i++) qrl_cuda_free(dev[i]);
     free(x); free(w); free(b); free(xq); free(wq); free(sx); free(sw); free(want); free(xp);
     free(wp); free(got);
@@ -133,12 +124,6 @@ static void check_gemm(int T, int N, int K, int with_bias, uint64_t seed) {
 
 Test(cuda_w8a8, kernels_bit_identical_to_cpu) {
     require_gpu();
-    /* creating the context (the first allocation) leaves a pending cudaErrorInvalidValue on
-     * the H200 (seen before any launch of this test; the forward's cuBLAS set-up clears it
-     * there): create it now and clear it so each launch reports its own status */
-    cudaFree(0);
-    cudaError_t e0 = cudaGetLastError();
-    if (e0 != cudaSuccess) fprintf(stderr, "cleared pending %s at test start\n", cudaGetErrorName(e0));
         /* T <= 64 runs the decode kernel (T = 37: 16-token chunks and a remainder of 5), T > 64
      * the tiled one */
     static const int shapes[][3] = {{1, 1, 1},     {1, 37, 5},     {37, 33, 17},  {37, 64, 130},
