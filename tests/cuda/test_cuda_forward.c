@@ -19,6 +19,7 @@
 #include <jansson.h>
 #include <unistd.h>
 
+#include "cuda_cpu_ref.h"
 #include "cuda_test_util.h"
 #include "model/forward.h"
 #include "model/forward_cuda.h"
@@ -27,23 +28,6 @@
 #define LOGIT_TOL 0.03
 
 typedef struct stats { double worst; int checked, skipped; } stats;
-
-static void cpu_logits_all(qrl_model *m, const int32_t *ids, int n, float *out) {
-    qrl_error err;
-    qrl_kv_cache_desc d = {.n_layers = m->cfg.n_layers, .n_kv_heads = m->cfg.n_kv_heads,
-                           .head_dim = m->cfg.head_dim, .block_size = 16,
-                           .n_blocks = n / 16 + 2, .max_seqs = 1, .max_seq_len = n,
-                           .format = QRL_KV_FORMAT_BF16};
-    qrl_kv_cache *kv;
-    qrl_forward *f;
-    int seq;
-    cr_assert_eq(qrl_kv_cache_new(&d, &kv, &err), QRL_OK, "%s", err.msg);
-    cr_assert_eq(qrl_forward_new(m, 64, n, &f, &err), QRL_OK, "%s", err.msg);
-    cr_assert_eq(qrl_kv_cache_seq_new(kv, &seq, &err), QRL_OK);
-    cr_assert_eq(qrl_forward_prefill(f, kv, seq, ids, n, out, true, &err), QRL_OK, "%s", err.msg);
-    qrl_forward_free(f);
-    qrl_kv_cache_free(kv);
-}
 
 static void top2(const float *x, int n, int *best, float *margin) {
     int b = qrl_cpu_argmax(x, n);
@@ -98,7 +82,7 @@ static void check_model(qrl_model *m, const char *name, const int32_t *ids, int 
     int V = m->cfg.vocab_size;
     float *cpu = malloc((size_t)n * V * 4), *gl = malloc((size_t)3 * V * 4),
           *pl = malloc((size_t)n * V * 4);
-    cpu_logits_all(m, ids, n, cpu);
+    cpu_logits_all(m, QRL_KV_FORMAT_BF16, 0, 0, ids, n, cpu);
     qrl_cuda_forward *f = engine(m, n, bs);
     qrl_error err;
     int seq[3], len[3] = {n / 2, n / 3 > 0 ? n / 3 : 1, 1};
@@ -166,7 +150,7 @@ Test(cuda_forward, stories260k_teacher_forced_and_greedy) {
     /* Free-running greedy decode on the GPU against llama2.c's tokens. */
     int V = m->cfg.vocab_size;
     float *cpu = malloc((size_t)n * V * 4), *lg = malloc((size_t)V * 4);
-    cpu_logits_all(m, ids, n, cpu);
+    cpu_logits_all(m, QRL_KV_FORMAT_BF16, 0, 0, ids, n, cpu);
     qrl_cuda_forward *f = engine(m, n, 16);
     int seq;
     cr_assert_eq(qrl_cuda_forward_seq_new(f, &seq, &err), QRL_OK);

@@ -24,6 +24,7 @@
  * format; bound: max <= RESCORE_MAX nats, mean <= RESCORE_MEAN). */
 #include <jansson.h>
 
+#include "cuda_cpu_ref.h"
 #include "cuda_test_util.h"
 #include "model/forward.h"
 #include "model/forward_cuda.h"
@@ -40,23 +41,6 @@ static const double TOL[N_FMT] = {0.03, 0.08, 0.25, 0.40, 0.25};
 #define RESCORE_MEAN 0.02
 
 typedef struct stats { double worst; int checked, skipped, over; } stats;
-
-static void cpu_logits_all(qrl_model *m, qrl_kv_format fmt, const int32_t *ids, int n, float *out) {
-    qrl_error err;
-    qrl_kv_cache_desc d = {.n_layers = m->cfg.n_layers, .n_kv_heads = m->cfg.n_kv_heads,
-                           .head_dim = m->cfg.head_dim, .block_size = 16, .n_blocks = n / 16 + 2,
-                           .max_seqs = 1, .max_seq_len = n, .format = fmt,
-                           .protected_sink = SINK, .protected_recent = RECENT};
-    qrl_kv_cache *kv;
-    qrl_forward *f;
-    int seq;
-    cr_assert_eq(qrl_kv_cache_new(&d, &kv, &err), QRL_OK, "%s", err.msg);
-    cr_assert_eq(qrl_forward_new(m, 16, n, &f, &err), QRL_OK, "%s", err.msg);
-    cr_assert_eq(qrl_kv_cache_seq_new(kv, &seq, &err), QRL_OK);
-    cr_assert_eq(qrl_forward_prefill(f, kv, seq, ids, n, out, true, &err), QRL_OK, "%s", err.msg);
-    qrl_forward_free(f);
-    qrl_kv_cache_free(kv);
-}
 
 static void top2(const float *x, int n, int *best, float *margin) {
     int b = qrl_cpu_argmax(x, n);
@@ -119,7 +103,7 @@ static qrl_cuda_forward *engine(const qrl_model *m, qrl_kv_format fmt, int max_c
 static stats check_model(qrl_model *m, const char *name, const int32_t *ids, int n, int bs, int fi) {
     int V = m->cfg.vocab_size;
     float *cpu = malloc((size_t)n * V * 4), *gl = malloc((size_t)3 * V * 4), *pl = malloc((size_t)n * V * 4);
-    cpu_logits_all(m, FMTS[fi], ids, n, cpu);
+    cpu_logits_all(m, FMTS[fi], SINK, RECENT, ids, n, cpu);
     qrl_cuda_forward *f = engine(m, FMTS[fi], n, bs);
     qrl_error err;
     int seq[3], len[3] = {n / 2, n / 3, 16};

@@ -33,6 +33,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda_cpu_ref.h"
 #include "cuda_test_util.h"
 #include "model/forward.h"
 #include "rollout/scheduler.h"
@@ -63,22 +64,8 @@ static qrl_scheduler_config gpu_cfg(qrl_kv_format fmt) {
 
 /* CPU teacher-forced logits of ids[0..n) (all positions) with KV format fmt. */
 static float *cpu_logits(const qrl_model *m, qrl_kv_format fmt, const int32_t *ids, int n) {
-    const qrl_model_config *c = &m->cfg;
-    qrl_kv_cache_desc d = {.n_layers = c->n_layers, .n_kv_heads = c->n_kv_heads,
-                           .head_dim = c->head_dim, .block_size = 16, .n_blocks = n / 16 + 2,
-                           .max_seqs = 1, .max_seq_len = n, .format = fmt,
-                           .protected_sink = SINK, .protected_recent = RECENT};
-    qrl_kv_cache *kv;
-    qrl_forward *f;
-    qrl_error err;
-    int seq;
-    float *out = malloc((size_t)n * c->vocab_size * 4);
-    cr_assert_eq(qrl_kv_cache_new(&d, &kv, &err), QRL_OK, "%s", err.msg);
-    cr_assert_eq(qrl_forward_new(m, 16, n, &f, &err), QRL_OK, "%s", err.msg);
-    cr_assert_eq(qrl_kv_cache_seq_new(kv, &seq, &err), QRL_OK);
-    cr_assert_eq(qrl_forward_prefill(f, kv, seq, ids, n, out, true, &err), QRL_OK, "%s", err.msg);
-    qrl_forward_free(f);
-    qrl_kv_cache_free(kv);
+    float *out = malloc((size_t)n * m->cfg.vocab_size * 4);
+    cpu_logits_all(m, fmt, SINK, RECENT, ids, n, out);
     return out;
 }
 

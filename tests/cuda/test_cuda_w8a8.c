@@ -24,6 +24,7 @@
 
 #include "cpu/quant.h"
 #include "cuda/gemm_int8.cuh"
+#include "cuda_cpu_ref.h"
 #include "cuda_test_util.h"
 #include "model/forward.h"
 #include "model/forward_cuda.h"
@@ -152,23 +153,6 @@ Test(cuda_w8a8, kernel_errors) {
 
 typedef struct stats { double worst; int checked, skipped, bad_tok, bad_logit; } stats;
 
-static void cpu_logits_all(qrl_model *m, const int32_t *ids, int n, float *out) {
-    qrl_error err;
-    qrl_kv_cache_desc d = {.n_layers = m->cfg.n_layers, .n_kv_heads = m->cfg.n_kv_heads,
-                           .head_dim = m->cfg.head_dim, .block_size = 16,
-                           .n_blocks = n / 16 + 2, .max_seqs = 1, .max_seq_len = n,
-                           .format = QRL_KV_FORMAT_BF16};
-    qrl_kv_cache *kv;
-    qrl_forward *f;
-    int seq;
-    cr_assert_eq(qrl_kv_cache_new(&d, &kv, &err), QRL_OK, "%s", err.msg);
-    cr_assert_eq(qrl_forward_new(m, 64, n, &f, &err), QRL_OK, "%s", err.msg);
-    cr_assert_eq(qrl_kv_cache_seq_new(kv, &seq, &err), QRL_OK);
-    cr_assert_eq(qrl_forward_prefill(f, kv, seq, ids, n, out, true, &err), QRL_OK, "%s", err.msg);
-    qrl_forward_free(f);
-    qrl_kv_cache_free(kv);
-}
-
 static void row_stats(const float *gpu, const float *cpu, int V, const int32_t *tok, stats *st) {
     double mx = 0, md = 0;
     for (int i = 0; i < V; i++) {
@@ -192,7 +176,7 @@ static void check_forward(qrl_model *m, const char *name, const int32_t *ids, in
     qrl_error err;
     float *cpu = malloc((size_t)n * V * 4), *gl = malloc((size_t)3 * V * 4),
           *pl = malloc((size_t)n * V * 4);
-    cpu_logits_all(m, ids, n, cpu);
+    cpu_logits_all(m, QRL_KV_FORMAT_BF16, 0, 0, ids, n, cpu);
     qrl_cuda_forward_desc d = {.max_rows = 16, .max_ctx = n, .block_size = bs,
                                .n_blocks = 3 * (n / bs + 2), .max_seqs = 4,
                                .precision = QRL_PRECISION_W8A8_INT8};

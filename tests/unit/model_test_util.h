@@ -126,4 +126,33 @@ static inline void mt_max_diff(const float *a, const float *b, size_t n, double 
     *max_ref = mr;
 }
 
+/* A packed training batch (train/model_train.h's format) of up to 64 tokens, with the
+ * coefficients of a test loss = sum_t c_t logp_t + e_t ent_t. */
+typedef struct mt_batch {
+    int32_t tok[64], tgt[64], pos[64], seg[64];
+    float c[64], e[64];
+    int T;
+} mt_batch;
+
+/* Sequences of lens[0..nseq) tokens packed into b (deterministic tokens from seed): each
+ * token's target is the next token of its sequence (-1 at a sequence's end). */
+static inline void mt_make_batch(mt_batch *b, const int *lens, int nseq, int V, uint64_t seed) {
+    b->T = 0;
+    for (int s = 0; s < nseq; s++)
+        for (int i = 0; i < lens[s]; i++) {
+            int t = b->T++;
+            if (t >= 64) abort();
+            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
+            b->tok[t] = (int32_t)((seed >> 33) % (uint64_t)V);
+            b->seg[t] = s;
+        }
+    for (int t = 0; t < b->T; t++) /* positions restart in every sequence */
+        b->pos[t] = (t > 0 && b->seg[t] == b->seg[t - 1]) ? b->pos[t - 1] + 1 : 0;
+    for (int t = 0; t < b->T; t++) {
+        b->tgt[t] = (t + 1 < b->T && b->seg[t + 1] == b->seg[t]) ? b->tok[t + 1] : -1;
+        b->c[t] = (float)((t * 7) % 5 - 2) / 3.0f;
+        b->e[t] = (float)((t * 3) % 4 - 1.5) / 10.0f;
+    }
+}
+
 #endif

@@ -153,29 +153,7 @@ Test(model_train, stories260k_interleaved_rope_logprobs_match_inference_engine) 
 
 enum { GT = 13 }; /* two packed sequences of 8 and 5 tokens */
 
-typedef struct batch {
-    int32_t tok[64], tgt[64], pos[64], seg[64];
-    float c[64], e[64]; /* loss = sum c_t logp_t + e_t ent_t */
-    int T;
-} batch;
-
-/* Packed batch of sequences of the given lengths, deterministic tokens. */
-static void make_batch(batch *b, const int *lens, int nseq, int V, uint64_t seed) {
-    b->T = 0;
-    for (int s = 0; s < nseq; s++)
-        for (int i = 0; i < lens[s]; i++) {
-            int t = b->T++;
-            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-            b->tok[t] = (int32_t)((seed >> 33) % (uint64_t)V);
-            b->seg[t] = s;
-        }
-    qrl_model_train_positions(b->pos, b->seg, b->T);
-    for (int t = 0; t < b->T; t++) {
-        b->tgt[t] = (t + 1 < b->T && b->seg[t + 1] == b->seg[t]) ? b->tok[t + 1] : -1;
-        b->c[t] = (float)((t * 7) % 5 - 2) / 3.0f;
-        b->e[t] = (float)((t * 3) % 4 - 1.5) / 10.0f;
-    }
-}
+typedef mt_batch batch;
 
 static double run_loss(qrl_model_train_t *tr, const batch *b, float *lp, float *ent) {
     qrl_error err;
@@ -200,7 +178,7 @@ static double gradcheck_model(const char *json, qrl_rope_layout layout, const ch
     cr_assert_eq(qrl_model_train_new(m, 64, &tr, &err), QRL_OK, "%s", err.msg);
     batch b;
     int lens[2] = {8, 5};
-    make_batch(&b, lens, 2, m->cfg.vocab_size, 5);
+    mt_make_batch(&b, lens, 2, m->cfg.vocab_size, 5);
     cr_assert_eq(b.T, GT);
     float lp[64], ent[64];
     run_loss(tr, &b, lp, ent);
@@ -303,7 +281,7 @@ Test(model_train, packed_batch_equals_separate_sequences_and_accumulation) {
           *g_acc = malloc(n * sizeof *g);
     int lens[2] = {9, 6};
     batch both, one[2];
-    make_batch(&both, lens, 2, m->cfg.vocab_size, 77);
+    mt_make_batch(&both, lens, 2, m->cfg.vocab_size, 77);
     for (int s = 0; s < 2; s++) { /* the same two sequences, alone */
         int o = s ? lens[0] : 0;
         batch *b = &one[s];
@@ -383,7 +361,7 @@ Test(model_train, save_reload_one_more_step_is_bit_identical) {
     cr_assert_eq(qrl_adamw_new(n, &ac, &opt, &err), QRL_OK, "%s", err.msg);
     int lens[3] = {5, 7, 4};
     batch b;
-    make_batch(&b, lens, 3, m->cfg.vocab_size, 123);
+    mt_make_batch(&b, lens, 3, m->cfg.vocab_size, 123);
     train_step(tr, opt, &b, 1e-2);
     train_step(tr, opt, &b, 1e-2);
     /* save: every tensor as F32 safetensors, and the optimizer state */

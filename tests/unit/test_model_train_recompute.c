@@ -19,28 +19,7 @@
 enum { NMB = 2, MAXSEQ = 3 };
 static const int LENS[NMB][MAXSEQ] = {{11, 17, 9}, {23, 30, 0}}; /* 37 and 53 tokens */
 
-typedef struct mbatch {
-    int32_t tok[CAP], tgt[CAP], pos[CAP], seg[CAP];
-    float c[CAP], e[CAP]; /* loss = sum c_t logp_t + e_t ent_t */
-    int T;
-} mbatch;
-
-static void make_mbatch(mbatch *b, const int *lens, int V, uint64_t seed) {
-    b->T = 0;
-    for (int s = 0; s < MAXSEQ && lens[s] > 0; s++)
-        for (int i = 0; i < lens[s]; i++) {
-            int t = b->T++;
-            seed = seed * 6364136223846793005ull + 1442695040888963407ull;
-            b->tok[t] = (int32_t)((seed >> 33) % (uint64_t)V);
-            b->seg[t] = s;
-        }
-    qrl_model_train_positions(b->pos, b->seg, b->T);
-    for (int t = 0; t < b->T; t++) {
-        b->tgt[t] = (t + 1 < b->T && b->seg[t + 1] == b->seg[t]) ? b->tok[t + 1] : -1;
-        b->c[t] = (float)((t * 7) % 5 - 2) / 3.0f;
-        b->e[t] = (float)((t * 3) % 4 - 1.5) / 10.0f;
-    }
-}
+typedef mt_batch mbatch; /* CAP == 64 tokens */
 
 /* Floats per token of one layer's saved activations (docs/train.md), its input x
  * included: x_in, h1, x_mid, h2 (4D); gate, up, hm (3F); q, qr, att (3Q); k, v, kr (3KV);
@@ -69,7 +48,7 @@ static void check_model(qrl_model *m, const char *name) {
         cr_assert_eq(qrl_model_train_new_opts(m, &o, &tr[r], &err), QRL_OK, "%s", err.msg);
     }
     mbatch mb[NMB];
-    for (int k = 0; k < NMB; k++) make_mbatch(&mb[k], LENS[k], c->vocab_size, 1000 + k);
+    for (int k = 0; k < NMB; k++) mt_make_batch(&mb[k], LENS[k], LENS[k][MAXSEQ - 1] > 0 ? MAXSEQ : MAXSEQ - 1, c->vocab_size, 1000 + k);
     float lp[2][NMB][CAP], ent[2][NMB][CAP];
     float *logits[2][NMB];
     size_t nv = (size_t)CAP * (size_t)c->vocab_size;
