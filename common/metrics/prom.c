@@ -21,6 +21,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "core/buf.h"
 #include "core/log.h"
 
 struct qrl_prom_series {
@@ -44,29 +45,9 @@ struct qrl_prom_registry {
 
 /* ---- growable text ------------------------------------------------------------------ */
 
-typedef struct sbuf {
-    char *p;
-    size_t len, cap;
-    bool oom;
-} sbuf;
+typedef qrl_buf sbuf;
 
-static void sb_add(sbuf *b, const char *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n + 1 > b->cap) {
-        size_t c = b->cap ? b->cap : 256;
-        while (b->len + n + 1 > c) c *= 2;
-        char *np = realloc(b->p, c);
-        if (!np) {
-            b->oom = true;
-            return;
-        }
-        b->p = np;
-        b->cap = c;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-    b->p[b->len] = 0;
-}
+static void sb_add(sbuf *b, const char *s, size_t n) { qrl_buf_append(b, s, n); }
 static void sb_str(sbuf *b, const char *s) { sb_add(b, s, strlen(s)); }
 
 /* HELP text escapes '\' and newline; label values also escape '"'. */

@@ -12,6 +12,7 @@
 #include <sys/time.h>
 #include <unistd.h>
 
+#include "core/buf.h"
 #include "wire/wire.h"
 
 #define TFEVENTS_MAX_EVENT (16u << 20)
@@ -28,28 +29,9 @@ uint32_t qrl_tfrecord_masked_crc(const void *data, size_t len) {
 
 /* ---- protobuf encoding -------------------------------------------------------------- */
 
-typedef struct pbuf {
-    uint8_t *p;
-    size_t len, cap;
-    bool oom;
-} pbuf;
+typedef qrl_buf pbuf;
 
-static void pb_bytes(pbuf *b, const void *s, size_t n) {
-    if (b->oom) return;
-    if (b->len + n > b->cap) {
-        size_t c = b->cap ? b->cap : 128;
-        while (b->len + n > c) c *= 2;
-        uint8_t *np = realloc(b->p, c);
-        if (!np) {
-            b->oom = true;
-            return;
-        }
-        b->p = np;
-        b->cap = c;
-    }
-    memcpy(b->p + b->len, s, n);
-    b->len += n;
-}
+static void pb_bytes(pbuf *b, const void *s, size_t n) { qrl_buf_append(b, s, n); }
 
 static void pb_varint(pbuf *b, uint64_t v) {
     uint8_t t[10];
