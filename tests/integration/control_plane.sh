@@ -25,74 +25,29 @@
 # Whatever it started is stopped on every exit path.  Skips (77) without java or the
 # Kafka jars unless QRL_REQUIRE_KAFKA=1.
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$root"
-build=${BUILD:-build}
-kafka=deploy/kafka/kafka.sh
-home=${QRL_KAFKA_HOME:-$root/.deps/kafka}
-export QRL_KAFKA_ADMIN=$build/bin/qrl-kafka-admin
-learner=$build/bin/qrl-learner
-rollout=$build/bin/qrl-rollout
+source "$(dirname "${BASH_SOURCE[0]}")/../support/cluster.sh" ctl
 ctl=$build/bin/qrlctl
 garbage=$build/tests/integration/rpc_garbage
-data_dir=${QRL_DATA_DIR:-../shared/data}/llama2c_stories260K
-model=$data_dir/stories260K.bin
-tokenizer=$data_dir/tok512.bin
 hb_timeout_ms=1500
-
-fail() { echo "FAIL: $*"; exit 1; }
-for f in "$learner" "$rollout" "$ctl" "$garbage" "$QRL_KAFKA_ADMIN"; do
-  [ -x "$f" ] || fail "$f is not built (make test builds it)"
-done
-[ -f "$model" ] && [ -f "$tokenizer" ] || fail "$model or $tokenizer missing"
+for f in "$ctl" "$garbage"; do [ -x "$f" ] || fail "$f is not built (make test builds it)"; done
 for t in jq openssl; do command -v $t >/dev/null || fail "$t missing (deploy/setup.sh installs it)"; done
 
 # ---- 0. bad TLS settings stop a daemon at start (no broker needed) --------------------------
-t0=$(mktemp -d "${TMPDIR:-/tmp}/qrl-ctl-start.XXXXXX")
+t0=$tmp/start
+mkdir -p "$t0"
 printf '{"prompt":"Once upon a time","answer":"the"}\n' >"$t0/data.jsonl"
 rc=0; "$learner" --learner.model "$model" --learner.tokenizer "$tokenizer" --dataset.path "$t0/data.jsonl" \
   --dataset.task contains --dataset.chat_template none --learner.threads 1 --kafka.bootstrap 127.0.0.1:1 \
   --rpc.tls_cert_file "$t0/cert.pem" >"$t0/out" 2>&1 || rc=$?
 [ $rc -eq 1 ] && grep -q "qrl-learner: error: .*TLS needs both tls_cert_file and tls_key_file" "$t0/out" ||
-  { rm -rf "$t0"; fail "learner with half a TLS pair: exit $rc"; }
+  fail "learner with half a TLS pair: exit $rc"
 rc=0; "$rollout" --rollout.model "$model" --rollout.tokenizer "$tokenizer" --kafka.bootstrap 127.0.0.1:1 \
   --learner.addr 127.0.0.1:1 --learner.tls_ca_file "$t0/nope.pem" >"$t0/out" 2>&1 || rc=$?
 [ $rc -eq 1 ] && grep -q "qrl-rollout: error: tls_ca_file $t0/nope.pem" "$t0/out" ||
-  { rm -rf "$t0"; fail "rollout with a missing learner.tls_ca_file: exit $rc"; }
-rm -rf "$t0"
+  fail "rollout with a missing learner.tls_ca_file: exit $rc"
 echo "bad TLS settings refused at start (exit 1, naming the file)"
 
-if ! command -v java >/dev/null || [ ! -f "$home/libs/.stamp" ]; then
-  [ "${QRL_REQUIRE_KAFKA:-0}" = 1 ] && fail "no java / Kafka jars, and QRL_REQUIRE_KAFKA=1"
-  echo "skipped: no java or Kafka jars (run deploy/setup.sh)"; exit 77
-fi
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/qrl-ctl-test.XXXXXX")
-pids=()
-broker=0
-cleanup() {
-  local rc=$?
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  [ $broker = 1 ] && { "$kafka" stop --dir "$tmp/kafka" --timeout 20 >/dev/null 2>&1 || true; }
-  if [ $rc -ne 0 ]; then
-    for l in "$tmp"/*.log; do
-      [ -f "$l" ] && { echo "--- last lines of $l:"; grep -v ' DEBUG ' "$l" | tail -n 25; }
-    done
-  fi
-  rm -rf "$tmp"
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-secs() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
-count() { grep -c -- "$2" "$1" 2>/dev/null || true; }
-wait_log() {
-  local end=$((SECONDS + $4))
-  while [ "$(count "$1" "$2")" -lt "$3" ]; do
-    [ $SECONDS -lt $end ] || fail "timed out waiting for '$2' x$3 in $1"
-    sleep 0.1
-  done
-}
+need_kafka
 t_all=$(date +%s.%N)
 
 # ---- cluster ---------------------------------------------------------------------------
@@ -107,10 +62,7 @@ printf 'not-the-token\n' >"$tmp/wrong"
 tls=(--rpc.tls_cert_file "$tmp/cert.pem" --rpc.tls_key_file "$tmp/key.pem")
 
 t=$(date +%s.%N)
-broker=1
-bootstrap=$("$kafka" start --dir "$tmp/kafka" --port 0 | sed -n 's/^BOOTSTRAP=//p')
-[ -n "$bootstrap" ] || fail "kafka.sh start printed no BOOTSTRAP"
-"$kafka" create-topics --bootstrap "$bootstrap" --partitions 4 >/dev/null 2>&1
+start_broker 4
 echo "broker at $bootstrap with topics in $(secs "$t") s"
 
 words=(the was and she he little girl boy day happy big play)
@@ -129,9 +81,7 @@ QRL_LOG_LEVEL=debug "$learner" --learner.model "$model" --learner.tokenizer "$to
   --rpc.token_file "$tmp/token" "${tls[@]}" --metrics.jsonl "$tmp/learner.jsonl" >"$tmp/learner.log" 2>&1 &
 pids+=($!)
 pid_learner=$!
-wait_log "$tmp/learner.log" "rpc listening port=[0-9]" 1 30
-sleep 0.2 # the line may still be half written when grep first sees it
-port=$(sed -n 's/.*rpc listening port=\([0-9]*\).*/\1/p' "$tmp/learner.log")
+port=$(log_port "$tmp/learner.log")
 addr=127.0.0.1:$port
 start_replica() { # ID LOG: r1 closes its reads (rpc.token_for_reads)
   local extra=(); [ "$1" = r1 ] && extra=(--rpc.token_for_reads true)

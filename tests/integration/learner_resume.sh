@@ -26,57 +26,12 @@
 #      process's up to its checkpoint, all of the restarted one's) are 1..16, each once.
 # Skips (77) without java or the Kafka jars unless QRL_REQUIRE_KAFKA=1.
 set -euo pipefail
-root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-cd "$root"
-build=${BUILD:-build}
-kafka=deploy/kafka/kafka.sh
-home=${QRL_KAFKA_HOME:-$root/.deps/kafka}
-export QRL_KAFKA_ADMIN=$build/bin/qrl-kafka-admin
-learner=$build/bin/qrl-learner
-rollout=$build/bin/qrl-rollout
+source "$(dirname "${BASH_SOURCE[0]}")/../support/cluster.sh" resume
 generate=$build/bin/qrl-generate
 harness=$build/tests/integration/learner_resume_harness
-data_dir=${QRL_DATA_DIR:-../shared/data}/llama2c_stories260K
-model=$data_dir/stories260K.bin
-tokenizer=$data_dir/tok512.bin
-
-fail() { echo "FAIL: $*"; exit 1; }
-for f in "$learner" "$rollout" "$generate" "$harness" "$QRL_KAFKA_ADMIN"; do
-  [ -x "$f" ] || fail "$f is not built (make test builds it)"
-done
-[ -f "$model" ] && [ -f "$tokenizer" ] || fail "$model or $tokenizer missing"
-if ! command -v java >/dev/null || [ ! -f "$home/libs/.stamp" ]; then
-  [ "${QRL_REQUIRE_KAFKA:-0}" = 1 ] && fail "no java / Kafka jars, and QRL_REQUIRE_KAFKA=1"
-  echo "skipped: no java or Kafka jars (run deploy/setup.sh)"; exit 77
-fi
-
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/qrl-resume-test.XXXXXX")
-pids=()
-broker=0
-cleanup() {
-  local rc=$?
-  for p in "${pids[@]}"; do kill -KILL "$p" 2>/dev/null || true; done
-  [ $broker = 1 ] && { "$kafka" stop --dir "$tmp/kafka" --timeout 20 >/dev/null 2>&1 || true; }
-  if [ $rc -ne 0 ]; then
-    for l in "$tmp"/*.log; do
-      [ -f "$l" ] && { echo "--- last lines of $l:"; tail -n 25 "$l"; }
-    done
-  fi
-  rm -rf "$tmp"
-  exit $rc
-}
-trap cleanup EXIT
-trap 'exit 130' INT TERM
-secs() { awk -v a="$1" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }'; }
-count() { local n; n=$(grep -c -- "$2" "$1" 2>/dev/null) || true; echo "${n:-0}"; }
+for f in "$generate" "$harness"; do [ -x "$f" ] || fail "$f is not built (make test builds it)"; done
+need_kafka
 stop() { { kill -KILL "$1" && wait "$1"; } 2>/dev/null || true; } # no job-control noise
-wait_log() {
-  local end=$((SECONDS + $4))
-  while [ "$(count "$1" "$2")" -lt "$3" ]; do
-    [ $SECONDS -lt $end ] || fail "timed out waiting for '$2' x$3 in $1"
-    sleep 0.1
-  done
-}
 wait_exit() { # pid seconds: fails unless it exits 0 within the time
   local rc=0
   timeout "$2" tail --pid="$1" -f /dev/null || fail "pid $1 ($3) still running after $2 s"
@@ -86,10 +41,7 @@ wait_exit() { # pid seconds: fails unless it exits 0 within the time
 t_all=$(date +%s.%N)
 
 t=$(date +%s.%N)
-broker=1
-bootstrap=$("$kafka" start --dir "$tmp/kafka" --port 0 | sed -n 's/^BOOTSTRAP=//p')
-[ -n "$bootstrap" ] || fail "kafka.sh start printed no BOOTSTRAP"
-"$kafka" create-topics --bootstrap "$bootstrap" --partitions 4 >/dev/null 2>&1
+start_broker 4
 "$kafka" create-topics --bootstrap "$bootstrap" --partitions 1 \
   --topics fa.prompts,fa.results,fb.prompts,fb.results >/dev/null 2>&1
 echo "broker at $bootstrap with topics in $(secs "$t") s"
@@ -143,12 +95,10 @@ t_resume=$(date +%s.%N)
 QRL_LOG_LEVEL=info "$learner" "${fb_args[@]}" --resume auto --metrics.jsonl "$tmp/B2.jsonl" \
   >"$tmp/B2.log" 2>&1 &
 pids+=($!); pid_b2=$!
-wait_log "$tmp/B2.log" "rpc listening port=[0-9]" 1 30
-sleep 0.2 # the line may still be half written when grep first sees it
+pb2=$(log_port "$tmp/B2.log")
 wait_log "$tmp/B2.log" "resumed from" 1 30
 # Learner.Checkpoint while idle: untagged = the current one (nothing trained since the
 # resume); tagged = a new folder at the same step
-pb2=$(sed -n 's/.*rpc listening port=\([0-9]*\).*/\1/p' "$tmp/B2.log")
 ctl=("$build/bin/qrlctl" --learner "127.0.0.1:$pb2" --token-file "$tmp/token")
 out=$("${ctl[@]}" checkpoint 2>&1) || fail "qrlctl checkpoint: $out"
 [ "$out" = "checkpoint $tmp/ckB/step-00000002 step 2 version 2" ] || fail "qrlctl checkpoint: $out"
@@ -231,9 +181,7 @@ rargs=("${common[@]}" --learner.group_size 4 --learner.quota 4 --learner.max_upd
        --sampling.max_new_tokens 16 --learner.heartbeat_interval_ms 300 --learner.checkpoint_dir "$tmp/ckR")
 QRL_LOG_LEVEL=info "$learner" "${rargs[@]}" --metrics.jsonl "$tmp/R1.jsonl" >"$tmp/R1.log" 2>&1 &
 pids+=($!); pid_r1=$!
-wait_log "$tmp/R1.log" "rpc listening port=[0-9]" 1 30
-sleep 0.2 # the line may still be half written when grep first sees it
-port=$(sed -n 's/.*rpc listening port=\([0-9]*\).*/\1/p' "$tmp/R1.log")
+port=$(log_port "$tmp/R1.log")
 "$rollout" --rollout.model "$model" --rollout.tokenizer "$tokenizer" --kafka.bootstrap "$bootstrap" \
   --rollout.replica_id r0 --rollout.slots 4 --rollout.max_concurrency 2 --rollout.threads 1 \
   --kafka.session_timeout_ms 6000 --rpc.token_file "$tmp/token" \
@@ -241,15 +189,17 @@ port=$(sed -n 's/.*rpc listening port=\([0-9]*\).*/\1/p' "$tmp/R1.log")
 pids+=($!); pid_r0=$!
 wait_log "$tmp/R1.log" "checkpoint step=2 " 1 90
 stop $pid_r1
+# the kill lands after the step-2 checkpoint; on a loaded machine R1 may have written the
+# step-3 one too (perhaps before logging it): the newest complete folder (manifest.json is
+# written last) is what the restart must take
+last=$(for d in "$tmp/ckR"/step-*; do [ -f "$d/manifest.json" ] && basename "$d" || true; done |
+       sed 's/^step-0*\([0-9]*\).*/\1/' | sort -n | tail -1)
 QRL_LOG_LEVEL=info "$learner" "${rargs[@]}" --rpc.listen "127.0.0.1:$port" --resume auto \
   --metrics.jsonl "$tmp/R2.jsonl" >"$tmp/R2.log" 2>&1 &
 pids+=($!); pid_r2=$!
 wait_exit $pid_r2 100 "the restarted learner"
 wait_exit $pid_r0 30 "the replica (drain on SHUTDOWN)"
 resumed=$(sed -n 's/.*resumed from [^ ]*step-0*\([0-9]*\): step=.*/\1/p' "$tmp/R2.log")
-# the kill lands after the step-2 checkpoint; on a loaded machine R1 may have written the
-# step-3 one too: the restart must take the newest complete checkpoint R1 wrote
-last=$(sed -n 's/.*checkpoint step=\([0-9]*\) .*/\1/p' "$tmp/R1.log" | sort -n | tail -1)
 [ "$resumed" = "$last" ] || fail "R2 resumed from step '$resumed', R1's newest checkpoint is step $last"
 [ "$last" -lt 4 ] || fail "R1 finished all 4 updates before the kill (the test did not exercise resume)"
 grep -q "update step=$((last + 1)) version=$((last + 1)) " "$tmp/R2.log" || fail "R2 did not continue with version $((last + 1))"

@@ -62,7 +62,9 @@ cluster_cleanup() {
   for p in "${pids[@]}"; do { kill -KILL "$p" && wait "$p"; } 2>/dev/null || true; done
   [ -d "$tmp/kafka" ] && { "$kafka" stop --dir "$tmp/kafka" --timeout 20 >/dev/null 2>&1 || true; }
   if [ $rc -ne 0 ]; then
-    for l in "$tmp"/*.log; do [ -f "$l" ] && { echo "--- last lines of $l:"; tail -n 25 "$l"; }; done
+    for l in "$tmp"/*.log; do
+      [ -f "$l" ] && { echo "--- last lines of $l:"; grep -v ' DEBUG ' "$l" | tail -n 25; }
+    done
   fi
   [ "${QRL_KEEP_TMP:-0}" = 1 ] || rm -rf "$tmp"
   exit $rc
