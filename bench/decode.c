@@ -16,6 +16,8 @@
  * equal-weighted means over the 5 phases (as KV4-RL reports).
  *
  *   build/bench/decode [--out FILE] [--formats bf16,int8,...] [--grid 0|1] [--breakdown]
+ *                      [--from N]  (skip the first N replay shapes: --from 10 --grid 0 = late only)
+ *                      [--shape BxC]  (that shape alone, e.g. under a profiler)
  *   (GPU only) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -244,12 +246,22 @@ static void run_format(qrl_kv_format fmt, int s0, int s1, double bw, result *res
 
 int main(int argc, char **argv) {
     const char *out = "bench/results/decode-h200.json", *fmts = "bf16,int8,fp8,int4,int4-protected";
-    int grid = 1, bd = 0;
+    int grid = 1, bd = 0, from = 0;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--formats") && i + 1 < argc) fmts = argv[++i];
         else if (!strcmp(argv[i], "--grid") && i + 1 < argc) grid = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--breakdown")) bd = 1;
+        else if (!strcmp(argv[i], "--from") && i + 1 < argc) from = atoi(argv[++i]); /* first replay shape */
+        else if (!strcmp(argv[i], "--shape") && i + 1 < argc) { /* one BxC shape only (profiling) */
+            int b = 0, c = 0;
+            if (sscanf(argv[++i], "%dx%d", &b, &c) != 2 || b < 1 || c < 1) {
+                fprintf(stderr, "decode: --shape wants BATCHxCONTEXT, got '%s'\n", argv[i]);
+                return 2;
+            }
+            SHAPES[N_REPLAY - 1] = (shape){"custom", b, c};
+            from = N_REPLAY - 1, grid = 0;
+        }
     }
     struct cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
@@ -287,7 +299,7 @@ int main(int argc, char **argv) {
         if (!on[k]) continue;
         qrl_kv_format fmt;
         QK(qrl_kv_format_parse(FMT_NAMES[k], &fmt, &err));
-        run_format(fmt, 0, N_REPLAY, bw, res[k]);
+        run_format(fmt, from < 0 ? 0 : from, N_REPLAY, bw, res[k]);
         if (grid) run_format(fmt, N_REPLAY, N_SHAPES, bw, res[k]);
     }
     for (int k = 0; k < N_FMTS; k++)

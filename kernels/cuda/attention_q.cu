@@ -16,23 +16,8 @@
 
 #include <atomic>
 
-#include "cuda/kv_quant_dev.cuh"
+#include "cuda/attention_q_dev.cuh"
 #include "cuda/launch.cuh"
-
-#define WARPS 4
-#define TILE_MIN 64
-#define TQ 16 /* positions per tensor-core tile */
-
-enum { F_INT8 = 0, F_FP8 = 1, F_INT4 = 2 };
-
-typedef struct qargs {
-    qrl_cuda_kvq_layer c;
-    uint16_t *out;
-    const float *q;
-    const int32_t *row_seq, *row_pos;
-    int n, n_heads;
-    float *work;
-} qargs;
 
 /* Dequantize 8 consecutive elements [d0, d0 + 8) of one record. */
 template <int FMT, int HD>
@@ -52,51 +37,6 @@ static __device__ __forceinline__ void deq8(const uint8_t *codes, const float *s
             f[i] = (FMT == F_INT8 ? kvq_i8f(u.x, i) : kvq_e4m3f(u.x, i)) * s;
             f[4 + i] = (FMT == F_INT8 ? kvq_i8f(u.y, i) : kvq_e4m3f(u.y, i)) * s;
         }
-    }
-}
-
-/* Per block: the row's region (0 main, 1 protected), its length, and the position of its
- * i-th element. */
-struct region_map {
-    int a, b, len, region;
-    __device__ int pos(int i) const { return region ? (i < a ? i : b + (i - a)) : a + i; }
-};
-
-static __device__ __forceinline__ region_map make_map(const qrl_cuda_kvq_layer &c, int n, int region) {
-    region_map m;
-    kvq_regions(c, n, &m.a, &m.b);
-    m.region = region;
-    m.len = region ? m.a + (n - m.b) : m.b - m.a;
-    return m;
-}
-
-/* Record pointers of logical element i (K or V plane w). */
-template <int FMT, int HD>
-static __device__ __forceinline__ void rec_ptr(const qargs &a, const region_map &m, const int32_t *table,
-                                               int seq, int kvh, int bs_shift, int i, int w,
-                                               const uint8_t **codes, const float **sc) {
-    int p = m.pos(i);
-    if (m.region) {
-        size_t s = kvq_side_rec(a.c, seq, kvq_side_slot(a.c, p), kvh);
-        *codes = (const uint8_t *)a.c.side_codes[w] + s * HD;
-        *sc = a.c.side_scales[w] + s;
-    } else {
-        constexpr int CB = FMT == F_INT4 ? HD / 2 : HD, SF = FMT == F_INT8 ? 1 : FMT == F_INT4 ? 2 * ((HD + 31) / 32) : 0;
-        size_t r = kvq_rec(a.c, table, p, kvh, bs_shift);
-        *codes = a.c.codes[w] + r * CB;
-        *sc = SF ? a.c.scales[w] + r * SF : nullptr;
-    }
-}
-
-/* Block result (already merged over its warps) into the split scratch. */
-static __device__ __forceinline__ void put_split(const qargs &a, int r, int h, int split, int n_splits,
-                                                 int hd, int d, float A, float M, float L) {
-    size_t base = ((size_t)r * a.n_heads + h) * n_splits + split;
-    a.work[base * hd + d] = A;
-    if (d == 0) {
-        float *ml = a.work + (size_t)a.n * a.n_heads * n_splits * hd;
-        ml[2 * base] = M;
-        ml[2 * base + 1] = L;
     }
 }
 
@@ -621,7 +561,8 @@ static void launch_tcq(const qargs &a, dim3 grid, int region, float sl2, int chu
 template <int FMT>
 static void launch_fmt(const qargs &a, int hd, bool tc, dim3 grid, int region, float sl2, int chunk,
                        int ns, int off, int sh, cudaStream_t st) {
-    if (tc && hd == 64) launch_tcq<64, FMT>(a, grid, region, sl2, chunk, ns, off, sh, st);
+    if (tc && env_int("QRL_ATTNQ_KERNEL", 2) == 2) qrl_attnq_tc_launch(a, FMT, hd, grid, region, sl2, chunk, ns, off, sh, st);
+    else if (tc && hd == 64) launch_tcq<64, FMT>(a, grid, region, sl2, chunk, ns, off, sh, st);
     else if (tc) launch_tcq<128, FMT>(a, grid, region, sl2, chunk, ns, off, sh, st);
     else switch (hd) {
     case 8: attnq_cc_kernel<8, FMT><<<grid, WARPS * 32, 0, st>>>(a, region, sl2, chunk, ns, off, sh); break;

@@ -317,6 +317,18 @@ Test(cuda_kv, tensor_core_hd64_odd_blocks) {
     kv_case(QRL_KV_FORMAT_INT4_PROTECTED, 12, 4, 64, 5, 4, lens, 3, 0, 0, 211); /* sink only */
 }
 
+/* Tensor-core path with every GQA group width the output fragment serves: G = 8 (all
+ * eight n columns live), G = 1 and G = 5 (most columns padding). */
+Test(cuda_kv, tensor_core_gqa_groups) {
+    require_gpu();
+    const int lens[] = {513, 3, 96, 1};
+    for (int f = 0; f < 4; f++) {
+        kv_case(FMTS[f], 16, 2, 128, 16, 4, lens, 16, 128, 0, 500 + f);
+        kv_case(FMTS[f], 3, 3, 64, 8, 4, lens, 4, 32, 0, 510 + f);
+        kv_case(FMTS[f], 10, 2, 128, 32, 4, lens, 16, 64, 0, 520 + f);
+    }
+}
+
 /* CUDA-core path: head dims 8, 16, 32, 256; G = 1, 2, 8. */
 Test(cuda_kv, cuda_core_head_dims) {
     require_gpu();

@@ -1,0 +1,74 @@
+/* Internal to the kernels/cuda sources (C++ only): the inline-PTX building blocks the
+ * tensor-core attention kernels share (cp.async into shared memory, ldmatrix, mma.sync
+ * F16, packed-half arithmetic on raw 32-bit registers). */
+#ifndef QRL_CUDA_PTX_CUH
+#define QRL_CUDA_PTX_CUH
+
+#include <cuda_fp16.h>
+#include <stdint.h>
+
+static __device__ __forceinline__ uint32_t qrl_smem_u32(const void *p) {
+    return (uint32_t)__cvta_generic_to_shared(p);
+}
+
+/* 16 (or 4) bytes global -> shared; zero-filled when !ok (src must still be mapped). */
+static __device__ __forceinline__ void qrl_cp_async16(uint32_t dst, const void *src, bool ok) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(ok ? 16 : 0));
+}
+static __device__ __forceinline__ void qrl_cp_async4(uint32_t dst, const void *src, bool ok) {
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
+                 "r"(ok ? 4 : 0));
+}
+static __device__ __forceinline__ void qrl_cp_async_commit(void) {
+    asm volatile("cp.async.commit_group;\n" ::);
+}
+template <int N>
+static __device__ __forceinline__ void qrl_cp_async_wait(void) {
+    asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
+}
+
+static __device__ __forceinline__ void qrl_ldsm_x4(uint32_t addr, uint32_t r[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+static __device__ __forceinline__ void qrl_ldsm_x4_t(uint32_t addr, uint32_t r[4]) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
+}
+
+/* c += A(16x16) * B(16x8), F16 in, F32 accumulate. */
+static __device__ __forceinline__ void qrl_mma_f16(float c[4], const uint32_t a[4], uint32_t b0,
+                                                   uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* As qrl_mma_f16 with A's rows 8..15 zero (a1 = a3 = 0). */
+static __device__ __forceinline__ void qrl_mma_f16_top(float c[4], uint32_t a0, uint32_t a2,
+                                                       uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+}
+
+static __device__ __forceinline__ uint32_t qrl_pack_h2(float lo, float hi) {
+    __half2 v = __floats2half2_rn(lo, hi);
+    return *(uint32_t *)&v;
+}
+static __device__ __forceinline__ uint32_t qrl_hsub2(uint32_t a, uint32_t b) {
+    __half2 r = __hsub2(*(__half2 *)&a, *(__half2 *)&b);
+    return *(uint32_t *)&r;
+}
+static __device__ __forceinline__ uint32_t qrl_hmul2(uint32_t a, uint32_t b) {
+    __half2 r = __hmul2(*(__half2 *)&a, *(__half2 *)&b);
+    return *(uint32_t *)&r;
+}
+static __device__ __forceinline__ uint32_t qrl_hfma2(uint32_t a, uint32_t b, uint32_t c) {
+    __half2 r = __hfma2(*(__half2 *)&a, *(__half2 *)&b, *(__half2 *)&c);
+    return *(uint32_t *)&r;
+}
+
+#endif
