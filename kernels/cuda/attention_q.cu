@@ -561,8 +561,7 @@ static void launch_tcq(const qargs &a, dim3 grid, int region, float sl2, int chu
 template <int FMT>
 static void launch_fmt(const qargs &a, int hd, bool tc, dim3 grid, int region, float sl2, int chunk,
                        int ns, int off, int sh, cudaStream_t st) {
-    if (tc && env_int("QRL_ATTNQ_KERNEL", 2) == 2) qrl_attnq_tc_launch(a, FMT, hd, grid, region, sl2, chunk, ns, off, sh, st);
-    else if (tc && hd == 64) launch_tcq<64, FMT>(a, grid, region, sl2, chunk, ns, off, sh, st);
+    if (tc && hd == 64) launch_tcq<64, FMT>(a, grid, region, sl2, chunk, ns, off, sh, st);
     else if (tc) launch_tcq<128, FMT>(a, grid, region, sl2, chunk, ns, off, sh, st);
     else switch (hd) {
     case 8: attnq_cc_kernel<8, FMT><<<grid, WARPS * 32, 0, st>>>(a, region, sl2, chunk, ns, off, sh); break;
@@ -605,6 +604,14 @@ qrl_status qrl_cuda_attention_q(const qrl_cuda_kvq_layer *c, uint16_t *out, cons
     float sl2 = scale * 1.4426950408889634f;
     cudaStream_t st = (cudaStream_t)stream;
     dim3 grid(ns, c->n_kv_heads, n);
+    if (tc && env_int("QRL_ATTNQ_KERNEL", 2) == 2) { /* one launch, protected split included */
+        int f = fmt == QRL_CUDA_KVQ_INT8 ? F_INT8 : fmt == QRL_CUDA_KVQ_FP8 ? F_FP8 : F_INT4;
+        qrl_attnq_tc_launch(a, f, hd, dim3(total, c->n_kv_heads, n), sl2, chunk, total, sh, ns,
+                            prot ? c->sink + c->recent : 0, st);
+        QRL_TRY(qrl_cuda_launch_status_("attention (quantized kv) split", err));
+        attnq_merge_kernel<<<dim3(n_heads, n), hd < 32 ? 32 : hd, 0, st>>>(a, hd, total);
+        return qrl_cuda_launch_status_("attention (quantized kv) merge", err);
+    }
     if (fmt == QRL_CUDA_KVQ_INT8) launch_fmt<F_INT8>(a, hd, tc, grid, 0, sl2, chunk, total, 0, sh, st);
     else if (fmt == QRL_CUDA_KVQ_FP8) launch_fmt<F_FP8>(a, hd, tc, grid, 0, sl2, chunk, total, 0, sh, st);
     else launch_fmt<F_INT4>(a, hd, tc, grid, 0, sl2, chunk, total, 0, sh, st);

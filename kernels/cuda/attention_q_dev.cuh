@@ -70,9 +70,10 @@ static __device__ __forceinline__ void put_split(const qargs &a, int r, int h, i
 }
 
 
-/* Tensor-core path (head_dim 64 / 128; attention_q_tc.cu): one split launch of format fmt
- * (F_*) over `region` (0 main store, 1 protected), grid (splits, kv heads, rows). */
-void qrl_attnq_tc_launch(const qargs &a, int fmt, int hd, dim3 grid, int region, float sl2,
-                         int chunk, int n_splits, int split_off, int bs_shift, cudaStream_t st);
+/* Tensor-core path (head_dim 64 / 128; attention_q_tc.cu): grid (n_main + (prot_len > 0),
+ * kv heads, rows); block x < n_main is main-store chunk x of format fmt (F_*), block x =
+ * n_main the protected positions (prot_len = sink + recent) of an int4-protected cache. */
+void qrl_attnq_tc_launch(const qargs &a, int fmt, int hd, dim3 grid, float sl2, int chunk,
+                         int n_splits, int bs_shift, int n_main, int prot_len, cudaStream_t st);
 
 #endif

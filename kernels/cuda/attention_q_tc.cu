@@ -83,15 +83,16 @@ static __device__ __forceinline__ uint32_t u4_pair(uint32_t w, int b) {
 
 static __device__ __forceinline__ uint32_t h2_bits(float lo, float hi) { return qrl_pack_h2(lo, hi); }
 
-template <int HD, int FMT, int STG, int MINB>
-static __global__ void __launch_bounds__(WARPS * 32, MINB)
-attnq_tc_kernel(qargs a, int region, float sl2, int chunk, int n_splits, int split_off, int bs_shift) {
+/* One split: chunk s of the row's `region` positions into scratch split s + split_off. */
+template <int HD, int FMT, int STG>
+static __device__ __forceinline__ void tc_split(const qargs &a, int region, float sl2, int chunk,
+                                                int n_splits, int s, int split_off, int bs_shift) {
     typedef tc_geom<HD, FMT> GM;
     constexpr int CB = GM::CB, SF = GM::SF, NG = GM::NG, NCH = GM::NCH, RAW = GM::RAW;
     constexpr int NBK = GM::NBK, NBV = GM::NBV, KS = HD / 16, KB = HD / 4, VB = HD / 8;
     const uint32_t M64 = 0x64646464u, B1152 = 0x64806480u; /* f16 1152 twice */
     extern __shared__ __align__(16) unsigned char tq_sm[];
-    int s = blockIdx.x, kvh = blockIdx.y, r = blockIdx.z;
+    int kvh = blockIdx.y, r = blockIdx.z;
     int H = a.n_heads, KVH = a.c.n_kv_heads, G = H / KVH;
     int seq = a.row_seq[r];
     region_map m = make_map(a.c, a.row_pos[r] + 1, region);
@@ -158,34 +159,60 @@ attnq_tc_kernel(qargs a, int region, float sl2, int chunk, int n_splits, int spl
         int bo = bs_shift >= 0 ? p & (a.c.block_size - 1) : p % a.c.block_size;
         return ((size_t)tbr * a.c.block_size + bo) * KVH + kvh;
     };
+    constexpr int RPI = 32 / NCH; /* records per instruction */
+    constexpr int SP = SF > 1 ? SF / 4 : 1; /* int4: pieces of 16 bytes of F32 fields per record */
+    int ch = lane % NCH;
+    /* a tile's 16 positions in one block (block size a multiple of 16, aligned start): the
+     * records are base + row * KVH, one table entry for all */
+    bool blk16 = region == 0 && bs_shift >= 4 && (m.a & 15) == 0;
+    size_t row_stride = (size_t)KVH;
     auto issue = [&](int j, int tb) {
         if (j < my_tiles) {
             int i0 = start + (warp + j * WARPS) * TQ;
             unsigned char *st = stg + (j % STG) * RAW;
-            constexpr int RPI = 32 / NCH; /* records per instruction */
-            int ch = lane % NCH;
-#pragma unroll
-            for (int it = 0; it < 2 * TQ / RPI; it++) {
-                int rall = lane / NCH + RPI * it, kv = rall / TQ, row = rall % TQ;
-                bool ok;
-                size_t rec = rec_of(i0, row, __shfl_sync(0xffffffffu, tb, row), &ok);
-                const uint8_t *cp = region ? (const uint8_t *)a.c.side_codes[kv] + rec * HD : a.c.codes[kv] + rec * CB;
-                qrl_cp_async16(qrl_smem_u32(st + rall * CB + ((ch ^ swz<NCH>(row)) << 4)), cp + ch * 16, ok);
-            }
             float *sst = (float *)(st + 2 * TQ * CB);
-            if (SF == 1) { /* lane: (K if lane < 16 else V, row lane % 16) */
-                bool ok;
-                size_t rec = rec_of(i0, crow, tb, &ok);
-                const float *sp = region ? a.c.side_scales[lane >> 4] + rec : a.c.scales[lane >> 4] + rec;
-                qrl_cp_async4(qrl_smem_u32(sst + lane), sp, ok);
-            }
-            constexpr int SP = SF > 1 ? SF / 4 : 1; /* pieces of 16 bytes per record */
+            if (blk16) {
+                int p0 = m.a + i0;
+                size_t rec0 = ((size_t)__shfl_sync(0xffffffffu, tb, 0) * a.c.block_size +
+                               (p0 & (a.c.block_size - 1))) * KVH + kvh;
 #pragma unroll
-            for (int it = 0; SF > 1 && it < SP; it++) {
-                int c = lane + 32 * it, rall = c / SP, pc = c % SP, kv = rall / TQ, row = rall % TQ;
-                bool ok;
-                size_t rec = rec_of(i0, row, __shfl_sync(0xffffffffu, tb, row), &ok);
-                qrl_cp_async16(qrl_smem_u32(sst + rall * SF + 4 * pc), a.c.scales[kv] + rec * SF + 4 * pc, ok);
+                for (int it = 0; it < 2 * TQ / RPI; it++) {
+                    int rall = lane / NCH + RPI * it, kv = rall / TQ, row = rall % TQ;
+                    const uint8_t *cp = a.c.codes[kv] + (rec0 + row * row_stride) * CB;
+                    qrl_cp_async16(qrl_smem_u32(st + rall * CB + ((ch ^ swz<NCH>(row)) << 4)), cp + ch * 16,
+                                   i0 + row < end);
+                }
+                if (SF == 1)
+                    qrl_cp_async4(qrl_smem_u32(sst + lane), a.c.scales[lane >> 4] + rec0 + crow * row_stride,
+                                  i0 + crow < end);
+#pragma unroll
+                for (int it = 0; SF > 1 && it < SP; it++) {
+                    int c = lane + 32 * it, rall = c / SP, pc = c % SP, kv = rall / TQ, row = rall % TQ;
+                    qrl_cp_async16(qrl_smem_u32(sst + rall * SF + 4 * pc),
+                                   a.c.scales[kv] + (rec0 + row * row_stride) * SF + 4 * pc, i0 + row < end);
+                }
+            } else {
+#pragma unroll
+                for (int it = 0; it < 2 * TQ / RPI; it++) {
+                    int rall = lane / NCH + RPI * it, kv = rall / TQ, row = rall % TQ;
+                    bool ok;
+                    size_t rec = rec_of(i0, row, __shfl_sync(0xffffffffu, tb, row), &ok);
+                    const uint8_t *cp = region ? (const uint8_t *)a.c.side_codes[kv] + rec * HD : a.c.codes[kv] + rec * CB;
+                    qrl_cp_async16(qrl_smem_u32(st + rall * CB + ((ch ^ swz<NCH>(row)) << 4)), cp + ch * 16, ok);
+                }
+                if (SF == 1) { /* lane: (K if lane < 16 else V, row lane % 16) */
+                    bool ok;
+                    size_t rec = rec_of(i0, crow, tb, &ok);
+                    const float *sp = region ? a.c.side_scales[lane >> 4] + rec : a.c.scales[lane >> 4] + rec;
+                    qrl_cp_async4(qrl_smem_u32(sst + lane), sp, ok);
+                }
+#pragma unroll
+                for (int it = 0; SF > 1 && it < SP; it++) {
+                    int c = lane + 32 * it, rall = c / SP, pc = c % SP, kv = rall / TQ, row = rall % TQ;
+                    bool ok;
+                    size_t rec = rec_of(i0, row, __shfl_sync(0xffffffffu, tb, row), &ok);
+                    qrl_cp_async16(qrl_smem_u32(sst + rall * SF + 4 * pc), a.c.scales[kv] + rec * SF + 4 * pc, ok);
+                }
             }
         }
         qrl_cp_async_commit();
@@ -346,10 +373,23 @@ attnq_tc_kernel(qargs a, int region, float sl2, int chunk, int n_splits, int spl
     }
 }
 
+/* Grid (n_main [+ 1], kv heads, rows).  int4-protected (prot_len > 0): block x = n_main is
+ * the row's protected positions (sink + recent window) from the INT8 side cache, in the
+ * same launch as the INT4 main-store splits. */
 template <int HD, int FMT, int STG, int MINB>
-static void launch_st(const qargs &a, dim3 grid, int region, float sl2, int chunk, int ns, int off,
-                      int sh, cudaStream_t st) {
-    size_t kv = (size_t)WARPS * STG * tc_geom<HD, FMT>::RAW, mg = (size_t)WARPS * 8 * (HD + 2) * 4;
+static __global__ void __launch_bounds__(WARPS * 32, MINB)
+attnq_tc_kernel(qargs a, float sl2, int chunk, int n_splits, int bs_shift, int n_main, int prot_len) {
+    if (FMT == F_INT4 && (int)blockIdx.x >= n_main)
+        tc_split<HD, F_INT8, STG>(a, 1, sl2, prot_len, n_splits, 0, n_main, bs_shift);
+    else
+        tc_split<HD, FMT, STG>(a, 0, sl2, chunk, n_splits, blockIdx.x, 0, bs_shift);
+}
+
+template <int HD, int FMT, int STG, int MINB>
+static void launch_st(const qargs &a, dim3 grid, float sl2, int chunk, int ns, int sh, int n_main,
+                      int prot_len, cudaStream_t st) {
+    size_t raw = tc_geom<HD, FMT>::RAW > tc_geom<HD, F_INT8>::RAW ? tc_geom<HD, FMT>::RAW : tc_geom<HD, F_INT8>::RAW;
+    size_t kv = (size_t)WARPS * STG * raw, mg = (size_t)WARPS * 8 * (HD + 2) * 4;
     size_t bytes = kv > mg ? kv : mg;
     static std::atomic<unsigned> done{0}; /* > 48 KB needs the attribute, once per device */
     int dev = 0;
@@ -359,36 +399,36 @@ static void launch_st(const qargs &a, dim3 grid, int region, float sl2, int chun
         cudaFuncSetAttribute(attnq_tc_kernel<HD, FMT, STG, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)bytes) == cudaSuccess)
         done.fetch_or(bit);
-    attnq_tc_kernel<HD, FMT, STG, MINB><<<grid, WARPS * 32, bytes, st>>>(a, region, sl2, chunk, ns, off, sh);
+    attnq_tc_kernel<HD, FMT, STG, MINB><<<grid, WARPS * 32, bytes, st>>>(a, sl2, chunk, ns, sh, n_main, prot_len);
 }
 
 template <int HD, int FMT>
-static void launch_hd(const qargs &a, int stages, dim3 grid, int region, float sl2, int chunk, int ns,
-                      int off, int sh, cudaStream_t st) {
+static void launch_hd(const qargs &a, int stages, dim3 grid, float sl2, int chunk, int ns, int sh,
+                      int n_main, int prot_len, cudaStream_t st) {
     const char *e = getenv("QRL_ATTNQ_MINB");
     if (e && atoi(e) == 3) {
-        if (stages <= 2) launch_st<HD, FMT, 2, 3>(a, grid, region, sl2, chunk, ns, off, sh, st);
-        else if (stages == 3) launch_st<HD, FMT, 3, 3>(a, grid, region, sl2, chunk, ns, off, sh, st);
-        else launch_st<HD, FMT, 4, 3>(a, grid, region, sl2, chunk, ns, off, sh, st);
+        if (stages <= 2) launch_st<HD, FMT, 2, 3>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+        else if (stages == 3) launch_st<HD, FMT, 3, 3>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+        else launch_st<HD, FMT, 4, 3>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
     } else {
-        if (stages <= 2) launch_st<HD, FMT, 2, 4>(a, grid, region, sl2, chunk, ns, off, sh, st);
-        else if (stages == 3) launch_st<HD, FMT, 3, 4>(a, grid, region, sl2, chunk, ns, off, sh, st);
-        else launch_st<HD, FMT, 4, 4>(a, grid, region, sl2, chunk, ns, off, sh, st);
+        if (stages <= 2) launch_st<HD, FMT, 2, 4>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+        else if (stages == 3) launch_st<HD, FMT, 3, 4>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+        else launch_st<HD, FMT, 4, 4>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
     }
 }
 
 /* cp.async depth: QRL_ATTNQ_STAGES (2..4) for A/B timing. */
-void qrl_attnq_tc_launch(const qargs &a, int fmt, int hd, dim3 grid, int region, float sl2, int chunk,
-                         int ns, int off, int sh, cudaStream_t st) {
+void qrl_attnq_tc_launch(const qargs &a, int fmt, int hd, dim3 grid, float sl2, int chunk, int ns,
+                         int sh, int n_main, int prot_len, cudaStream_t st) {
     const char *e = getenv("QRL_ATTNQ_STAGES");
     int stg = e && *e ? atoi(e) : 3;
     if (hd == 64) {
-        if (fmt == F_INT8) launch_hd<64, F_INT8>(a, stg, grid, region, sl2, chunk, ns, off, sh, st);
-        else if (fmt == F_FP8) launch_hd<64, F_FP8>(a, stg, grid, region, sl2, chunk, ns, off, sh, st);
-        else launch_hd<64, F_INT4>(a, stg, grid, region, sl2, chunk, ns, off, sh, st);
+        if (fmt == F_INT8) launch_hd<64, F_INT8>(a, stg, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+        else if (fmt == F_FP8) launch_hd<64, F_FP8>(a, stg, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+        else launch_hd<64, F_INT4>(a, stg, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
     } else {
-        if (fmt == F_INT8) launch_hd<128, F_INT8>(a, stg, grid, region, sl2, chunk, ns, off, sh, st);
-        else if (fmt == F_FP8) launch_hd<128, F_FP8>(a, stg, grid, region, sl2, chunk, ns, off, sh, st);
-        else launch_hd<128, F_INT4>(a, stg, grid, region, sl2, chunk, ns, off, sh, st);
+        if (fmt == F_INT8) launch_hd<128, F_INT8>(a, stg, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+        else if (fmt == F_FP8) launch_hd<128, F_FP8>(a, stg, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+        else launch_hd<128, F_INT4>(a, stg, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
     }
 }
