@@ -72,7 +72,7 @@ BENCHES   := $(patsubst bench/%.c,$(BUILD)/bench/%,$(wildcard bench/*.c))
 TEST_HELPERS := $(wildcard tests/support/*.c)
 
 .SECONDARY:
-.PHONY: all test test-cuda test-long sanitize bench fuzz docs clean help proto-check demo
+.PHONY: all test test-cuda test-long sanitize bench fuzz docs clean help proto-check demo print-nvcc print-nvflags
 all: $(LIBQRL) $(LIBCUDA) $(BINS)
 
 help:
@@ -186,3 +186,9 @@ docs: $(BINS)
 
 clean:
 	rm -rf $(BUILD)
+
+# For scripts that run the CUDA compiler themselves (tests/integration/cuda_no_spills.sh).
+print-nvcc:
+	@echo $(NVCC)
+print-nvflags:
+	@echo $(NVCCFLAGS)

@@ -24,7 +24,7 @@ static __device__ __forceinline__ void unpack8(uint4 u, float f[8]) {
  * per step, and U steps are loaded before any is used (bytes in flight).  Scores are in
  * the log2 domain (scale * log2 e folded into q). */
 template <int HD, int GT>
-static __global__ void __launch_bounds__(WARPS * 32, GT <= 4 ? 4 : 2)
+static __global__ void __launch_bounds__(WARPS * 32, GT > 4 ? 2 : HD <= 8 ? 4 : 3) /* no spills */
 attn_split_kernel(qrl_cuda_attention_args a, float scale_log2, int chunk, int n_splits,
                   int bs_shift) {
     constexpr int LPR = HD / 8, PPW = 32 / LPR, U = 4, SLOTS = WARPS * PPW;
@@ -185,9 +185,10 @@ static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 }
 
 /* V (variant, A/B timing): 0 = Q lo in separate MMAs; 1 = Q lo in rows 8..15 of the same
- * MMA (scores = rows g + rows g+8: half the score MMAs); 2 = 1 with 4 blocks/SM forced. */
+ * MMA (scores = rows g + rows g+8: half the score MMAs); 2 = 1 with 3 blocks/SM forced (4
+ * spilled). */
 template <int HD, int TC_STAGES, int V>
-static __global__ void __launch_bounds__(WARPS * 32, V == 2 ? 4 : 1)
+static __global__ void __launch_bounds__(WARPS * 32, V == 2 ? 3 : 1)
 attn_tc_kernel(qrl_cuda_attention_args a, float scale_log2, int chunk, int n_splits,
                int bs_shift) {
     constexpr int CPR = HD / 8, KS = HD / 16, TILE_ELEMS = TC_T * HD;

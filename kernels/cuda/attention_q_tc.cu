@@ -376,8 +376,14 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
 /* Grid (n_main [+ 1], kv heads, rows).  int4-protected (prot_len > 0): block x = n_main is
  * the row's protected positions (sink + recent window) from the INT8 side cache, in the
  * same launch as the INT4 main-store splits. */
-template <int HD, int FMT, int STG, int MINB>
-static __global__ void __launch_bounds__(WARPS * 32, MINB)
+/* Blocks per SM the registers must allow: 4 (128 registers) where the kernel fits them
+ * without spilling (int8, 3 stages: the default), else 3 (measured equal speed at 3 and 4
+ * for int4-protected). */
+template <int HD, int FMT, int STG>
+struct tc_minb { static constexpr int v = FMT == F_INT8 && STG == 3 ? 4 : 3; };
+
+template <int HD, int FMT, int STG>
+static __global__ void __launch_bounds__(WARPS * 32, (tc_minb<HD, FMT, STG>::v))
 attnq_tc_kernel(qargs a, float sl2, int chunk, int n_splits, int bs_shift, int n_main, int prot_len) {
     if (FMT == F_INT4 && (int)blockIdx.x >= n_main)
         tc_split<HD, F_INT8, STG>(a, 1, sl2, prot_len, n_splits, 0, n_main, bs_shift);
@@ -385,7 +391,7 @@ attnq_tc_kernel(qargs a, float sl2, int chunk, int n_splits, int bs_shift, int n
         tc_split<HD, FMT, STG>(a, 0, sl2, chunk, n_splits, blockIdx.x, 0, bs_shift);
 }
 
-template <int HD, int FMT, int STG, int MINB>
+template <int HD, int FMT, int STG>
 static void launch_st(const qargs &a, dim3 grid, float sl2, int chunk, int ns, int sh, int n_main,
                       int prot_len, cudaStream_t st) {
     size_t raw = tc_geom<HD, FMT>::RAW > tc_geom<HD, F_INT8>::RAW ? tc_geom<HD, FMT>::RAW : tc_geom<HD, F_INT8>::RAW;
@@ -396,28 +402,24 @@ static void launch_st(const qargs &a, dim3 grid, float sl2, int chunk, int ns, i
     cudaGetDevice(&dev);
     unsigned bit = 1u << (dev & 31);
     if (!(done.load() & bit) &&
-        cudaFuncSetAttribute(attnq_tc_kernel<HD, FMT, STG, MINB>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaFuncSetAttribute(attnq_tc_kernel<HD, FMT, STG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)bytes) == cudaSuccess)
         done.fetch_or(bit);
-    attnq_tc_kernel<HD, FMT, STG, MINB><<<grid, WARPS * 32, bytes, st>>>(a, sl2, chunk, ns, sh, n_main, prot_len);
+    attnq_tc_kernel<HD, FMT, STG><<<grid, WARPS * 32, bytes, st>>>(a, sl2, chunk, ns, sh, n_main, prot_len);
 }
 
 template <int HD, int FMT>
 static void launch_hd(const qargs &a, int stages, dim3 grid, float sl2, int chunk, int ns, int sh,
                       int n_main, int prot_len, cudaStream_t st) {
-    const char *e = getenv("QRL_ATTNQ_MINB");
-    if (e && atoi(e) == 3) {
-        if (stages <= 2) launch_st<HD, FMT, 2, 3>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
-        else if (stages == 3) launch_st<HD, FMT, 3, 3>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
-        else launch_st<HD, FMT, 4, 3>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
-    } else {
-        if (stages <= 2) launch_st<HD, FMT, 2, 4>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
-        else if (stages == 3) launch_st<HD, FMT, 3, 4>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
-        else launch_st<HD, FMT, 4, 4>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
-    }
+    if (stages <= 2) launch_st<HD, FMT, 2>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+    else if (stages == 3) launch_st<HD, FMT, 3>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+    else launch_st<HD, FMT, 4>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
 }
 
-/* cp.async depth: QRL_ATTNQ_STAGES (2..4) for A/B timing. */
+/* cp.async depth: QRL_ATTNQ_STAGES (2..4) for A/B timing; default 3 (H200, late-stage decode
+ * step, measured before the one-block fast path: int8 1.11x bf16 at 2 stages, 1.17x at 3,
+ * 0.91x at 4 (shared memory then allows 3 blocks per SM instead of 4); int4-protected
+ * 1.18x / 1.17x / 1.13x; 3 blocks per SM at 150-160 registers: no faster). */
 void qrl_attnq_tc_launch(const qargs &a, int fmt, int hd, dim3 grid, float sl2, int chunk, int ns,
                          int sh, int n_main, int prot_len, cudaStream_t st) {
     const char *e = getenv("QRL_ATTNQ_STAGES");

@@ -79,11 +79,14 @@ qrl_status qrl_cuda_kv_store(const qrl_cuda_kvq_layer *c, const float *kv, const
 /* Attention of n rows over the quantized cache: row r's n_heads query heads (q [n, n_heads *
  * head_dim] F32, rotated) over positions [0, row_pos[r]] of row_seq[r]; out [n, n_heads *
  * head_dim] BF16.  scale: usually 1/sqrt(head_dim); max_len: bound on row_pos + 1.
- * head_dim 64 and 128 turn 16-position tiles of codes into F16 values equal to the codes
- * and use mma.sync F16 (F32 accumulation) with the scales applied to the scores and to P
- * outside the MMA: K and V enter exactly; the rounding is Q split into F16 hi + lo
- * (~2^-22 relative) and P * V-scale in F16 (2^-11 relative; normalized by the running
- * maximum scale); other head dims dequantize in registers on CUDA cores (F32).
+ * head_dim 64 and 128 run on mma.sync F16 tensor cores with F32 accumulation, the raw
+ * codes read straight into the MMA fragments (attention_q_tc.cu): int8 K as exact codes
+ * (the token-head scale applied to the score), int8 V as codes times scale rounded to F16
+ * (2^-11 relative), fp8 K/V as exact E4M3 values (head scales on the score and the
+ * output), int4 K/V dequantized to F16 (n * scale + zero, one rounding); Q is split into
+ * F16 hi + lo (~2^-22 relative), P is F16.  Other head dims dequantize in registers on CUDA
+ * cores (F32).  int4-protected: the protected positions are one more split per row (the
+ * same launch on the tensor-core path), merged with the others by softmax statistics.
  * work: qrl_cuda_attention_q_work_floats floats.  Errors: UNSUPPORTED (head_dim, GQA group
  * > 8), INVALID_ARGUMENT, CUDA. */
 /* Benchmarks: fill a layer with valid random records (codes uniform; fp8 codes without
