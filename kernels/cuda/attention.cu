@@ -7,6 +7,7 @@
 #include <atomic>
 
 #include "cuda/launch.cuh"
+#include "cuda/ptx.cuh"
 
 #define WARPS 4
 #define TILE_MIN 64 /* chunk granularity in positions */
@@ -142,43 +143,6 @@ attn_split_kernel(qrl_cuda_attention_args a, float scale_log2, int chunk, int n_
  * ldmatrix reads are conflict-free. */
 #define TC_T 16
 
-static __device__ __forceinline__ uint32_t smem_u32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-
-static __device__ __forceinline__ void cp_async16(uint32_t dst, const void *src, bool ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src),
-                 "r"(ok ? 16 : 0));
-}
-
-static __device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t r[4]) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-
-static __device__ __forceinline__ void ldsm_x4_t(uint32_t addr, uint32_t r[4]) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
-}
-
-/* c += A(16x16, rows 8..15 zero: a1 = a3 = 0) * B(16x8) */
-static __device__ __forceinline__ void mma_top(float c[4], uint32_t a0, uint32_t a2, uint32_t b0,
-                                               uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
-}
-
-/* c += A(16x16) * B(16x8), all four A registers */
-static __device__ __forceinline__ void mma_full(float c[4], const uint32_t a[4], uint32_t b0,
-                                                uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
 static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *(uint32_t *)&v;
@@ -226,8 +190,8 @@ attn_tc_kernel(qrl_cuda_attention_args a, float scale_log2, int chunk, int n_spl
     auto issue = [&](int j) { /* j-th tile of this warp into stage j % TC_STAGES */
         if (j < my_tiles) {
             int p0 = start + (warp + j * WARPS) * TC_T;
-            uint32_t kd = smem_u32(kbuf + (j % TC_STAGES) * TILE_ELEMS);
-            uint32_t vd = smem_u32(vbuf + (j % TC_STAGES) * TILE_ELEMS);
+            uint32_t kd = qrl_smem_u32(kbuf + (j % TC_STAGES) * TILE_ELEMS);
+            uint32_t vd = qrl_smem_u32(vbuf + (j % TC_STAGES) * TILE_ELEMS);
 #pragma unroll
             for (int i = 0; i < TC_T * CPR / 32; i++) {
                 int c = lane + 32 * i, row = c / CPR, ch = c % CPR, p = p0 + row;
@@ -238,8 +202,8 @@ attn_tc_kernel(qrl_cuda_attention_args a, float scale_log2, int chunk, int n_spl
                 size_t off = ((size_t)table[bi] * a.block_size + bo) * row_stride +
                              (size_t)kvh * HD + ch * 8;
                 uint32_t so = (uint32_t)(row * HD + ((ch ^ (row & 7)) * 8)) * 2;
-                cp_async16(kd + so, a.k_cache + off, ok);
-                cp_async16(vd + so, a.v_cache + off, ok);
+                qrl_cp_async16(kd + so, a.k_cache + off, ok);
+                qrl_cp_async16(vd + so, a.v_cache + off, ok);
             }
         }
         asm volatile("cp.async.commit_group;\n" ::);
@@ -263,16 +227,16 @@ attn_tc_kernel(qrl_cuda_attention_args a, float scale_log2, int chunk, int n_spl
             for (int ks = 0; ks < KS; ks++) {
                 int ch = 2 * ks + (jj & 1);
                 uint32_t b[4];
-                ldsm_x4(smem_u32(ks_ + pos * HD + ((ch ^ (pos & 7)) * 8)), b);
+                qrl_ldsm_x4(qrl_smem_u32(ks_ + pos * HD + ((ch ^ (pos & 7)) * 8)), b);
                 if (V == 0) {
-                    mma_top(s0, qh[ks][0], qh[ks][1], b[0], b[1]);
-                    mma_top(s1, qh[ks][0], qh[ks][1], b[2], b[3]);
-                    mma_top(s0, ql[ks][0], ql[ks][1], b[0], b[1]);
-                    mma_top(s1, ql[ks][0], ql[ks][1], b[2], b[3]);
+                    qrl_mma_bf16_top(s0, qh[ks][0], qh[ks][1], b[0], b[1]);
+                    qrl_mma_bf16_top(s1, qh[ks][0], qh[ks][1], b[2], b[3]);
+                    qrl_mma_bf16_top(s0, ql[ks][0], ql[ks][1], b[0], b[1]);
+                    qrl_mma_bf16_top(s1, ql[ks][0], ql[ks][1], b[2], b[3]);
                 } else {
                     const uint32_t qa[4] = {qh[ks][0], ql[ks][0], qh[ks][1], ql[ks][1]};
-                    mma_full(s0, qa, b[0], b[1]);
-                    mma_full(s1, qa, b[2], b[3]);
+                    qrl_mma_bf16(s0, qa, b[0], b[1]);
+                    qrl_mma_bf16(s1, qa, b[2], b[3]);
                 }
             }
         }
@@ -301,11 +265,11 @@ attn_tc_kernel(qrl_cuda_attention_args a, float scale_log2, int chunk, int n_spl
         for (int n = 0; n < HD / 8; n += 2) {
             int ch = n + (jj >> 1);
             uint32_t b[4];
-            ldsm_x4_t(smem_u32(vs_ + pos * HD + ((ch ^ (pos & 7)) * 8)), b);
+            qrl_ldsm_x4_t(qrl_smem_u32(vs_ + pos * HD + ((ch ^ (pos & 7)) * 8)), b);
 #pragma unroll
             for (int i = 0; i < 4; i++) o[n][i] *= c, o[n + 1][i] *= c;
-            mma_top(o[n], pa0, pa2, b[0], b[1]);
-            mma_top(o[n + 1], pa0, pa2, b[2], b[3]);
+            qrl_mma_bf16_top(o[n], pa0, pa2, b[0], b[1]);
+            qrl_mma_bf16_top(o[n + 1], pa0, pa2, b[2], b[3]);
         }
         __syncwarp();
     }

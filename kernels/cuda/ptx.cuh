@@ -54,6 +54,23 @@ static __device__ __forceinline__ void qrl_mma_f16_top(float c[4], uint32_t a0, 
                  : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
 }
 
+/* c += A(16x16) * B(16x8), BF16 in, F32 accumulate. */
+static __device__ __forceinline__ void qrl_mma_bf16(float c[4], const uint32_t a[4], uint32_t b0,
+                                                    uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+/* As qrl_mma_bf16 with A's rows 8..15 zero (a1 = a3 = 0). */
+static __device__ __forceinline__ void qrl_mma_bf16_top(float c[4], uint32_t a0, uint32_t a2,
+                                                        uint32_t b0, uint32_t b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
+                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
+}
+
 static __device__ __forceinline__ uint32_t qrl_pack_h2(float lo, float hi) {
     __half2 v = __floats2half2_rn(lo, hi);
     return *(uint32_t *)&v;

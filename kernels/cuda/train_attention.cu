@@ -29,43 +29,14 @@
 #include <stdlib.h>
 
 #include "cuda/launch.cuh"
+#include "cuda/ptx.cuh"
 
 #define LOG2E 1.4426950408889634f
 #define LN2 0.6931471805599453f
 #define BN 64 /* keys per tile (both passes) */
 
-/* ---- PTX helpers (as in attention.cu) ------------------------------------------------------ */
+/* ---- PTX helpers beyond cuda/ptx.cuh ------------------------------------------------------- */
 
-static __device__ __forceinline__ uint32_t smem_u32(const void *p) {
-    return (uint32_t)__cvta_generic_to_shared(p);
-}
-/* 16 bytes global -> shared; zero-filled when !ok (src must still be a valid address) */
-static __device__ __forceinline__ void cp_async16(void *dst, const void *src, bool ok) {
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-                 "r"(ok ? 16 : 0));
-}
-static __device__ __forceinline__ void cp_async4(void *dst, const void *src, bool ok) {
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(smem_u32(dst)), "l"(src),
-                 "r"(ok ? 4 : 0));
-}
-static __device__ __forceinline__ void cp_commit(void) { asm volatile("cp.async.commit_group;\n" ::); }
-static __device__ __forceinline__ void cp_wait_all(void) { asm volatile("cp.async.wait_group 0;\n" ::); }
-
-static __device__ __forceinline__ void ldsm_x4(const void *p, uint32_t r[4]) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
-}
-static __device__ __forceinline__ void ldsm_x4_t(const void *p, uint32_t r[4]) {
-    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_u32(p)));
-}
-/* c += A(16x16) * B(16x8) */
-static __device__ __forceinline__ void mma(float c[4], const uint32_t a[4], uint32_t b0, uint32_t b1) {
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, "
-                 "{%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
 static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
     __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
     return *(uint32_t *)&v;
@@ -95,7 +66,7 @@ static __device__ __forceinline__ void load_tile(uint16_t *dst, const uint16_t *
     for (int i = threadIdx.x; i < n * CPR; i += blockDim.x) {
         int row = i / CPR, ch = i % CPR, r = r0 + row;
         bool ok = r < T;
-        cp_async16(dst + row * LD + ch * 8, src + (size_t)(ok ? r : 0) * stride + ch * 8, ok);
+        qrl_cp_async16(qrl_smem_u32(dst + row * LD + ch * 8), src + (size_t)(ok ? r : 0) * stride + ch * 8, ok);
     }
 }
 
@@ -124,7 +95,7 @@ fwd_tc_kernel(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, c
     load_tile<HD>(sQ, q + (size_t)h * HD, qs, q0, BQ, T);
     load_tile<HD>(sK, kb, kvs, kt0 * BN, BN, T);
     load_tile<HD>(sV, vb, kvs, kt0 * BN, BN, T);
-    cp_commit();
+    qrl_cp_async_commit();
     /* padding rows (>= T) take row T-1's mask: finite statistics, never written */
     int r_lo[WM], t_lo[WM], t_hi[WM], ss_lo[WM], ss_hi[WM];
 #pragma unroll
@@ -145,18 +116,18 @@ fwd_tc_kernel(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, c
     uint32_t qa[WM == 1 ? KS : 1][4]; /* WM == 1: the warp's Q fragments stay in registers */
     for (int kt = kt0; kt <= kt1; kt++) {
         const int buf = (kt - kt0) & 1;
-        cp_wait_all();
+        qrl_cp_async_wait<0>();
         __syncthreads();
         if constexpr (WM == 1)
             if (kt == kt0)
 #pragma unroll
                 for (int ks = 0; ks < KS; ks++)
-                    ldsm_x4(sQ + (warp * 16 + (lane & 15)) * LD + ks * 16 + (lane >> 4) * 8, qa[ks]);
+                    qrl_ldsm_x4(qrl_smem_u32(sQ + (warp * 16 + (lane & 15)) * LD + ks * 16 + (lane >> 4) * 8), qa[ks]);
         if (kt < kt1) {
             load_tile<HD>(sK + (buf ^ 1) * BN * LD, kb, kvs, (kt + 1) * BN, BN, T);
             load_tile<HD>(sV + (buf ^ 1) * BN * LD, vb, kvs, (kt + 1) * BN, BN, T);
         }
-        cp_commit();
+        qrl_cp_async_commit();
         const int k0 = kt * BN;
         if (k0 > warp_last) continue; /* warp-uniform: every key of the tile is in the future */
         const uint16_t *K_ = sK + buf * BN * LD, *V_ = sV + buf * BN * LD;
@@ -171,16 +142,16 @@ fwd_tc_kernel(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, c
             if constexpr (WM > 1)
 #pragma unroll
                 for (int w = 0; w < WM; w++)
-                    ldsm_x4(sQ + ((warp * WM + w) * 16 + (lane & 15)) * LD + ks * 16 + (lane >> 4) * 8, a[w]);
+                    qrl_ldsm_x4(qrl_smem_u32(sQ + ((warp * WM + w) * 16 + (lane & 15)) * LD + ks * 16 + (lane >> 4) * 8), a[w]);
 #pragma unroll
             for (int n = 0; n < BN / 8; n += 2) {
                 uint32_t b[4];
-                ldsm_x4(K_ + (n * 8 + (lane & 7) + (lane >> 4) * 8) * LD + ks * 16 + ((lane >> 3) & 1) * 8, b);
+                qrl_ldsm_x4(qrl_smem_u32(K_ + (n * 8 + (lane & 7) + (lane >> 4) * 8) * LD + ks * 16 + ((lane >> 3) & 1) * 8), b);
 #pragma unroll
                 for (int w = 0; w < WM; w++) {
                     const uint32_t *aw = WM == 1 ? qa[WM == 1 ? ks : 0] : a[w];
-                    mma(s[w][n], aw, b[0], b[1]);
-                    mma(s[w][n + 1], aw, b[2], b[3]);
+                    qrl_mma_bf16(s[w][n], aw, b[0], b[1]);
+                    qrl_mma_bf16(s[w][n + 1], aw, b[2], b[3]);
                 }
             }
         }
@@ -239,11 +210,11 @@ fwd_tc_kernel(uint16_t *out, float *lse, const uint16_t *q, const uint16_t *k, c
 #pragma unroll
             for (int n = 0; n < HD / 8; n += 2) {
                 uint32_t b[4];
-                ldsm_x4_t(V_ + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + n * 8 + (lane >> 4) * 8, b);
+                qrl_ldsm_x4_t(qrl_smem_u32(V_ + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + n * 8 + (lane >> 4) * 8), b);
 #pragma unroll
                 for (int w = 0; w < WM; w++) {
-                    mma(o[w][n], pa[w], b[0], b[1]);
-                    mma(o[w][n + 1], pa[w], b[2], b[3]);
+                    qrl_mma_bf16(o[w][n], pa[w], b[0], b[1]);
+                    qrl_mma_bf16(o[w][n + 1], pa[w], b[2], b[3]);
                 }
             }
         }
@@ -314,9 +285,9 @@ bwd_tc_kernel(float *dq, float *dk, float *dv, const uint16_t *dout, const uint1
                             : a == 1 ? (const void *)(db + (ok ? t : 0)) : (const void *)(seg_start + (ok ? t : 0));
             void *dst = a == 0 ? (void *)(sL + buf * BM + j) : a == 1 ? (void *)(sD + buf * BM + j)
                                                                     : (void *)(sS + buf * BM + j);
-            cp_async4(dst, src, ok);
+            qrl_cp_async4(qrl_smem_u32(dst), src, ok);
         }
-        cp_commit();
+        qrl_cp_async_commit();
     };
     prefetch(qt0, 0);
     const int key_lo = k0 + warp * 16 + g;
@@ -328,7 +299,7 @@ bwd_tc_kernel(float *dq, float *dk, float *dv, const uint16_t *dout, const uint1
     const int qg = warp % QG, dg = warp / QG;
     for (int qt = qt0; qt <= qt1; qt++) {
         const int buf = (qt - qt0) & 1, t0 = qt * BM;
-        cp_wait_all();
+        qrl_cp_async_wait<0>();
         __syncthreads();
         if (qt < qt1) prefetch(qt + 1, buf ^ 1);
         const uint16_t *Q_ = sQ + buf * BM * LD, *O_ = sO + buf * BM * LD;
@@ -342,18 +313,18 @@ bwd_tc_kernel(float *dq, float *dk, float *dv, const uint16_t *dout, const uint1
 #pragma unroll
         for (int ks = 0; ks < KS; ks++) {
             uint32_t ka[4], va[4];
-            ldsm_x4(sK + (warp * 16 + (lane & 15)) * LD + ks * 16 + (lane >> 4) * 8, ka);
-            ldsm_x4(sV + (warp * 16 + (lane & 15)) * LD + ks * 16 + (lane >> 4) * 8, va);
+            qrl_ldsm_x4(qrl_smem_u32(sK + (warp * 16 + (lane & 15)) * LD + ks * 16 + (lane >> 4) * 8), ka);
+            qrl_ldsm_x4(qrl_smem_u32(sV + (warp * 16 + (lane & 15)) * LD + ks * 16 + (lane >> 4) * 8), va);
 #pragma unroll
             for (int n = 0; n < BM / 8; n += 2) {
                 uint32_t b[4];
                 const int off = (n * 8 + (lane & 7) + (lane >> 4) * 8) * LD + ks * 16 + ((lane >> 3) & 1) * 8;
-                ldsm_x4(Q_ + off, b);
-                mma(st[n], ka, b[0], b[1]);
-                mma(st[n + 1], ka, b[2], b[3]);
-                ldsm_x4(O_ + off, b);
-                mma(dp[n], va, b[0], b[1]);
-                mma(dp[n + 1], va, b[2], b[3]);
+                qrl_ldsm_x4(qrl_smem_u32(Q_ + off), b);
+                qrl_mma_bf16(st[n], ka, b[0], b[1]);
+                qrl_mma_bf16(st[n + 1], ka, b[2], b[3]);
+                qrl_ldsm_x4(qrl_smem_u32(O_ + off), b);
+                qrl_mma_bf16(dp[n], va, b[0], b[1]);
+                qrl_mma_bf16(dp[n + 1], va, b[2], b[3]);
             }
         }
         /* every key of the tile <= every query, every query's segment starts <= k0 */
@@ -380,12 +351,12 @@ bwd_tc_kernel(float *dq, float *dk, float *dv, const uint16_t *dout, const uint1
             for (int n = 0; n < HD / 8; n += 2) {
                 uint32_t b[4];
                 const int off = (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + n * 8 + (lane >> 4) * 8;
-                ldsm_x4_t(O_ + off, b);
-                mma(dva[n], pa, b[0], b[1]);
-                mma(dva[n + 1], pa, b[2], b[3]);
-                ldsm_x4_t(Q_ + off, b);
-                mma(dka[n], da, b[0], b[1]);
-                mma(dka[n + 1], da, b[2], b[3]);
+                qrl_ldsm_x4_t(qrl_smem_u32(O_ + off), b);
+                qrl_mma_bf16(dva[n], pa, b[0], b[1]);
+                qrl_mma_bf16(dva[n + 1], pa, b[2], b[3]);
+                qrl_ldsm_x4_t(qrl_smem_u32(Q_ + off), b);
+                qrl_mma_bf16(dka[n], da, b[0], b[1]);
+                qrl_mma_bf16(dka[n + 1], da, b[2], b[3]);
             }
             /* dS^T rows of this warp, BF16, for the block's dQ product */
             uint16_t *r0 = sdS + (warp * 16 + g) * LDS + kk * 16 + 2 * c;
@@ -402,13 +373,13 @@ bwd_tc_kernel(float *dq, float *dk, float *dv, const uint16_t *dout, const uint1
 #pragma unroll
         for (int kk = 0; kk < BK / 16; kk++) {
             uint32_t a[4];
-            ldsm_x4_t(sdS + (kk * 16 + (lane & 7) + (lane >> 4) * 8) * LDS + qg * 16 + ((lane >> 3) & 1) * 8, a);
+            qrl_ldsm_x4_t(qrl_smem_u32(sdS + (kk * 16 + (lane & 7) + (lane >> 4) * 8) * LDS + qg * 16 + ((lane >> 3) & 1) * 8), a);
 #pragma unroll
             for (int n = 0; n < DW / 8; n += 2) {
                 uint32_t b[4];
-                ldsm_x4_t(sK + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dg * DW + n * 8 + (lane >> 4) * 8, b);
-                mma(acc[n], a, b[0], b[1]);
-                mma(acc[n + 1], a, b[2], b[3]);
+                qrl_ldsm_x4_t(qrl_smem_u32(sK + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dg * DW + n * 8 + (lane >> 4) * 8), b);
+                qrl_mma_bf16(acc[n], a, b[0], b[1]);
+                qrl_mma_bf16(acc[n + 1], a, b[2], b[3]);
             }
         }
 #pragma unroll
