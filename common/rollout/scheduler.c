@@ -194,8 +194,13 @@ static qrl_status gpu_open(qrl_scheduler *s, const qrl_model *model, int n_block
     if (ce != cudaSuccess)
         return qrl_error_set(err, QRL_STATUS_CUDA, "scheduler: cudaSetDevice(%d): %s",
                              cfg->device, cudaGetErrorString(ce));
+    /* prefill passes of up to prefill_chunk rows (256 when unlimited): a re-prefill after a
+     * weight update reads the weights once per pass, so 32-row passes cost 8x the bytes */
+    int rows = cfg->prefill_chunk > 0 ? cfg->prefill_chunk : 256;
+    if (rows > s->ctx_len) rows = s->ctx_len;
+    if (rows < s->max_rows) rows = s->max_rows;
     qrl_cuda_forward_desc d = {
-        .max_rows = s->max_rows, .max_ctx = s->ctx_len, .block_size = cfg->kv_block_size,
+        .max_rows = rows, .max_ctx = s->ctx_len, .block_size = cfg->kv_block_size,
         .n_blocks = n_blocks, .max_seqs = cfg->max_slots, .kv_format = cfg->kv_format,
         .protected_sink = cfg->kv_sink, .protected_recent = cfg->kv_recent,
         .precision = model->precision};
