@@ -16,6 +16,7 @@
 #include "cuda/norm.cuh"
 #include "cuda/pointwise.cuh"
 #include "cuda/rope_kv.cuh"
+#include "cuda/sample.cuh"
 
 /* A w8a8-int8 projection on the device: codes [n_out, qrl_cuda_int8_ld(n_in)] zero-padded,
  * per-channel scales [n_out], F32 bias [n_out] or NULL. */
@@ -58,6 +59,8 @@ struct qrl_cuda_forward {
     int32_t *d_meta;                /* [3, max_rows]: tokens, row_seq, row_pos */
     int32_t *d_tok;                 /* [max_rows] greedy outputs */
     float *d_lp;
+    qrl_cuda_sample_req *d_sreq, *h_sreq; /* [max_rows] device sampler rows and results */
+    qrl_cuda_sample_out *d_sout, *h_sout;
     float *x, *proj, *q, *logits, *work;
     uint16_t *xb, *att;
     size_t work_floats;
@@ -222,8 +225,9 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
     f->seq_blocks = calloc(d->max_seqs, sizeof(int32_t));
     f->seq_used = calloc(d->max_seqs, 1);
     f->free_blocks = malloc((size_t)d->n_blocks * sizeof(int32_t));
+    f->h_sreq = malloc(R * (sizeof *f->h_sreq + sizeof *f->h_sout));
     if (!f->layers || !f->h_tables || !f->h_meta || !f->seq_len || !f->seq_blocks ||
-        !f->seq_used || !f->free_blocks || !f->fp8_ready || !f->kvq) {
+        !f->seq_used || !f->free_blocks || !f->fp8_ready || !f->kvq || !f->h_sreq) {
         st = qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: out of host memory");
         goto fail;
     }
@@ -243,6 +247,7 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
         {(void **)&f->x, act_floats * 4, "activations"},
         {(void **)&f->xb, act_bf16 * 2, "bf16 activations"},
         {(void **)&f->qarena, f->qarena_bytes, "int8 weights"},
+        {(void **)&f->d_sreq, R * (sizeof *f->d_sreq + sizeof *f->d_sout), "sampler rows"},
     };
     for (size_t i = 0; i < sizeof allocs / sizeof *allocs; i++) {
         if (allocs[i].bytes == 0) continue;
@@ -262,6 +267,8 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
     f->d_lp = f->work + f->work_floats;
     f->kvf = f->d_lp + R;
     f->d_runs = f->d_meta + 4 * R;
+    f->d_sout = (qrl_cuda_sample_out *)(f->d_sreq + R);
+    f->h_sout = (qrl_cuda_sample_out *)(f->h_sreq + R);
     if (f->quant) { /* carve the quantized arena, layer by layer */
         unsigned char *qp = (unsigned char *)f->kv;
         size_t cb = (size_t)qrl_cuda_kvq_code_bytes(fmt, hd), sf = qrl_cuda_kvq_scale_floats(fmt, hd);
@@ -339,6 +346,7 @@ void qrl_cuda_forward_free(qrl_cuda_forward *f) {
     if (!f) return;
     cudaFree(f->warena); cudaFree(f->kv); cudaFree(f->cos_tab); cudaFree(f->d_tables);
     cudaFree(f->d_meta); cudaFree(f->x); cudaFree(f->xb); cudaFree(f->qarena);
+    cudaFree(f->d_sreq); free(f->h_sreq);
     qrl_cuda_gemm_free(f->gemm);
     if (f->stream) cudaStreamDestroy(f->stream);
     free(f->layers); free(f->h_tables); free(f->h_meta); free(f->seq_len); free(f->seq_blocks);
@@ -722,9 +730,10 @@ qrl_status qrl_cuda_forward_prefill(qrl_cuda_forward *f, int seq, const int32_t 
     return QRL_OK;
 }
 
-qrl_status qrl_cuda_forward_decode(qrl_cuda_forward *f, const int *seqs, const int32_t *tokens,
-                                   int batch, float *logits, int32_t *greedy_tokens,
-                                   float *greedy_logprob, qrl_error *err) {
+/* The checks, KV reservation and pass of a decode step: logits [batch, vocab] in f->logits
+ * on the device, sequence lengths not yet advanced. */
+static qrl_status decode_rows(qrl_cuda_forward *f, const int *seqs, const int32_t *tokens,
+                              int batch, qrl_error *err) {
     int V = f->cfg.vocab_size, R = f->d.max_rows;
     if (batch <= 0 || batch > R)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
@@ -755,7 +764,14 @@ qrl_status qrl_cuda_forward_decode(qrl_cuda_forward *f, const int *seqs, const i
         f->h_meta[2 * R + i] = f->seq_len[seqs[i]];
         if (f->seq_len[seqs[i]] + 1 > max_len) max_len = f->seq_len[seqs[i]] + 1;
     }
-    QRL_TRY(run_rows(f, batch, max_len, 0, err));
+    return run_rows(f, batch, max_len, 0, err);
+}
+
+qrl_status qrl_cuda_forward_decode(qrl_cuda_forward *f, const int *seqs, const int32_t *tokens,
+                                   int batch, float *logits, int32_t *greedy_tokens,
+                                   float *greedy_logprob, qrl_error *err) {
+    int V = f->cfg.vocab_size;
+    QRL_TRY(decode_rows(f, seqs, tokens, batch, err));
     if (greedy_tokens || greedy_logprob) {
         QRL_TRY(qrl_cuda_greedy(f->logits, batch, V, f->d_tok, f->d_lp, f->stream, err));
         if (greedy_tokens)
@@ -770,6 +786,41 @@ qrl_status qrl_cuda_forward_decode(qrl_cuda_forward *f, const int *seqs, const i
                                         cudaMemcpyDeviceToHost, f->stream), "logits", err));
     QRL_TRY(cuda_st(cudaStreamSynchronize(f->stream), "decode", err));
     for (int i = 0; i < batch; i++) f->seq_len[seqs[i]]++;
+    return QRL_OK;
+}
+
+qrl_status qrl_cuda_forward_decode_sample(qrl_cuda_forward *f, const int *seqs,
+                                          const int32_t *tokens, int batch,
+                                          const qrl_sample_draw *draws, qrl_sample *out,
+                                          qrl_error *row_err, qrl_error *err) {
+    int V = f->cfg.vocab_size;
+    for (int i = 0; i < batch && i < f->d.max_rows; i++) { /* decode_rows checks batch */
+        const qrl_sample_draw *d = &draws[i];
+        qrl_error e;
+        if (qrl_sampling_params_validate(&d->params, &e) != QRL_OK)
+            return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "decode: batch row %d: %s", i,
+                                 e.msg);
+        f->h_sreq[i] = (qrl_cuda_sample_req){
+            .seed = d->params.seed, .group = d->group, .response = d->response,
+            .position = d->position, .temperature = d->params.temperature,
+            .top_k = d->params.top_k, .top_p = d->params.top_p};
+    }
+    QRL_TRY(decode_rows(f, seqs, tokens, batch, err));
+    QRL_TRY(cuda_st(cudaMemcpyAsync(f->d_sreq, f->h_sreq, (size_t)batch * sizeof *f->h_sreq,
+                                    cudaMemcpyHostToDevice, f->stream), "sampler upload", err));
+    QRL_TRY(qrl_cuda_sample(f->logits, batch, V, f->d_sreq, f->d_sout, f->stream, err));
+    QRL_TRY(cuda_st(cudaMemcpyAsync(f->h_sout, f->d_sout, (size_t)batch * sizeof *f->h_sout,
+                                    cudaMemcpyDeviceToHost, f->stream), "samples", err));
+    QRL_TRY(cuda_st(cudaStreamSynchronize(f->stream), "decode", err));
+    for (int i = 0; i < batch; i++) {
+        f->seq_len[seqs[i]]++;
+        const qrl_cuda_sample_out *o = &f->h_sout[i];
+        qrl_error_clear(&row_err[i]);
+        if (qrl_cuda_sample_check(o, &row_err[i]) != QRL_OK) continue;
+        out[i] = (qrl_sample){.token = o->token, .logprob = o->logprob,
+                              .logprob_truncated = o->logprob_truncated,
+                              .truncated = o->truncated != 0};
+    }
     return QRL_OK;
 }
 #else

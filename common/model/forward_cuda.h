@@ -25,6 +25,7 @@
 #include "core/status.h"
 #include "model/kv_cache.h"
 #include "model/model.h"
+#include "model/sampler.h"
 
 typedef struct qrl_cuda_forward qrl_cuda_forward; /* opaque */
 
@@ -93,6 +94,22 @@ qrl_status qrl_cuda_forward_prefill(qrl_cuda_forward *f, int seq, const int32_t 
 qrl_status qrl_cuda_forward_decode(qrl_cuda_forward *f, const int *seqs, const int32_t *tokens,
                                    int batch, float *logits, int32_t *greedy_tokens,
                                    float *greedy_logprob, qrl_error *err);
+
+/* Batched decode with the sampler on the device (kernels/cuda/sample.cuh): the step of
+ * qrl_cuda_forward_decode, then row i's token drawn from its logits as
+ * qrl_sampler_sample(draws[i].params, group, response, position) draws it (the same
+ * Philox key and procedure; a token differs only for a draw within ~1e-14 of a cumulative
+ * boundary); only the samples come back to the host, not the [batch, vocab] logits.
+ * out[i] and row_err[i] are caller-owned [batch]: row_err[i].status is QRL_OK, or
+ * INVALID_ARGUMENT with the CPU sampler's message when row i's logits hold a NaN or +inf
+ * or are all -inf (out[i] then undefined); the step has run for every row either way
+ * (sequence lengths advance).  Errors (returned): INVALID_ARGUMENT for bad sampling params
+ * (qrl_sampling_params_validate; names the row; checked before anything runs), else as
+ * qrl_cuda_forward_decode.  Returns after the samples are on the host. */
+qrl_status qrl_cuda_forward_decode_sample(qrl_cuda_forward *f, const int *seqs,
+                                          const int32_t *tokens, int batch,
+                                          const qrl_sample_draw *draws, qrl_sample *out,
+                                          qrl_error *row_err, qrl_error *err);
 
 /* The cudaStream_t all work runs on (benchmarks record events on it). */
 void *qrl_cuda_forward_stream(const qrl_cuda_forward *f);

@@ -47,6 +47,14 @@ typedef struct qrl_sample {
     bool truncated;
 } qrl_sample;
 
+/* One draw's params and key (qrl_sampler_sample's arguments), for samplers that take a
+ * batch of rows at once (qrl_cuda_forward_decode_sample). */
+typedef struct qrl_sample_draw {
+    qrl_sampling_params params;
+    uint64_t group;
+    uint32_t response, position;
+} qrl_sample_draw;
+
 typedef struct qrl_sampler qrl_sampler; /* opaque: scratch for one vocabulary size */
 
 /* Scratch for vocabularies of `vocab` tokens.  *out owned by the caller

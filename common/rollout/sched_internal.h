@@ -48,13 +48,15 @@ typedef struct qrl_sched_group {
 
 /* A decode slot: empty when g == NULL.  fed = positions of ids[] in the KV sequence;
  * ready = logits of position fed - 1 when the next token is due (row of s->logits or
- * s->dec_logits). */
+ * s->dec_logits); drawn = 1 + the decode row whose token the device sampled instead
+ * (s->dec_samples, s->dec_errs), 0 when none. */
 typedef struct qrl_sched_slot {
     qrl_sched_group *g;
     int r;
     int seq;
     int fed;
     const float *ready;
+    int drawn;
 } qrl_sched_slot;
 
 struct qrl_scheduler {
@@ -78,6 +80,11 @@ struct qrl_scheduler {
     float *dec_logits;         /* [n_slots, vocab] decode results, by batch row */
     int *dec_seqs, *dec_slots; /* [n_slots] */
     int32_t *dec_tokens;       /* [n_slots] */
+    /* [n_slots] device-sampled decode rows (CUDA engine): the draws' params and keys,
+     * their samples and per-row refusals */
+    qrl_sample_draw *dec_draws;
+    qrl_sample *dec_samples;
+    qrl_error *dec_errs;
     qrl_sched_group *head, *tail;
     qrl_scheduler_stats stats;
 };

@@ -57,9 +57,11 @@ static int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
 /* ---- engine backend ----------------------------------------------------------------
  * The CPU forward over a qrl_kv_cache, or the CUDA engine (cfg.device >= 0), which owns
- * its KV cache.  Both hand back host F32 logits, so admission, sampling, log-probs and the
- * sync boundary are one code path.  The CPU functions are the calls the scheduler made
- * before the seam existed, in the same order (bit-identical results). */
+ * its KV cache.  Both hand back host F32 logits, or the CUDA engine samples its decode
+ * rows itself with the CPU sampler's keyed procedure (decode_sample), so admission,
+ * log-probs, end checks and the sync boundary are one code path.  The CPU functions are
+ * the calls the scheduler made before the seam existed, in the same order (bit-identical
+ * results). */
 typedef struct qrl_sched_backend {
     qrl_status (*seq_new)(qrl_scheduler *s, int *seq, qrl_error *err);
     void (*seq_free)(qrl_scheduler *s, int seq);
@@ -72,6 +74,9 @@ typedef struct qrl_sched_backend {
                           qrl_error *err);
     /* one token per row: s->dec_seqs / s->dec_tokens [b] -> s->dec_logits [b, vocab] */
     qrl_status (*decode)(qrl_scheduler *s, int b, qrl_error *err);
+    /* the same step sampling on the engine: draws s->dec_draws [b] -> s->dec_samples,
+     * s->dec_errs [b]; NULL when the engine cannot (the CPU one) */
+    qrl_status (*decode_sample)(qrl_scheduler *s, int b, qrl_error *err);
     /* weights: the workspace / device copy for `model` (new, or a sync-boundary swap) */
     qrl_status (*load)(qrl_scheduler *s, const qrl_model *model, qrl_error *err);
     void (*close)(qrl_scheduler *s);
@@ -141,6 +146,10 @@ static qrl_status gpu_decode(qrl_scheduler *s, int b, qrl_error *err) {
     return qrl_cuda_forward_decode(s->gpu, s->dec_seqs, s->dec_tokens, b, s->dec_logits, NULL,
                                    NULL, err);
 }
+static qrl_status gpu_decode_sample(qrl_scheduler *s, int b, qrl_error *err) {
+    return qrl_cuda_forward_decode_sample(s->gpu, s->dec_seqs, s->dec_tokens, b, s->dec_draws,
+                                          s->dec_samples, s->dec_errs, err);
+}
 /* The GPU forward has BF16 weight GEMMs only: the model's F32 master weights are rounded
  * to BF16 on upload, which is what f32 and bf16 precision mean for it; the quantized
  * precisions would silently run as BF16, so they are refused. */
@@ -161,7 +170,8 @@ static void gpu_close(qrl_scheduler *s) { qrl_cuda_forward_free(s->gpu); }
 static const qrl_sched_backend GPU_BACKEND = {
     .seq_new = gpu_seq_new, .seq_free = gpu_seq_free, .reserve = gpu_reserve,
     .clear = gpu_clear, .free_blocks = gpu_free_blocks, .prefill = gpu_prefill,
-    .decode = gpu_decode, .load = gpu_load, .close = gpu_close};
+    .decode = gpu_decode, .decode_sample = gpu_decode_sample, .load = gpu_load,
+    .close = gpu_close};
 
 /* cudaSetDevice is per thread, and the daemon makes the scheduler on one thread and steps
  * it on another: every entry point selects the device and restores the caller's. */
@@ -279,8 +289,14 @@ qrl_status qrl_scheduler_new(const qrl_model *model, const qrl_tokenizer *tok,
     s->dec_seqs = malloc(sizeof(int) * (size_t)s->n_slots);
     s->dec_slots = malloc(sizeof(int) * (size_t)s->n_slots);
     s->dec_tokens = malloc(sizeof(int32_t) * (size_t)s->n_slots);
+    if (s->be->decode_sample) {
+        s->dec_draws = malloc(sizeof *s->dec_draws * (size_t)s->n_slots);
+        s->dec_samples = malloc(sizeof *s->dec_samples * (size_t)s->n_slots);
+        s->dec_errs = malloc(sizeof *s->dec_errs * (size_t)s->n_slots);
+    }
     if (!s->slots || !s->logits || !s->dec_logits || !s->dec_seqs || !s->dec_slots ||
-        !s->dec_tokens) {
+        !s->dec_tokens || (s->be->decode_sample && (!s->dec_draws || !s->dec_samples ||
+                                                     !s->dec_errs))) {
         st = qrl_error_set(err, QRL_STATUS_NOMEM, "scheduler: out of memory");
         goto fail;
     }
@@ -310,6 +326,9 @@ void qrl_scheduler_free(qrl_scheduler *s) {
     free(s->dec_seqs);
     free(s->dec_slots);
     free(s->dec_tokens);
+    free(s->dec_draws);
+    free(s->dec_samples);
+    free(s->dec_errs);
     free(s);
 }
 
@@ -395,8 +414,11 @@ static qrl_status prefill(qrl_scheduler *s, qrl_error *err) {
     return QRL_OK;
 }
 
-/* One batched decode over every sequence with exactly one token outstanding. */
+/* One batched decode over every sequence with exactly one token outstanding; the engine
+ * samples the rows itself when it can (the keys sample_all would use), unless
+ * cfg.host_sampling. */
 static qrl_status decode(qrl_scheduler *s, qrl_error *err) {
+    bool on_engine = s->be->decode_sample && !s->cfg.host_sampling;
     int b = 0;
     for (int i = 0; i < s->n_slots; i++) {
         qrl_sched_slot *sl = &s->slots[i];
@@ -404,16 +426,21 @@ static qrl_status decode(qrl_scheduler *s, qrl_error *err) {
         s->dec_slots[b] = i;
         s->dec_seqs[b] = sl->seq;
         s->dec_tokens[b] = sl->g->resp[sl->r].ids[sl->fed];
+        if (on_engine)
+            s->dec_draws[b] = (qrl_sample_draw){
+                .params = sl->g->sampling, .group = sl->g->group_id, .response = (uint32_t)sl->r,
+                .position = (uint32_t)seq_total(sl)}; /* the new token's absolute index */
         b++;
     }
     if (b == 0) return QRL_OK;
     uint64_t t0 = qrl_sched_now_us();
-    QRL_TRY(s->be->decode(s, b, err));
+    QRL_TRY(on_engine ? s->be->decode_sample(s, b, err) : s->be->decode(s, b, err));
     uint64_t dt = qrl_sched_now_us() - t0;
     for (int j = 0; j < b; j++) {
         qrl_sched_slot *sl = &s->slots[s->dec_slots[j]];
         sl->fed++;
-        sl->ready = s->dec_logits + (size_t)j * s->vocab;
+        if (on_engine) sl->drawn = j + 1;
+        else sl->ready = s->dec_logits + (size_t)j * s->vocab;
         sl->g->resp[sl->r].decode_us += dt;
     }
     s->stats.decode_rows += (uint64_t)b;
@@ -442,22 +469,32 @@ static qrl_finish_reason end_check(qrl_scheduler *s, qrl_sched_group *g, qrl_sch
     return QRL_FINISH_NONE;
 }
 
-/* Sample the next token of every sequence whose logits are ready, in slot order. */
+/* Sample the next token of every sequence whose logits are ready, in slot order (the
+ * device's sample where it drew one). */
 static void sample_all(qrl_scheduler *s) {
     for (int i = 0; i < s->n_slots; i++) {
         qrl_sched_slot *sl = &s->slots[i];
-        if (!sl->g || !sl->ready) continue;
+        if (!sl->g || (!sl->ready && !sl->drawn)) continue;
         qrl_sched_group *g = sl->g;
         qrl_sched_resp *rp = &g->resp[sl->r];
         int pos = g->n_prompt + rp->n_gen; /* absolute index of the new token */
         qrl_sample smp;
         qrl_error e;
-        qrl_status st = qrl_sampler_sample(s->sampler, sl->ready, &g->sampling, g->group_id,
-                                           (uint32_t)sl->r, (uint32_t)pos, &smp, &e);
+        const qrl_error *pe = &e;
+        qrl_status st;
+        if (sl->drawn) {
+            smp = s->dec_samples[sl->drawn - 1];
+            pe = &s->dec_errs[sl->drawn - 1];
+            st = pe->status;
+        } else {
+            st = qrl_sampler_sample(s->sampler, sl->ready, &g->sampling, g->group_id,
+                                    (uint32_t)sl->r, (uint32_t)pos, &smp, &e);
+        }
         sl->ready = NULL;
+        sl->drawn = 0;
         if (st != QRL_OK) {
             QRL_LOG_ERROR("sched", "sampling failed group=%llu response=%d pos=%d: %s",
-                          (unsigned long long)g->group_id, sl->r, pos, e.msg);
+                          (unsigned long long)g->group_id, sl->r, pos, pe->msg);
             release(s, sl, QRL_FINISH_ABORTED);
             continue;
         }
@@ -525,6 +562,7 @@ static qrl_status swap_weights(qrl_scheduler *s, const qrl_model *model, uint64_
         QRL_TRY(s->be->reserve(s, sl->seq, response_positions(s, sl->g), err));
         sl->fed = 0;
         sl->ready = NULL;
+        sl->drawn = 0;
         if (rp->n_gen > 0 && s->cfg.max_staleness >= 0 &&
             version - rp->ver[0] > (uint64_t)s->cfg.max_staleness) {
             qrl_sched_resp_restart(rp);

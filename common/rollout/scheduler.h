@@ -64,7 +64,11 @@ typedef struct qrl_scheduler_config {
     int device;             /* engine: -1 = the CPU forward (default); >= 0 = the CUDA
                                forward (model/forward_cuda.h) on that device ordinal: BF16
                                weights, its own KV cache (f32 runs as bf16; fp4 refused);
-                               sampling stays on the CPU from host logits */
+                               decode rows are sampled on the device (the CPU sampler's
+                               draws: qrl_cuda_forward_decode_sample), a prompt's first
+                               token on the CPU from its prefill logits */
+    bool host_sampling;     /* CUDA engine: copy every decode step's logits to the host and
+                               sample there instead (default false; tests compare the two) */
 } qrl_scheduler_config;
 
 /* Fill *c with the defaults above. */
