@@ -1,4 +1,4 @@
-/* CUDA forward pass: BF16 or W8A8 INT8 weights, BF16 or quantized paged KV (see
+/* CUDA forward pass: BF16 or W8A8 (INT8, FP8) weights, BF16 or quantized paged KV (see
  * forward_cuda.h). */
 #ifdef QRL_HAVE_CUDA
 #include "model/forward_cuda.h"
@@ -11,23 +11,23 @@
 #include "cpu/ops.h"
 #include "cuda/attention.cuh"
 #include "cuda/gemm.cuh"
-#include "cuda/gemm_int8.cuh"
+#include "cuda/gemm_w8a8.cuh"
 #include "cuda/kv_quant.cuh"
 #include "cuda/norm.cuh"
 #include "cuda/pointwise.cuh"
 #include "cuda/rope_kv.cuh"
 #include "cuda/sample.cuh"
 
-/* A w8a8-int8 projection on the device: codes [n_out, qrl_cuda_int8_ld(n_in)] zero-padded,
- * per-channel scales [n_out], F32 bias [n_out] or NULL. */
+/* A w8a8 projection on the device: INT8 or E4M3 codes [n_out, qrl_cuda_w8a8_ld(n_in)]
+ * zero-padded, per-channel scales [n_out], F32 bias [n_out] or NULL. */
 typedef struct qlin_dev {
-    int8_t *codes;
+    uint8_t *codes;
     float *scales, *bias;
 } qlin_dev;
 
 typedef struct layer_dev {
     uint16_t *attn_norm, *wqkv, *bqkv, *wo, *bo, *q_norm, *k_norm, *ffn_norm, *wgu, *wdown;
-    qlin_dev qkv, o, gu, down; /* w8a8-int8 (the BF16 projections and biases are NULL) */
+    qlin_dev qkv, o, gu, down; /* w8a8 (the BF16 projections and biases are NULL) */
 } layer_dev;
 
 struct qrl_cuda_forward {
@@ -36,13 +36,15 @@ struct qrl_cuda_forward {
     int max_blocks;                 /* per sequence */
     cudaStream_t stream;
     qrl_cuda_gemm *gemm;
-    uint16_t *warena;               /* every weight, BF16 (w8a8-int8: all but the projections) */
+    uint16_t *warena;               /* every weight, BF16 (w8a8: all but the projections) */
     size_t warena_elems;
-    bool int8;                      /* w8a8-int8 projections (qarena) */
-    unsigned char *qarena;          /* INT8 codes, scales, F32 biases; activation codes */
+    bool w8a8, fp8;                 /* w8a8-int8 or w8a8-fp8 projections (qarena) */
+    unsigned char *qarena;          /* codes, scales, F32 biases; activation codes; split-K */
     size_t qarena_bytes, qweight_bytes;
-    int8_t *xq;                     /* [max_rows, ld of the widest input] activation codes */
+    uint8_t *xq;                    /* [max_rows, ld of the widest input] activation codes */
     float *sx;                      /* [max_rows] activation scales */
+    float *gwork;                   /* split-K partial sums (qrl_cuda_w8a8_work_floats) */
+    size_t gwork_floats;
     layer_dev *layers;
     uint16_t *embed, *final_norm, *lm_head;
     float *cos_tab, *sin_tab;       /* [max_ctx, head_dim / 2] */
@@ -111,7 +113,8 @@ size_t qrl_cuda_forward_weight_bytes(const qrl_cuda_forward *f) {
 }
 
 qrl_precision qrl_cuda_forward_precision(const qrl_cuda_forward *f) {
-    return f->int8 ? QRL_PRECISION_W8A8_INT8 : QRL_PRECISION_BF16;
+    if (!f->w8a8) return QRL_PRECISION_BF16;
+    return f->fp8 ? QRL_PRECISION_W8A8_FP8 : QRL_PRECISION_W8A8_INT8;
 }
 
 /* The four projections of a layer as (rows, inputs): qkv, o, gate+up, down. */
@@ -139,14 +142,16 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
         return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
                              "cuda forward: head_dim %d / %d q heads per kv head (supported: "
                              "8..256 powers of two, <= 8)", hd, cfg->n_heads / cfg->n_kv_heads);
-    bool int8 = d->precision == QRL_PRECISION_W8A8_INT8;
-    if (!int8 && d->precision != QRL_PRECISION_F32 && d->precision != QRL_PRECISION_BF16)
+    bool fp8 = d->precision == QRL_PRECISION_W8A8_FP8,
+         w8a8 = fp8 || d->precision == QRL_PRECISION_W8A8_INT8; /* one byte per code */
+    if (!w8a8 && d->precision != QRL_PRECISION_F32 && d->precision != QRL_PRECISION_BF16)
         return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
                              "cuda forward: weight precision '%s' (supported: f32 as bf16, bf16, "
-                             "w8a8-int8)", qrl_precision_name(d->precision));
+                             "w8a8-int8, w8a8-fp8)", qrl_precision_name(d->precision));
     qrl_cuda_forward *f = calloc(1, sizeof *f);
     if (!f) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: out of memory");
-    f->int8 = int8;
+    f->w8a8 = w8a8;
+    f->fp8 = fp8;
     qrl_status st = QRL_OK;
     f->cfg = *cfg;
     f->d = *d;
@@ -156,24 +161,29 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
            Q = (size_t)cfg->n_heads * hd, KV = (size_t)cfg->n_kv_heads * hd, R = d->max_rows;
     size_t W = Q + 2 * KV;
     size_t per_layer = 2 * D + (cfg->qk_norm ? 2 * (size_t)hd : 0);
-    if (!int8)
+    if (!w8a8)
         per_layer += W * D + (cfg->qkv_bias ? W : 0) + D * Q + (cfg->o_bias ? D : 0) + 2 * F * D +
                      D * F;
-    /* w8a8-int8: codes, scales and F32 biases per layer, then activation codes */
+    /* w8a8: codes, scales and F32 biases per layer, then activation codes and the split-K
+     * workspace of the largest shape any batch up to max_rows runs */
     int q_rows[4], q_ins[4];
     qlin_shapes(cfg, q_rows, q_ins);
     size_t max_ld = 0;
-    if (int8) {
+    if (w8a8) {
         for (size_t l = 0; l < L; l++)
             for (int i = 0; i < 4; i++) {
-                size_t codes = (size_t)q_rows[i] * qrl_cuda_int8_ld(q_ins[i]);
+                size_t codes = (size_t)q_rows[i] * qrl_cuda_w8a8_ld(q_ins[i]);
                 f->qarena_bytes += up256(codes) + up256((size_t)q_rows[i] * 4);
                 f->qweight_bytes += codes + (size_t)q_rows[i] * 4;
                 bool b = (i == 0 && cfg->qkv_bias) || (i == 1 && cfg->o_bias);
                 if (b) f->qarena_bytes += up256((size_t)q_rows[i] * 4);
-                if ((size_t)qrl_cuda_int8_ld(q_ins[i]) > max_ld) max_ld = qrl_cuda_int8_ld(q_ins[i]);
+                if ((size_t)qrl_cuda_w8a8_ld(q_ins[i]) > max_ld) max_ld = qrl_cuda_w8a8_ld(q_ins[i]);
             }
-        f->qarena_bytes += up256(R * max_ld) + up256(R * 4);
+        for (int i = 0; i < 4; i++)
+            for (int t = 1; t <= (int)R; t++)
+                f->gwork_floats = max_sz(f->gwork_floats,
+                                         qrl_cuda_w8a8_work_floats(t, q_rows[i], qrl_cuda_w8a8_ld(q_ins[i])));
+        f->qarena_bytes += up256(R * max_ld) + up256(R * 4) + up256(f->gwork_floats * 4);
     }
     f->warena_elems = V * D + D + (cfg->tie_embeddings ? 0 : V * D) + L * per_layer;
     if (f->d.kv_format == QRL_KV_FORMAT_F32) f->d.kv_format = QRL_KV_FORMAT_BF16;
@@ -246,7 +256,7 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
         {(void **)&f->d_meta, 7 * R * 4, "row metadata"},
         {(void **)&f->x, act_floats * 4, "activations"},
         {(void **)&f->xb, act_bf16 * 2, "bf16 activations"},
-        {(void **)&f->qarena, f->qarena_bytes, "int8 weights"},
+        {(void **)&f->qarena, f->qarena_bytes, "w8a8 weights"},
         {(void **)&f->d_sreq, R * (sizeof *f->d_sreq + sizeof *f->d_sout), "sampler rows"},
     };
     for (size_t i = 0; i < sizeof allocs / sizeof *allocs; i++) {
@@ -309,7 +319,7 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
         w->attn_norm = p; p += D;
         w->ffn_norm = p; p += D;
         if (cfg->qk_norm) { w->q_norm = p; p += hd; w->k_norm = p; p += hd; }
-        if (int8) continue;
+        if (w8a8) continue;
         w->wqkv = p; p += W * D;
         if (cfg->qkv_bias) { w->bqkv = p; p += W; }
         w->wo = p; p += D * Q;
@@ -318,21 +328,22 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
         w->wdown = p; p += D * F;
     }
     QRL_CHECK((size_t)(p - f->warena) == f->warena_elems);
-    if (int8) {
+    if (w8a8) {
         unsigned char *qp = f->qarena;
         for (size_t l = 0; l < L; l++) {
             qlin_dev *ql[4] = {&f->layers[l].qkv, &f->layers[l].o, &f->layers[l].gu,
                                &f->layers[l].down};
             for (int i = 0; i < 4; i++) {
-                ql[i]->codes = (int8_t *)qp; qp += up256((size_t)q_rows[i] * qrl_cuda_int8_ld(q_ins[i]));
+                ql[i]->codes = qp; qp += up256((size_t)q_rows[i] * qrl_cuda_w8a8_ld(q_ins[i]));
                 ql[i]->scales = (float *)qp; qp += up256((size_t)q_rows[i] * 4);
                 if ((i == 0 && cfg->qkv_bias) || (i == 1 && cfg->o_bias)) {
                     ql[i]->bias = (float *)qp; qp += up256((size_t)q_rows[i] * 4);
                 }
             }
         }
-        f->xq = (int8_t *)qp; qp += up256(R * max_ld);
+        f->xq = qp; qp += up256(R * max_ld);
         f->sx = (float *)qp; qp += up256(R * 4);
+        f->gwork = (float *)qp; qp += up256(f->gwork_floats * 4);
         QRL_CHECK((size_t)(qp - f->qarena) == f->qarena_bytes);
     }
     *out = f;
@@ -372,33 +383,33 @@ static qrl_status rope_tables(qrl_cuda_forward *f, const float *inv_freq, qrl_er
     return st;
 }
 
-/* Rows [row0, row0 + l->n_out) of a device projection from a w8a8-int8 linear: codes
- * zero-padded to the device row length, scales and bias as they are (F32). */
-static qrl_status put_qlin(const qlin_dev *g, int row0, const qrl_linear *l, int8_t *stage,
+/* Rows [row0, row0 + l->n_out) of a device projection from a w8a8 linear: codes (INT8 or
+ * E4M3 bytes) zero-padded to the device row length, scales and bias as they are (F32). */
+static qrl_status put_qlin(const qlin_dev *g, int row0, const qrl_linear *l, uint8_t *stage,
                            qrl_error *err) {
-    QRL_CHECK(l->fmt == QRL_PRECISION_W8A8_INT8);
-    size_t N = l->n_out, K = l->n_in, ld = qrl_cuda_int8_ld(l->n_in);
+    QRL_CHECK(l->fmt == QRL_PRECISION_W8A8_INT8 || l->fmt == QRL_PRECISION_W8A8_FP8);
+    size_t N = l->n_out, K = l->n_in, ld = qrl_cuda_w8a8_ld(l->n_in);
     memset(stage, 0, N * ld);
-    for (size_t n = 0; n < N; n++) memcpy(stage + n * ld, (const int8_t *)l->codes + n * K, K);
+    for (size_t n = 0; n < N; n++) memcpy(stage + n * ld, (const uint8_t *)l->codes + n * K, K);
     QRL_TRY(cuda_st(cudaMemcpy(g->codes + (size_t)row0 * ld, stage, N * ld,
-                               cudaMemcpyHostToDevice), "int8 codes upload", err));
+                               cudaMemcpyHostToDevice), "w8a8 codes upload", err));
     QRL_TRY(cuda_st(cudaMemcpy(g->scales + row0, l->scales, N * 4, cudaMemcpyHostToDevice),
-                    "int8 scales upload", err));
+                    "w8a8 scales upload", err));
     if (g->bias && l->bias)
         QRL_TRY(cuda_st(cudaMemcpy(g->bias + row0, l->bias, N * 4, cudaMemcpyHostToDevice),
                         "bias upload", err));
     return QRL_OK;
 }
 
-static qrl_status upload_int8(qrl_cuda_forward *f, const qrl_model *m, qrl_error *err) {
+static qrl_status upload_w8a8(qrl_cuda_forward *f, const qrl_model *m, qrl_error *err) {
     const qrl_model_config *c = &m->cfg;
     int rows[4], ins[4];
     qlin_shapes(c, rows, ins);
     size_t stage_bytes = 0;
     for (int i = 0; i < 4; i++)
-        stage_bytes = max_sz(stage_bytes, (size_t)rows[i] * qrl_cuda_int8_ld(ins[i]));
-    int8_t *stage = malloc(stage_bytes);
-    if (!stage) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: int8 upload staging");
+        stage_bytes = max_sz(stage_bytes, (size_t)rows[i] * qrl_cuda_w8a8_ld(ins[i]));
+    uint8_t *stage = malloc(stage_bytes);
+    if (!stage) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: w8a8 upload staging");
     qrl_status st = QRL_OK;
     int Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim, F = c->hidden_dim;
     for (int l = 0; l < c->n_layers && st == QRL_OK; l++) {
@@ -425,7 +436,8 @@ qrl_status qrl_cuda_forward_upload(qrl_cuda_forward *f, const qrl_model *m, qrl_
         c->qk_norm != e->qk_norm || c->tie_embeddings != e->tie_embeddings)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "cuda forward upload: model config differs from the engine's");
-    if (f->int8 != (m->precision == QRL_PRECISION_W8A8_INT8))
+    if (m->precision != qrl_cuda_forward_precision(f) &&
+        (f->w8a8 || qrl_precision_is_quantized(m->precision)))
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "cuda forward upload: model precision '%s', engine runs '%s'",
                              qrl_precision_name(m->precision),
@@ -447,7 +459,7 @@ qrl_status qrl_cuda_forward_upload(qrl_cuda_forward *f, const qrl_model *m, qrl_
             QRL_TRY_GOTO(put(g->q_norm, w->q_norm, hd, stage, err), done);
             QRL_TRY_GOTO(put(g->k_norm, w->k_norm, hd, stage, err), done);
         }
-        if (f->int8) continue;
+        if (f->w8a8) continue;
         QRL_TRY_GOTO(put(g->wqkv, w->wq, Q * D, stage, err), done);
         QRL_TRY_GOTO(put(g->wqkv + Q * D, w->wk, KV * D, stage, err), done);
         QRL_TRY_GOTO(put(g->wqkv + (Q + KV) * D, w->wv, KV * D, stage, err), done);
@@ -462,7 +474,7 @@ qrl_status qrl_cuda_forward_upload(qrl_cuda_forward *f, const qrl_model *m, qrl_
         QRL_TRY_GOTO(put(g->wgu + F * D, w->w_up, F * D, stage, err), done);
         QRL_TRY_GOTO(put(g->wdown, w->w_down, D * F, stage, err), done);
     }
-    if (f->int8) QRL_TRY_GOTO(upload_int8(f, m, err), done);
+    if (f->w8a8) QRL_TRY_GOTO(upload_w8a8(f, m, err), done);
     st = rope_tables(f, m->rope_inv_freq, err);
 done:
     free(stage);
@@ -482,26 +494,28 @@ qrl_status qrl_cuda_forward_init_random(qrl_cuda_forward *f, uint64_t seed, qrl_
             QRL_TRY(qrl_cuda_fill_random_bf16(f->layers[l].q_norm, 2 * (size_t)c->head_dim,
                                               seed + 7 * l, 1.0f, 0.1f, f->stream, err));
     }
-    if (f->int8) { /* uniform codes; scales giving the BF16 path's std, zero biases */
+    if (f->w8a8) { /* uniform codes (INT8) or values (E4M3); scales giving the BF16 path's
+                    * std, zero biases */
         QRL_TRY(cuda_st(cudaMemsetAsync(f->qarena, 0, f->qarena_bytes, f->stream), "memset", err));
         int rows[4], ins[4];
         qlin_shapes(c, rows, ins);
         size_t smax = 0;
         for (int i = 0; i < 4; i++) smax = max_sz(smax, (size_t)rows[i]);
         float *h = malloc(smax * sizeof(float));
-        if (!h) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: int8 scales");
-        for (size_t i = 0; i < smax; i++) h[i] = std * sqrtf(3.0f) / 127.0f;
+        if (!h) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: w8a8 scales");
+        for (size_t i = 0; i < smax; i++) h[i] = std * sqrtf(3.0f) / (f->fp8 ? QRL_E4M3_MAX : 127.0f);
         qrl_status st = QRL_OK;
         for (int l = 0; l < c->n_layers && st == QRL_OK; l++) {
             const qlin_dev *ql[4] = {&f->layers[l].qkv, &f->layers[l].o, &f->layers[l].gu,
                                      &f->layers[l].down};
             for (int i = 0; i < 4 && st == QRL_OK; i++) {
-                st = qrl_cuda_fill_random_int8(ql[i]->codes,
-                                               (size_t)rows[i] * qrl_cuda_int8_ld(ins[i]),
-                                               seed + 1000 + 4 * l + i, f->stream, err);
+                size_t n = (size_t)rows[i] * qrl_cuda_w8a8_ld(ins[i]);
+                uint64_t sd = seed + 1000 + 4 * l + i;
+                st = f->fp8 ? qrl_cuda_fill_random_fp8(ql[i]->codes, n, sd, f->stream, err)
+                            : qrl_cuda_fill_random_int8((int8_t *)ql[i]->codes, n, sd, f->stream, err);
                 if (st == QRL_OK)
                     st = cuda_st(cudaMemcpy(ql[i]->scales, h, (size_t)rows[i] * 4,
-                                            cudaMemcpyHostToDevice), "int8 scales", err);
+                                            cudaMemcpyHostToDevice), "w8a8 scales", err);
             }
         }
         free(h);
@@ -599,15 +613,19 @@ qrl_status qrl_cuda_forward_seq_set_len_unwritten(qrl_cuda_forward *f, int seq, 
 
 /* ---- the pass ------------------------------------------------------------------- */
 
-/* y [n, m] F32 = a projection of x [n, k] (BF16): the BF16 GEMM, or w8a8-int8 (per-token
- * quantization of x, INT8 GEMM, epilogue with the F32 bias). */
+/* y [n, m] F32 = a projection of x [n, k] (BF16): the BF16 GEMM, or w8a8 (per-token INT8
+ * or E4M3 quantization of x, the W8A8 GEMM with its epilogue and the F32 bias). */
 static qrl_status project(qrl_cuda_forward *f, float *y, const uint16_t *x, const uint16_t *w,
                           const qlin_dev *q, int n, int k, int m, qrl_error *err) {
-    if (!f->int8) return qrl_cuda_gemm_bf16(f->gemm, y, x, w, n, k, m, f->stream, err);
-    int ld = qrl_cuda_int8_ld(k);
-    QRL_TRY(qrl_cuda_int8_quantize_rows(f->xq, f->sx, x, 1, n, k, ld, f->stream, err));
-    return qrl_cuda_gemm_int8(y, f->xq, f->sx, q->codes, q->scales, q->bias, n, m, ld, f->stream,
-                              err);
+    if (!f->w8a8) return qrl_cuda_gemm_bf16(f->gemm, y, x, w, n, k, m, f->stream, err);
+    int ld = qrl_cuda_w8a8_ld(k);
+    if (f->fp8) QRL_TRY(qrl_cuda_fp8_quantize_rows(f->xq, f->sx, x, 1, n, k, ld, f->stream, err));
+    else QRL_TRY(qrl_cuda_int8_quantize_rows((int8_t *)f->xq, f->sx, x, 1, n, k, ld, f->stream, err));
+    qrl_cuda_w8a8_gemm_args a = {.y = y, .xq = f->xq, .sx = f->sx, .wq = q->codes,
+                                 .sw = q->scales, .bias = q->bias, .T = n, .N = m, .ld = ld,
+                                 .fp8 = f->fp8, .kernel = QRL_CUDA_W8A8_AUTO, .work = f->gwork,
+                                 .work_floats = f->gwork_floats, .blas = f->gemm};
+    return qrl_cuda_w8a8_gemm(&a, f->stream, err);
 }
 
 /* Rows described by h_meta (tokens, seqs, positions) for n rows; logits (device) for rows

@@ -1,12 +1,27 @@
 #include "cuda/gemm.cuh"
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "cuda/launch.cuh"
 
+/* cuBLASLt descriptors and the heuristic's algorithm for one FP8 shape, made on first use
+ * (a decode step runs the same few shapes over and over). */
+#define LT_PLANS 16
+typedef struct lt_plan {
+    int n, k, m, ok; /* ok: an algorithm was found */
+    cublasLtMatmulDesc_t op;
+    cublasLtMatrixLayout_t a, b, c;
+    cublasLtMatmulAlgo_t algo;
+} lt_plan;
+
 struct qrl_cuda_gemm {
     cublasHandle_t h;
+    cublasLtHandle_t lt;
+    lt_plan plans[LT_PLANS];
+    int n_plans; /* made so far (slot n_plans % LT_PLANS is the next) */
 };
 
 qrl_status qrl_cuda_gemm_new(qrl_cuda_gemm **out, qrl_error *err) {
@@ -18,12 +33,28 @@ qrl_status qrl_cuda_gemm_new(qrl_cuda_gemm **out, qrl_error *err) {
         free(g);
         return qrl_error_set(err, QRL_STATUS_CUDA, "gemm: cublasCreate: %s", cublasGetStatusString(s));
     }
+    s = cublasLtCreate(&g->lt);
+    if (s != CUBLAS_STATUS_SUCCESS) {
+        cublasDestroy(g->h);
+        free(g);
+        return qrl_error_set(err, QRL_STATUS_CUDA, "gemm: cublasLtCreate: %s", cublasGetStatusString(s));
+    }
     *out = g;
     return QRL_OK;
 }
 
+static void lt_plan_clear(lt_plan *p) {
+    if (p->op) cublasLtMatmulDescDestroy(p->op);
+    if (p->a) cublasLtMatrixLayoutDestroy(p->a);
+    if (p->b) cublasLtMatrixLayoutDestroy(p->b);
+    if (p->c) cublasLtMatrixLayoutDestroy(p->c);
+    memset(p, 0, sizeof *p);
+}
+
 void qrl_cuda_gemm_free(qrl_cuda_gemm *g) {
     if (!g) return;
+    for (int i = 0; i < LT_PLANS; i++) lt_plan_clear(&g->plans[i]);
+    cublasLtDestroy(g->lt);
     cublasDestroy(g->h);
     free(g);
 }
@@ -71,5 +102,76 @@ qrl_status qrl_cuda_gemm_rm(qrl_cuda_gemm *g, int kind, void *C, int c_f32, cons
     if (s != CUBLAS_STATUS_SUCCESS)
         return qrl_error_set(err, QRL_STATUS_CUDA, "gemm kind %d T=%d K=%d N=%d: %s", kind, T,
                              K, N, cublasGetStatusString(s));
+    return QRL_OK;
+}
+
+/* ---- W8A8 ---------------------------------------------------------------------------- */
+
+qrl_status qrl_cuda_gemm_s8(qrl_cuda_gemm *g, int32_t *y, const int8_t *x, const int8_t *w, int n,
+                            int k, int m, void *stream, qrl_error *err) {
+    if (n <= 0 || k <= 0 || m <= 0 || k % 16)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "gemm s8: n=%d k=%d m=%d", n, k, m);
+    cublasSetStream(g->h, (cudaStream_t)stream);
+    const int32_t one = 1, zero = 0;
+    cublasStatus_t s = cublasGemmEx(g->h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w, CUDA_R_8I,
+                                    k, x, CUDA_R_8I, k, &zero, y, CUDA_R_32I, m,
+                                    CUBLAS_COMPUTE_32I, CUBLAS_GEMM_DEFAULT);
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE)
+        return qrl_error_set(err, QRL_STATUS_UNSUPPORTED, "gemm s8 n=%d k=%d m=%d: %s", n, k, m,
+                             cublasGetStatusString(s));
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return qrl_error_set(err, QRL_STATUS_CUDA, "gemm s8 n=%d k=%d m=%d: %s", n, k, m,
+                             cublasGetStatusString(s));
+    return QRL_OK;
+}
+
+/* Column-major view as the BF16 GEMM: y^T[m, n] = w^T-as-stored(op T)[m, k] . x^T[k, n]. */
+static lt_plan *lt_plan_get(qrl_cuda_gemm *g, int n, int k, int m) {
+    int have = g->n_plans < LT_PLANS ? g->n_plans : LT_PLANS;
+    for (int i = 0; i < have; i++) {
+        lt_plan *p = &g->plans[i];
+        if (p->n == n && p->k == k && p->m == m) return p;
+    }
+    lt_plan *p = &g->plans[g->n_plans++ % LT_PLANS];
+    lt_plan_clear(p);
+    p->n = n, p->k = k, p->m = m;
+    cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cublasLtMatmulPreference_t pref = NULL;
+    size_t ws = 0;
+    cublasLtMatmulHeuristicResult_t res;
+    int cnt = 0;
+    if (cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&p->a, CUDA_R_8F_E4M3, k, m, k) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, k, n, k) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, m, n, m) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
+                                             sizeof ws) == CUBLAS_STATUS_SUCCESS &&
+        cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res,
+                                       &cnt) == CUBLAS_STATUS_SUCCESS &&
+        cnt > 0) {
+        p->algo = res.algo;
+        p->ok = 1;
+    }
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    return p;
+}
+
+qrl_status qrl_cuda_gemm_e4m3(qrl_cuda_gemm *g, float *y, const uint8_t *x, const uint8_t *w,
+                              int n, int k, int m, void *stream, qrl_error *err) {
+    if (n <= 0 || k <= 0 || m <= 0 || k % 16)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "gemm e4m3: n=%d k=%d m=%d", n, k, m);
+    lt_plan *p = lt_plan_get(g, n, k, m);
+    if (!p->ok)
+        return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
+                             "gemm e4m3 n=%d k=%d m=%d: cuBLASLt has no algorithm", n, k, m);
+    const float one = 1.0f, zero = 0.0f;
+    cublasStatus_t s = cublasLtMatmul(g->lt, p->op, &one, w, p->a, x, p->b, &zero, y, p->c, y,
+                                      p->c, &p->algo, NULL, 0, (cudaStream_t)stream);
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return qrl_error_set(err, QRL_STATUS_CUDA, "gemm e4m3 n=%d k=%d m=%d: %s", n, k, m,
+                             cublasGetStatusString(s));
     return QRL_OK;
 }

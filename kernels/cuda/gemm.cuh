@@ -34,6 +34,18 @@ qrl_status qrl_cuda_gemm_rm(qrl_cuda_gemm *g, int kind, void *C, int c_f32, cons
                             const uint16_t *B, int T, int K, int N, float beta, void *stream,
                             qrl_error *err);
 
+/* The W8A8 GEMMs of gemm_w8a8.cuh's CUBLAS kernel: y[n, m] = x[n, k] . w[m, k]^T with x, w
+ * rows of k bytes (k a multiple of 16: the codes' padded row length).
+ *   s8:   INT8 codes, exact INT32 sums written as int32_t (cublasGemmEx, CUBLAS_COMPUTE_32I);
+ *   e4m3: FP8 E4M3 codes, F32 output and accumulation (cuBLASLt, no fast accumulation,
+ *         unit scales); descriptors and algorithm cached per shape in g (16 shapes).
+ * Errors: UNSUPPORTED (cuBLAS has no kernel for this shape: callers fall back to their own),
+ * INVALID_ARGUMENT (sizes), CUDA (cuBLAS status). */
+qrl_status qrl_cuda_gemm_s8(qrl_cuda_gemm *g, int32_t *y, const int8_t *x, const int8_t *w, int n,
+                            int k, int m, void *stream, qrl_error *err);
+qrl_status qrl_cuda_gemm_e4m3(qrl_cuda_gemm *g, float *y, const uint8_t *x, const uint8_t *w,
+                              int n, int k, int m, void *stream, qrl_error *err);
+
 #ifdef __cplusplus
 }
 #endif

@@ -18,8 +18,8 @@
  *     prefill is chunked and decode batches mix lengths: every group is emitted once,
  *     every response runs to its length, token ids in the vocabulary, log-probs within
  *     the bound, no KV block leaked;
- *   - greedy (T = 0) on stories260K, weights bf16 and w8a8-int8 (bound 0.05 for the INT8
- *     codes the GPU's BF16 GEMM inputs can move by one step): the GPU scheduler's tokens equal the CPU
+ *   - greedy (T = 0) on stories260K, weights bf16, w8a8-int8 and w8a8-fp8 (bound 0.05 for
+ *     the INT8 / E4M3 codes the GPU's BF16 GEMM inputs can move by one step): the GPU scheduler's tokens equal the CPU
  *     scheduler's until the first position where they differ, which must have a CPU top-1
  *     margin <= 2 eps (a flip the bound allows; the continuations differ after it); at
  *     least MIN_GREEDY tokens compared, MIN_GREEDY / 4 of them at a margin > 2 eps;
@@ -300,6 +300,11 @@ Test(cuda_scheduler, greedy_w8a8_int8_equals_cpu_scheduler) {
     greedy_case(QRL_PRECISION_W8A8_INT8, 0.05);
 }
 
+Test(cuda_scheduler, greedy_w8a8_fp8_equals_cpu_scheduler) {
+    require_gpu();
+    greedy_case(QRL_PRECISION_W8A8_FP8, 0.05);
+}
+
 /* ---- sync boundary on the GPU ------------------------------------------------------ */
 
 Test(cuda_scheduler, swap_weights_reprefills_under_new_weights) {
@@ -452,12 +457,12 @@ Test(cuda_scheduler, refuses_quantized_weights_and_fp4) {
                  QRL_STATUS_UNSUPPORTED);
     cr_assert(strstr(err.msg, "fp4"), "%s", err.msg);
     cfg.kv_format = QRL_KV_FORMAT_BF16;
-    /* w8a8-int8 runs on the GPU (greedy_w8a8_int8_equals_cpu_scheduler); w8a8-fp8 and
-     * the FP4 formats have no GPU GEMMs */
-    cr_assert_eq(qrl_model_quantize(m, QRL_PRECISION_W8A8_FP8, &err), QRL_OK, "%s", err.msg);
+    /* w8a8-int8 and w8a8-fp8 run on the GPU (greedy_w8a8_*_equals_cpu_scheduler); the FP4
+     * formats have no GPU GEMMs */
+    cr_assert_eq(qrl_model_quantize(m, QRL_PRECISION_W4A16_NVFP4, &err), QRL_OK, "%s", err.msg);
     cr_assert_eq(qrl_scheduler_new(m, NULL, &cfg, st_on_group, NULL, &s, &err),
                  QRL_STATUS_UNSUPPORTED);
-    cr_assert(strstr(err.msg, "w8a8-fp8"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "w4a16-nvfp4"), "%s", err.msg);
     cr_assert_null(s);
     qrl_model_free(m);
 }
