@@ -83,6 +83,13 @@ static __device__ __forceinline__ uint32_t u4_pair(uint32_t w, int b) {
 
 static __device__ __forceinline__ uint32_t h2_bits(float lo, float hi) { return qrl_pack_h2(lo, hi); }
 
+/* 2^x on the SFU alone (2 ulp; -inf -> 0): exp2f adds a denormal-range fix-up per call. */
+static __device__ __forceinline__ float ex2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 /* One split: chunk s of the row's `region` positions into scratch split s + split_off. */
 template <int HD, int FMT, int STG>
 static __device__ __forceinline__ void tc_split(const qargs &a, int region, float sl2, int chunk,
@@ -165,31 +172,33 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
     /* a tile's 16 positions in one block (block size a multiple of 16, aligned start): the
      * records are base + row * KVH, one table entry for all */
     bool blk16 = region == 0 && bs_shift >= 4 && (m.a & 15) == 0;
-    size_t row_stride = (size_t)KVH;
     auto issue = [&](int j, int tb) {
         if (j < my_tiles) {
             int i0 = start + (warp + j * WARPS) * TQ;
             unsigned char *st = stg + (j % STG) * RAW;
             float *sst = (float *)(st + 2 * TQ * CB);
-            if (blk16) {
+            if (blk16) { /* 32-bit offsets from the tile's first record, K and V alike */
                 int p0 = m.a + i0;
                 size_t rec0 = ((size_t)__shfl_sync(0xffffffffu, tb, 0) * a.c.block_size +
                                (p0 & (a.c.block_size - 1))) * KVH + kvh;
+                const uint8_t *kb = a.c.codes[0] + rec0 * CB, *vb = a.c.codes[1] + rec0 * CB;
+                uint32_t sb = qrl_smem_u32(st);
 #pragma unroll
-                for (int it = 0; it < 2 * TQ / RPI; it++) {
-                    int rall = lane / NCH + RPI * it, kv = rall / TQ, row = rall % TQ;
-                    const uint8_t *cp = a.c.codes[kv] + (rec0 + row * row_stride) * CB;
-                    qrl_cp_async16(qrl_smem_u32(st + rall * CB + ((ch ^ swz<NCH>(row)) << 4)), cp + ch * 16,
-                                   i0 + row < end);
+                for (int it = 0; it < TQ / RPI; it++) {
+                    int row = lane / NCH + RPI * it, go = row * KVH * CB + ch * 16;
+                    uint32_t so = sb + row * CB + ((ch ^ swz<NCH>(row)) << 4);
+                    bool ok = i0 + row < end;
+                    qrl_cp_async16(so, kb + go, ok);
+                    qrl_cp_async16(so + TQ * CB, vb + go, ok);
                 }
                 if (SF == 1)
-                    qrl_cp_async4(qrl_smem_u32(sst + lane), a.c.scales[lane >> 4] + rec0 + crow * row_stride,
+                    qrl_cp_async4(qrl_smem_u32(sst + lane), a.c.scales[lane >> 4] + rec0 + crow * KVH,
                                   i0 + crow < end);
 #pragma unroll
                 for (int it = 0; SF > 1 && it < SP; it++) {
-                    int c = lane + 32 * it, rall = c / SP, pc = c % SP, kv = rall / TQ, row = rall % TQ;
+                    int c = lane + 32 * it, rall = c / SP, pc = c % SP, row = rall % TQ;
                     qrl_cp_async16(qrl_smem_u32(sst + rall * SF + 4 * pc),
-                                   a.c.scales[kv] + (rec0 + row * row_stride) * SF + 4 * pc, i0 + row < end);
+                                   a.c.scales[rall / TQ] + rec0 * SF + row * KVH * SF + 4 * pc, i0 + row < end);
                 }
             } else {
 #pragma unroll
@@ -280,7 +289,7 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
         if (__any_sync(0xffffffffu, mx > mrun)) { /* rescale only when a maximum grew */
-            float mn = fmaxf(mrun, mx), cf = exp2f(mrun - mn);
+            float mn = fmaxf(mrun, mx), cf = ex2(mrun - mn);
             mrun = mn;
             l *= cf;
             float ca = __shfl_sync(0xffffffffu, cf, 8 * t), cb = __shfl_sync(0xffffffffu, cf, 8 * t + 4);
@@ -289,7 +298,7 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
         }
         float p[4];
 #pragma unroll
-        for (int i = 0; i < 4; i++) p[i] = g < G ? exp2f(sc[i] - mrun) : 0.0f;
+        for (int i = 0; i < 4; i++) p[i] = g < G ? ex2(sc[i] - mrun) : 0.0f;
         l += (p[0] + p[1]) + (p[2] + p[3]);
         uint32_t pb0 = h2_bits(p[0], p[1]), pb1 = h2_bits(p[2], p[3]);
 
@@ -376,14 +385,10 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
 /* Grid (n_main [+ 1], kv heads, rows).  int4-protected (prot_len > 0): block x = n_main is
  * the row's protected positions (sink + recent window) from the INT8 side cache, in the
  * same launch as the INT4 main-store splits. */
-/* Blocks per SM the registers must allow: 4 (128 registers) where the kernel fits them
- * without spilling (int8, 3 stages: the default), else 3 (measured equal speed at 3 and 4
- * for int4-protected). */
 template <int HD, int FMT, int STG>
-struct tc_minb { static constexpr int v = FMT == F_INT8 && STG == 3 ? 4 : 3; };
-
-template <int HD, int FMT, int STG>
-static __global__ void __launch_bounds__(WARPS * 32, (tc_minb<HD, FMT, STG>::v))
+static __global__ void __launch_bounds__(WARPS * 32, 3) /* <= 168 registers: no spills (at 128
+                                                           * for 4 blocks/SM they spill; 3 and 4
+                                                           * measured equal before) */
 attnq_tc_kernel(qargs a, float sl2, int chunk, int n_splits, int bs_shift, int n_main, int prot_len) {
     if (FMT == F_INT4 && (int)blockIdx.x >= n_main)
         tc_split<HD, F_INT8, STG>(a, 1, sl2, prot_len, n_splits, 0, n_main, bs_shift);
