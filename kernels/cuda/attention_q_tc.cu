@@ -177,11 +177,27 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
             int i0 = start + (warp + j * WARPS) * TQ;
             unsigned char *st = stg + (j % STG) * RAW;
             float *sst = (float *)(st + 2 * TQ * CB);
-            if (blk16) { /* 32-bit offsets from the tile's first record, K and V alike */
+            /* the tile's records are rec0 + row * KVH: a main-store tile inside one block, or
+             * side-cache slots without a sink/ring boundary or a ring wrap inside the tile */
+            bool fast = blk16;
+            size_t rec0 = 0;
+            if (blk16) {
                 int p0 = m.a + i0;
-                size_t rec0 = ((size_t)__shfl_sync(0xffffffffu, tb, 0) * a.c.block_size +
-                               (p0 & (a.c.block_size - 1))) * KVH + kvh;
-                const uint8_t *kb = a.c.codes[0] + rec0 * CB, *vb = a.c.codes[1] + rec0 * CB;
+                rec0 = ((size_t)__shfl_sync(0xffffffffu, tb, 0) * a.c.block_size +
+                        (p0 & (a.c.block_size - 1))) * KVH + kvh;
+            } else if (region) {
+                int slot0 = -1;
+                if (i0 + TQ <= m.a) slot0 = i0; /* sink positions: slot = position */
+                else if (i0 >= m.a) {
+                    int off = (m.b + i0 - m.a - a.c.sink) % a.c.ring;
+                    if (off + TQ <= a.c.ring) slot0 = a.c.sink + off;
+                }
+                fast = slot0 >= 0;
+                if (fast) rec0 = kvq_side_rec(a.c, seq, slot0, kvh);
+            }
+            if (fast) { /* 32-bit offsets from the tile's first record, K and V alike */
+                const uint8_t *kb = region ? (const uint8_t *)a.c.side_codes[0] + rec0 * HD : a.c.codes[0] + rec0 * CB;
+                const uint8_t *vb = region ? (const uint8_t *)a.c.side_codes[1] + rec0 * HD : a.c.codes[1] + rec0 * CB;
                 uint32_t sb = qrl_smem_u32(st);
 #pragma unroll
                 for (int it = 0; it < TQ / RPI; it++) {
@@ -192,7 +208,8 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
                     qrl_cp_async16(so + TQ * CB, vb + go, ok);
                 }
                 if (SF == 1)
-                    qrl_cp_async4(qrl_smem_u32(sst + lane), a.c.scales[lane >> 4] + rec0 + crow * KVH,
+                    qrl_cp_async4(qrl_smem_u32(sst + lane),
+                                  (region ? a.c.side_scales[lane >> 4] : a.c.scales[lane >> 4]) + rec0 + crow * KVH,
                                   i0 + crow < end);
 #pragma unroll
                 for (int it = 0; SF > 1 && it < SP; it++) {
