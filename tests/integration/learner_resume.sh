@@ -177,8 +177,11 @@ echo "damaged checkpoints refused with the file named; a partial folder skipped;
 
 # ---- 4. real replica: kill -9 after a checkpoint, resume, the replica follows -----------
 t=$(date +%s.%N)
+# 160 new tokens per response: an update then takes ~1 s on 2 cores, so the kill after the
+# step-2 checkpoint lands before step 4 (at 16 tokens steps 2..4 took ~0.1 s and R1 could
+# finish before the log poll saw step 2: a flake seen once)
 rargs=("${common[@]}" --learner.group_size 4 --learner.quota 4 --learner.max_updates 4 --learner.max_staleness 1
-       --sampling.max_new_tokens 16 --learner.heartbeat_interval_ms 300 --learner.checkpoint_dir "$tmp/ckR")
+       --sampling.max_new_tokens 160 --learner.heartbeat_interval_ms 300 --learner.checkpoint_dir "$tmp/ckR")
 QRL_LOG_LEVEL=info "$learner" "${rargs[@]}" --metrics.jsonl "$tmp/R1.jsonl" >"$tmp/R1.log" 2>&1 &
 pids+=($!); pid_r1=$!
 port=$(log_port "$tmp/R1.log")
