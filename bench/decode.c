@@ -254,14 +254,41 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--breakdown")) bd = 1;
         else if (!strcmp(argv[i], "--from") && i + 1 < argc) from = atoi(argv[++i]); /* first replay shape */
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) { /* one BxC shape only (profiling) */
-            int b = 0, c = 0;
-            if (sscanf(argv[++i], "%dx%d", &b, &c) != 2 || b < 1 || c < 1) {
-                fprintf(stderr, "decode: --shape wants BATCHxCONTEXT, got '%s'\n", argv[i]);
+            int b = 0, c = 0, n = 0;
+            if (sscanf(argv[++i], "%9dx%9d%n", &b, &c, &n) != 2 || argv[i][n] || b < 1 || c < 1) {
+                fprintf(stderr, "decode: --shape wants BATCHxCONTEXT (positive, < 1e9), got '%s'\n", argv[i]);
                 return 2;
             }
             SHAPES[N_REPLAY - 1] = (shape){"custom", b, c};
             from = N_REPLAY - 1, grid = 0;
+        } else {
+            fprintf(stderr, "decode: unknown or incomplete argument '%s'\nusage: decode [--out FILE] "
+                    "[--formats bf16,int8,fp8,int4,int4-protected] [--grid 0|1] [--breakdown] [--from N] "
+                    "[--shape BxC]\n", argv[i]);
+            return 2;
         }
+    }
+    int n_on = 0;
+    for (const char *p = fmts; *p;) { /* every listed format must be known */
+        size_t len = strcspn(p, ",");
+        bool known = false;
+        for (int k = 0; k < N_FMTS; k++) known |= strlen(FMT_NAMES[k]) == len && !strncmp(p, FMT_NAMES[k], len);
+        if (!known) {
+            fprintf(stderr, "decode: --formats: '%.*s' is not one of bf16, int8, fp8, int4, int4-protected\n",
+                    (int)len, p);
+            return 2;
+        }
+        n_on++;
+        p += len + (p[len] == ',');
+    }
+    if (n_on == 0 || from < 0 || from >= N_REPLAY) {
+        fprintf(stderr, "decode: nothing to run (--formats empty or --from outside 0..%d)\n", N_REPLAY - 1);
+        return 2;
+    }
+    int n_dev = 0;
+    if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
+        fprintf(stderr, "decode: no CUDA device\n");
+        return 77;
     }
     struct cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));

@@ -1,12 +1,15 @@
 /* Internal to the kernels/cuda sources (C++ only): the inline-PTX building blocks the
- * tensor-core attention kernels share (cp.async into shared memory, ldmatrix, mma.sync
- * F16, packed-half arithmetic on raw 32-bit registers). */
+ * tensor-core kernels share (decode attention, quantized-KV attention, training
+ * attention): cp.async into shared memory, ldmatrix, mma.sync m16n8k16 with F32
+ * accumulation, packed-half arithmetic on raw 32-bit registers.  PTX ISA references:
+ * cp.async, ldmatrix, mma (m16n8k16 fragment layouts), add/mul/fma.f16x2. */
 #ifndef QRL_CUDA_PTX_CUH
 #define QRL_CUDA_PTX_CUH
 
 #include <cuda_fp16.h>
 #include <stdint.h>
 
+/* Shared-memory address of a generic pointer into shared memory (for PTX operands). */
 static __device__ __forceinline__ uint32_t qrl_smem_u32(const void *p) {
     return (uint32_t)__cvta_generic_to_shared(p);
 }
@@ -20,6 +23,7 @@ static __device__ __forceinline__ void qrl_cp_async4(uint32_t dst, const void *s
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
                  "r"(ok ? 4 : 0));
 }
+/* Close the current cp.async group / wait until at most N groups are in flight. */
 static __device__ __forceinline__ void qrl_cp_async_commit(void) {
     asm volatile("cp.async.commit_group;\n" ::);
 }
@@ -28,6 +32,8 @@ static __device__ __forceinline__ void qrl_cp_async_wait(void) {
     asm volatile("cp.async.wait_group %0;\n" ::"n"(N));
 }
 
+/* Four 8x8 b16 matrices from shared memory into a warp's fragments (lanes 8i..8i+7 give
+ * the row addresses of matrix i); _t transposes each matrix. */
 static __device__ __forceinline__ void qrl_ldsm_x4(uint32_t addr, uint32_t r[4]) {
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr));
@@ -71,6 +77,8 @@ static __device__ __forceinline__ void qrl_mma_bf16_top(float c[4], uint32_t a0,
                  : "r"(a0), "r"(0u), "r"(a2), "r"(0u), "r"(b0), "r"(b1));
 }
 
+/* Two floats as one f16x2 register (round to nearest even; lo in the low half), and
+ * f16x2 subtract / multiply / fused multiply-add on raw registers. */
 static __device__ __forceinline__ uint32_t qrl_pack_h2(float lo, float hi) {
     __half2 v = __floats2half2_rn(lo, hi);
     return *(uint32_t *)&v;
