@@ -30,6 +30,7 @@
 #include "cuda/gemm_w8a8.cuh"
 #include "cuda_cpu_ref.h"
 #include "cuda_test_util.h"
+#include "w8a8_test_util.h"
 #include "model/forward.h"
 #include "model/forward_cuda.h"
 #include "support/test_files.h"
@@ -38,56 +39,6 @@ static double logit_tol(qrl_precision p) { return p == QRL_PRECISION_W8A8_FP8 ? 
 
 /* ---- kernels ------------------------------------------------------------------------ */
 
-/* x [T, K]: uniform in [-scale, scale]; row 1 (when T > 2) with NaN, +Inf, -Inf; row 2
- * (when T > 3) all zeros. */
-static void rand_acts(float *x, int T, int K, float scale, uint64_t *s) {
-    rand_f32(x, (size_t)T * K, scale, s);
-    if (T > 2) {
-        x[K + 0] = NAN;
-        if (K > 1) x[K + 1] = INFINITY;
-        if (K > 2) x[K + K / 2] = -INFINITY;
-    }
-    if (T > 3) memset(x + 2 * (size_t)K, 0, (size_t)K * 4);
-}
-
-/* Codes [T, K] -> [T, ld] zero padded. */
-static int8_t *pad_codes(const int8_t *q, int T, int K, int ld) {
-    int8_t *p = calloc((size_t)T * ld, 1);
-    for (int t = 0; t < T; t++) memcpy(p + (size_t)t * ld, q + (size_t)t * K, K);
-    return p;
-}
-
-/* GPU quantization of x (F32, or its BF16 rounding when bf16) vs the CPU's. */
-static void check_quantize(const float *x, int T, int K, int bf16) {
-    int ld = qrl_cuda_w8a8_ld(K);
-    float *xr = malloc((size_t)T * K * 4);
-    uint16_t *xb = malloc((size_t)T * K * 2);
-    for (size_t i = 0; i < (size_t)T * K; i++) {
-        xb[i] = qrl_cpu_bf16_store(x[i]);
-        xr[i] = bf16 ? qrl_cpu_bf16_load(xb[i]) : x[i];
-    }
-    int8_t *cq = malloc((size_t)T * K);
-    float *cs = malloc((size_t)T * 4);
-    qrl_int8_quantize_rows(xr, T, K, cq, cs);
-    int8_t *want = pad_codes(cq, T, K, ld);
-    void *dx = bf16 ? dev_from(xb, (size_t)T * K * 2) : dev_from(xr, (size_t)T * K * 4);
-    guarded gq = guarded_new((size_t)T * ld / 4, 4), gs = guarded_new(T, 4);
-    qrl_error err;
-    cr_assert_eq(qrl_cuda_int8_quantize_rows(guarded_ptr(gq), guarded_ptr(gs), dx, bf16, T, K, ld,
-                                             NULL, &err), QRL_OK, "T=%d K=%d bf16=%d: %s", T, K,
-                 bf16, err.msg);
-    int8_t *got = malloc((size_t)T * ld);
-    float *gs_h = malloc((size_t)T * 4);
-    guarded_fetch(gq, got, "int8 codes");
-    guarded_fetch(gs, gs_h, "int8 scales");
-    cr_assert(memcmp(gs_h, cs, (size_t)T * 4) == 0, "T=%d K=%d bf16=%d: scales differ", T, K, bf16);
-    for (size_t i = 0; i < (size_t)T * ld; i++)
-        cr_assert_eq(got[i], want[i], "T=%d K=%d bf16=%d: code %zu (row %zu col %zu): gpu %d cpu %d",
-                     T, K, bf16, i, i / ld, i % ld, got[i], want[i]);
-    qrl_cuda_free(dx); /* gq, gs: freed by guarded_fetch */
-    free(xr); free(xb); free(cq); free(cs); free(want); free(got); free(gs_h);
-}
-
 static void check_gemm(int T, int N, int K, int with_bias, uint64_t seed) {
     uint64_t s = seed;
     int ld = qrl_cuda_w8a8_ld(K);
@@ -95,8 +46,8 @@ static void check_gemm(int T, int N, int K, int with_bias, uint64_t seed) {
     rand_acts(x, T, K, 3.0f, &s);
     rand_f32(w, (size_t)N * K, 0.05f, &s);
     rand_f32(b, N, 0.5f, &s);
-    check_quantize(x, T, K, 0);
-    check_quantize(x, T, K, 1);
+    check_quantize(x, T, K, 0, 0);
+    check_quantize(x, T, K, 1, 0);
     int8_t *xq = malloc((size_t)T * K), *wq = malloc((size_t)N * K);
     float *sx = malloc((size_t)T * 4), *sw = malloc((size_t)N * 4), *want = malloc((size_t)T * N * 4);
     qrl_int8_quantize_rows(x, T, K, xq, sx);
@@ -301,58 +252,4 @@ Test(cuda_w8a8, engine_refuses_other_quantized_precisions) {
     cr_assert_eq(qrl_cuda_forward_new(&c, &d, &f, &err), QRL_STATUS_UNSUPPORTED);
     cr_assert(strstr(err.msg, "w4a16-mxfp4"), "%s", err.msg);
     cr_assert_null(f);
-}
-
-/* ---- perf (printed) ------------------------------------------------------------------ */
-
-static double now_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return ts.tv_sec * 1e3 + ts.tv_nsec / 1e6;
-}
-
-Test(cuda_w8a8, decode_step_time_bf16_vs_int8, .timeout = 120) {
-    require_gpu();
-    /* Qwen2.5-1.5B shapes */
-    qrl_model_config c = {.arch = QRL_MODEL_ARCH_QWEN2, .dim = 1536, .hidden_dim = 8960,
-                          .n_layers = 28, .n_heads = 12, .n_kv_heads = 2, .head_dim = 128,
-                          .vocab_size = 151936, .max_seq_len = 4096, .norm_eps = 1e-6f,
-                          .qkv_bias = true, .tie_embeddings = true,
-                          .rope = {.theta = 1000000.0, .layout = QRL_ROPE_LAYOUT_HALF}};
-    static const int batches[] = {1, 32};
-    double ms[2][2];
-    for (int p = 0; p < 2; p++)
-        for (int bi = 0; bi < 2; bi++) {
-            int B = batches[bi], ctx = 512;
-            qrl_cuda_forward_desc d = {.max_rows = B, .max_ctx = ctx + 64, .block_size = 16,
-                                       .n_blocks = B * ((ctx + 64) / 16 + 1), .max_seqs = B,
-                                       .precision = p ? QRL_PRECISION_W8A8_INT8 : QRL_PRECISION_BF16};
-            qrl_cuda_forward *f;
-            qrl_error err;
-            cr_assert_eq(qrl_cuda_forward_new(&c, &d, &f, &err), QRL_OK, "%s", err.msg);
-            cr_assert_eq(qrl_cuda_forward_init_random(f, 3, &err), QRL_OK, "%s", err.msg);
-            int seqs[32];
-            int32_t tok[32], gt[32];
-            for (int b = 0; b < B; b++) {
-                cr_assert_eq(qrl_cuda_forward_seq_new(f, &seqs[b], &err), QRL_OK);
-                cr_assert_eq(qrl_cuda_forward_seq_set_len_unwritten(f, seqs[b], ctx, &err), QRL_OK);
-                tok[b] = 7 + b;
-            }
-            for (int it = 0; it < 3; it++)
-                cr_assert_eq(qrl_cuda_forward_decode(f, seqs, tok, B, NULL, gt, NULL, &err), QRL_OK,
-                             "%s", err.msg);
-            int steps = 20;
-            double t0 = now_ms();
-            for (int it = 0; it < steps; it++)
-                cr_assert_eq(qrl_cuda_forward_decode(f, seqs, tok, B, NULL, gt, NULL, &err), QRL_OK,
-                             "%s", err.msg);
-            ms[p][bi] = (now_ms() - t0) / steps;
-            for (int b = 0; b < B; b++) cr_assert(gt[b] >= 0 && gt[b] < c.vocab_size);
-            fprintf(stderr, "decode step qwen2.5-1.5B shapes, %s weights (%.2f GB read), batch %d, "
-                    "ctx %d: %.3f ms\n", p ? "w8a8-int8" : "bf16",
-                    qrl_cuda_forward_weight_bytes(f) / 1e9, B, ctx, ms[p][bi]);
-            qrl_cuda_forward_free(f);
-        }
-    fprintf(stderr, "decode speedup w8a8-int8 over bf16: batch 1 %.2fx, batch 32 %.2fx\n",
-            ms[0][0] / ms[1][0], ms[0][1] / ms[1][1]);
 }

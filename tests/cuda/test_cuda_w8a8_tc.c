@@ -21,55 +21,10 @@
 #include "cpu/quant.h"
 #include "cuda/gemm_w8a8.cuh"
 #include "cuda_test_util.h"
+#include "w8a8_test_util.h"
 
 #define FP8_TOL_MMA (1.0 / 65536)
 #define FP8_TOL_BLAS (1.0 / 2048)
-
-/* x [T, K] uniform in [-scale, scale]; row 1 (T > 2) with NaN, +Inf, -Inf; row 2 (T > 3)
- * all zeros. */
-static void rand_acts(float *x, int T, int K, float scale, uint64_t *s) {
-    rand_f32(x, (size_t)T * K, scale, s);
-    if (T > 2) {
-        x[K + 0] = NAN;
-        if (K > 1) x[K + 1] = INFINITY;
-        if (K > 2) x[K + K / 2] = -INFINITY;
-    }
-    if (T > 3) memset(x + 2 * (size_t)K, 0, (size_t)K * 4);
-}
-
-static uint8_t *pad_codes(const void *q, int T, int K, int ld) {
-    uint8_t *p = calloc((size_t)T * ld, 1);
-    for (int t = 0; t < T; t++) memcpy(p + (size_t)t * ld, (const uint8_t *)q + (size_t)t * K, K);
-    return p;
-}
-
-/* GPU FP8 quantization of x (F32, or its BF16 rounding) vs qrl_fp8_quantize_rows. */
-static void check_fp8_quantize(const float *x, int T, int K, int bf16) {
-    int ld = qrl_cuda_w8a8_ld(K);
-    float *xr = malloc((size_t)T * K * 4);
-    uint16_t *xb = malloc((size_t)T * K * 2);
-    for (size_t i = 0; i < (size_t)T * K; i++) {
-        xb[i] = qrl_cpu_bf16_store(x[i]);
-        xr[i] = bf16 ? qrl_cpu_bf16_load(xb[i]) : x[i];
-    }
-    uint8_t *cq = malloc((size_t)T * K);
-    float *cs = malloc((size_t)T * 4), *gs_h = malloc((size_t)T * 4);
-    qrl_fp8_quantize_rows(xr, T, K, cq, cs);
-    uint8_t *want = pad_codes(cq, T, K, ld), *got = malloc((size_t)T * ld);
-    void *dx = bf16 ? dev_from(xb, (size_t)T * K * 2) : dev_from(xr, (size_t)T * K * 4);
-    guarded gq = guarded_new((size_t)T * ld / 4, 4), gs = guarded_new(T, 4);
-    qrl_error err;
-    cr_assert_eq(qrl_cuda_fp8_quantize_rows(guarded_ptr(gq), guarded_ptr(gs), dx, bf16, T, K, ld,
-                                            NULL, &err), QRL_OK, "%s", err.msg);
-    guarded_fetch(gq, got, "fp8 codes");
-    guarded_fetch(gs, gs_h, "fp8 scales");
-    cr_assert(memcmp(gs_h, cs, (size_t)T * 4) == 0, "T=%d K=%d bf16=%d: fp8 scales differ", T, K, bf16);
-    for (size_t i = 0; i < (size_t)T * ld; i++)
-        cr_assert_eq(got[i], want[i], "T=%d K=%d bf16=%d: code %zu (row %zu col %zu): gpu 0x%02x "
-                     "cpu 0x%02x", T, K, bf16, i, i / ld, i % ld, got[i], want[i]);
-    qrl_cuda_free(dx);
-    free(xr); free(xb); free(cq); free(cs); free(gs_h); free(want); free(got);
-}
 
 typedef struct gemm_case {
     int T, N, K, ld;
@@ -87,8 +42,8 @@ static gemm_case make_case(int T, int N, int K, bool fp8, uint64_t seed) {
     rand_f32(w, (size_t)N * K, 0.05f, &s);
     rand_f32(c.b, N, 0.5f, &s);
     if (fp8) {
-        check_fp8_quantize(x, T, K, 0);
-        check_fp8_quantize(x, T, K, 1);
+        check_quantize(x, T, K, 0, 1);
+        check_quantize(x, T, K, 1, 1);
     }
     uint8_t *xq = malloc((size_t)T * K), *wq = malloc((size_t)N * K);
     c.sx = malloc((size_t)T * 4), c.sw = malloc((size_t)N * 4);
