@@ -8,9 +8,9 @@
 
 #include "cuda/launch.cuh"
 #include "cuda/ptx.cuh"
+#include "cuda/splits.cuh"
 
 #define WARPS 4
-#define TILE_MIN 64 /* chunk granularity in positions */
 
 static __device__ __forceinline__ void unpack8(uint4 u, float f[8]) {
     const uint32_t w[4] = {u.x, u.y, u.z, u.w};
@@ -326,10 +326,6 @@ static void launch_tc_st(const qrl_cuda_attention_args *a, dim3 grid, float sl2,
     attn_tc_kernel<HD, STG, V><<<grid, WARPS * 32, bytes, st>>>(*a, sl2, chunk, ns, sh);
 }
 
-static int env_int(const char *name, int dflt) {
-    const char *e = getenv(name);
-    return e && *e ? atoi(e) : dflt;
-}
 
 /* Defaults from bench/attn.c on the H200; QRL_ATTN_STAGES (2|3) and QRL_ATTN_VARIANT (0|1|2)
  * select the others for A/B timing. */
@@ -389,49 +385,6 @@ static bool legacy_path(void) {
     return e && *e && *e != '0';
 }
 
-static int sm_count(void) {
-    static int n = 0;
-    if (n == 0) {
-        int dev = 0;
-        cudaGetDevice(&dev);
-        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) n = 132;
-    }
-    return n;
-}
-
-static int round_tile(long c) { return (int)((c + TILE_MIN - 1) / TILE_MIN * TILE_MIN); }
-
-/* Splits of the tensor-core path: ~16 blocks per multiprocessor (several waves of the 3
- * resident 128-thread blocks that 155 registers allow), chunks of whole tiles; once the
- * rows alone fill the chip, chunks of >= QRL_ATTN_CHUNK_MIN (512) positions so each warp
- * pipelines >= 8 tiles, without a tiny last chunk; then (QRL_ATTN_WAVEFIT) up to twice
- * the splits when that makes the last wave of blocks markedly fuller. */
-static int tc_splits(int max_len, long rows, int *chunk_out) {
-    long res = 3L * sm_count();
-    long want = (16L * sm_count() + rows - 1) / rows;
-    long max_splits = (max_len + TILE_MIN - 1) / TILE_MIN;
-    int ns = (int)(want < 1 ? 1 : want > max_splits ? max_splits : want);
-    int chunk = round_tile((max_len + ns - 1) / ns);
-    int cmin = env_int("QRL_ATTN_CHUNK_MIN", 512);
-    if (rows >= sm_count() && chunk < cmin) {
-        ns = max_len / cmin > 1 ? max_len / cmin : 1;
-        chunk = round_tile((max_len + ns - 1) / ns);
-    }
-    ns = (max_len + chunk - 1) / chunk;
-    if (env_int("QRL_ATTN_WAVEFIT", 0) && rows * ns >= res) {
-        double best = 0.0;
-        for (int k = ns; k <= 2 * ns && k <= max_splits; k++) {
-            int c = round_tile((max_len + k - 1) / k);
-            if (c < 256) break;
-            long blocks = rows * ((max_len + c - 1) / c);
-            double eff = (double)blocks / ((double)((blocks + res - 1) / res) * res);
-            if (k == ns || eff > best + 0.02) best = eff, chunk = c;
-        }
-        ns = (max_len + chunk - 1) / chunk;
-    }
-    *chunk_out = chunk;
-    return ns;
-}
 
 qrl_status qrl_cuda_attention(const qrl_cuda_attention_args *a, void *stream, qrl_error *err) {
     int hd = a->head_dim;

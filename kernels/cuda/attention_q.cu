@@ -15,6 +15,7 @@
 #include <atomic>
 
 #include "cuda/attention_q_dev.cuh"
+#include "cuda/splits.cuh"
 #include "cuda/launch.cuh"
 
 /* Dequantize 8 consecutive elements [d0, d0 + 8) of one record. */
@@ -155,39 +156,9 @@ static __global__ void attnq_merge_kernel(qargs a, int hd, int n_splits) {
     }
 }
 
-static int env_int(const char *name, int dflt) {
-    const char *e = getenv(name);
-    return e && *e ? atoi(e) : dflt;
-}
 
-static int sm_count(void) {
-    static int n = 0;
-    if (n == 0) {
-        int dev = 0;
-        cudaGetDevice(&dev);
-        if (cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) n = 132;
-    }
-    return n;
-}
 
-static int round_tile(long c) { return (int)((c + TILE_MIN - 1) / TILE_MIN * TILE_MIN); }
 
-/* As attention.cu's tc_splits: ~16 blocks per SM, >= 512-position chunks once the rows
- * alone fill the chip. */
-static int splits_for(int max_len, long rows, int *chunk_out) {
-    if (max_len < 1) max_len = 1;
-    long want = (16L * sm_count() + rows - 1) / rows;
-    long max_splits = (max_len + TILE_MIN - 1) / TILE_MIN;
-    int ns = (int)(want < 1 ? 1 : want > max_splits ? max_splits : want);
-    int chunk = round_tile((max_len + ns - 1) / ns);
-    int cmin = env_int("QRL_ATTN_CHUNK_MIN", 512);
-    if (rows >= sm_count() && chunk < cmin) {
-        ns = max_len / cmin > 1 ? max_len / cmin : 1;
-        chunk = round_tile((max_len + ns - 1) / ns);
-    }
-    *chunk_out = chunk;
-    return (max_len + chunk - 1) / chunk;
-}
 
 size_t qrl_cuda_attention_q_work_floats(int n, int n_heads, int head_dim, int max_len) {
     size_t splits = ((size_t)max_len + TILE_MIN - 1) / TILE_MIN + 1;
@@ -229,7 +200,7 @@ qrl_status qrl_cuda_attention_q(const qrl_cuda_kvq_layer *c, uint16_t *out, cons
     bool tc = (hd == 64 || hd == 128) && !env_int("QRL_ATTN_LEGACY", 0);
     int sh = -1;
     for (int k = 0; k < 31; k++) if (c->block_size == 1 << k) sh = k;
-    int chunk, ns = splits_for(max_len, (long)n * c->n_kv_heads, &chunk);
+    int chunk, ns = tc_splits(max_len, (long)n * c->n_kv_heads, &chunk);
     int total = ns + (prot ? 1 : 0);
     size_t need = (size_t)n * n_heads * total * (hd + 2);
     if (need > work_floats)

@@ -23,7 +23,6 @@
  * Perf (printed only): decode step time, random Qwen2.5-1.5B-shaped weights, bf16 vs
  * w8a8-int8. */
 #include <cuda_runtime.h>
-#include <time.h>
 #include <unistd.h>
 
 #include "cpu/quant.h"
