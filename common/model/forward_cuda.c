@@ -1,4 +1,4 @@
-/* CUDA forward pass: BF16 or W8A8 (INT8, FP8) weights, BF16 or quantized paged KV (see
+/* CUDA forward pass: BF16, W8A8 (INT8, FP8) or W4A16 (NVFP4, MXFP4) weights, BF16 or quantized paged KV (see
  * forward_cuda.h). */
 #ifdef QRL_HAVE_CUDA
 #include "model/forward_cuda.h"
@@ -11,6 +11,7 @@
 #include "cpu/ops.h"
 #include "cuda/attention.cuh"
 #include "cuda/gemm.cuh"
+#include "cuda/gemm_fp4.cuh"
 #include "cuda/gemm_w8a8.cuh"
 #include "cuda/kv_quant.cuh"
 #include "cuda/norm.cuh"
@@ -18,16 +19,18 @@
 #include "cuda/rope_kv.cuh"
 #include "cuda/sample.cuh"
 
-/* A w8a8 projection on the device: INT8 or E4M3 codes [n_out, qrl_cuda_w8a8_ld(n_in)]
- * zero-padded, per-channel scales [n_out], F32 bias [n_out] or NULL. */
+/* A quantized projection on the device.  w8a8: INT8 or E4M3 codes
+ * [n_out, qrl_cuda_w8a8_ld(n_in)] zero-padded, per-channel scales [n_out].  w4a16: packed
+ * E2M1 codes and block scales as the model stores them (gemm_fp4.cuh), scales [n_out] the
+ * row factor (NVFP4: 1 / S_enc of the row's tensor; MXFP4: 1).  F32 bias [n_out] or NULL. */
 typedef struct qlin_dev {
-    uint8_t *codes;
+    uint8_t *codes, *bscales;
     float *scales, *bias;
 } qlin_dev;
 
 typedef struct layer_dev {
     uint16_t *attn_norm, *wqkv, *bqkv, *wo, *bo, *q_norm, *k_norm, *ffn_norm, *wgu, *wdown;
-    qlin_dev qkv, o, gu, down; /* w8a8 (the BF16 projections and biases are NULL) */
+    qlin_dev qkv, o, gu, down; /* w8a8, w4a16 (the BF16 projections and biases are NULL) */
 } layer_dev;
 
 struct qrl_cuda_forward {
@@ -36,9 +39,13 @@ struct qrl_cuda_forward {
     int max_blocks;                 /* per sequence */
     cudaStream_t stream;
     qrl_cuda_gemm *gemm;
-    uint16_t *warena;               /* every weight, BF16 (w8a8: all but the projections) */
+    uint16_t *warena;               /* every weight, BF16 (qproj: all but the projections) */
     size_t warena_elems;
     bool w8a8, fp8;                 /* w8a8-int8 or w8a8-fp8 projections (qarena) */
+    bool fp4, mx;                   /* w4a16-nvfp4 or w4a16-mxfp4 projections (qarena) */
+    bool qproj;                     /* w8a8 || fp4: projections in qarena */
+    uint16_t *fp4_work;             /* fp4 prefill (> 64 rows): one projection as BF16 */
+    size_t fp4_work_elems;
     unsigned char *qarena;          /* codes, scales, F32 biases; activation codes; split-K */
     size_t qarena_bytes, qweight_bytes;
     uint8_t *xq;                    /* [max_rows, ld of the widest input] activation codes */
@@ -113,6 +120,7 @@ size_t qrl_cuda_forward_weight_bytes(const qrl_cuda_forward *f) {
 }
 
 qrl_precision qrl_cuda_forward_precision(const qrl_cuda_forward *f) {
+    if (f->fp4) return f->mx ? QRL_PRECISION_W4A16_MXFP4 : QRL_PRECISION_W4A16_NVFP4;
     if (!f->w8a8) return QRL_PRECISION_BF16;
     return f->fp8 ? QRL_PRECISION_W8A8_FP8 : QRL_PRECISION_W8A8_INT8;
 }
@@ -144,14 +152,20 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
                              "8..256 powers of two, <= 8)", hd, cfg->n_heads / cfg->n_kv_heads);
     bool fp8 = d->precision == QRL_PRECISION_W8A8_FP8,
          w8a8 = fp8 || d->precision == QRL_PRECISION_W8A8_INT8; /* one byte per code */
-    if (!w8a8 && d->precision != QRL_PRECISION_F32 && d->precision != QRL_PRECISION_BF16)
+    bool mx = d->precision == QRL_PRECISION_W4A16_MXFP4,
+         fp4 = mx || d->precision == QRL_PRECISION_W4A16_NVFP4, qproj = w8a8 || fp4;
+    if (!qproj && d->precision != QRL_PRECISION_F32 && d->precision != QRL_PRECISION_BF16)
         return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
                              "cuda forward: weight precision '%s' (supported: f32 as bf16, bf16, "
-                             "w8a8-int8, w8a8-fp8)", qrl_precision_name(d->precision));
+                             "w8a8-int8, w8a8-fp8, w4a16-nvfp4, w4a16-mxfp4)",
+                             qrl_precision_name(d->precision));
     qrl_cuda_forward *f = calloc(1, sizeof *f);
     if (!f) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: out of memory");
     f->w8a8 = w8a8;
     f->fp8 = fp8;
+    f->fp4 = fp4;
+    f->mx = mx;
+    f->qproj = qproj;
     qrl_status st = QRL_OK;
     f->cfg = *cfg;
     f->d = *d;
@@ -161,7 +175,7 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
            Q = (size_t)cfg->n_heads * hd, KV = (size_t)cfg->n_kv_heads * hd, R = d->max_rows;
     size_t W = Q + 2 * KV;
     size_t per_layer = 2 * D + (cfg->qk_norm ? 2 * (size_t)hd : 0);
-    if (!w8a8)
+    if (!qproj)
         per_layer += W * D + (cfg->qkv_bias ? W : 0) + D * Q + (cfg->o_bias ? D : 0) + 2 * F * D +
                      D * F;
     /* w8a8: codes, scales and F32 biases per layer, then activation codes and the split-K
@@ -184,6 +198,23 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
                 f->gwork_floats = max_sz(f->gwork_floats,
                                          qrl_cuda_w8a8_work_floats(t, q_rows[i], qrl_cuda_w8a8_ld(q_ins[i])));
         f->qarena_bytes += up256(R * max_ld) + up256(R * 4) + up256(f->gwork_floats * 4);
+    }
+    /* w4a16: codes, block scales, row scales and F32 biases per layer; above 64 rows the
+     * prefill GEMMs decode one projection at a time into a BF16 scratch */
+    if (fp4) {
+        for (size_t l = 0; l < L; l++)
+            for (int i = 0; i < 4; i++) {
+                size_t codes = (size_t)q_rows[i] * qrl_cuda_fp4_code_bytes(q_ins[i]),
+                       bs = (size_t)q_rows[i] * qrl_cuda_fp4_scale_bytes(q_ins[i], mx);
+                f->qarena_bytes += up256(codes) + up256(bs) + up256((size_t)q_rows[i] * 4);
+                f->qweight_bytes += codes + bs + (size_t)q_rows[i] * 4;
+                bool b = (i == 0 && cfg->qkv_bias) || (i == 1 && cfg->o_bias);
+                if (b) f->qarena_bytes += up256((size_t)q_rows[i] * 4);
+            }
+        if (R > 64)
+            for (int i = 0; i < 4; i++)
+                f->fp4_work_elems = max_sz(f->fp4_work_elems, (size_t)q_rows[i] * q_ins[i]);
+        f->qarena_bytes += up256(f->fp4_work_elems * 2);
     }
     f->warena_elems = V * D + D + (cfg->tie_embeddings ? 0 : V * D) + L * per_layer;
     if (f->d.kv_format == QRL_KV_FORMAT_F32) f->d.kv_format = QRL_KV_FORMAT_BF16;
@@ -256,7 +287,7 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
         {(void **)&f->d_meta, 7 * R * 4, "row metadata"},
         {(void **)&f->x, act_floats * 4, "activations"},
         {(void **)&f->xb, act_bf16 * 2, "bf16 activations"},
-        {(void **)&f->qarena, f->qarena_bytes, "w8a8 weights"},
+        {(void **)&f->qarena, f->qarena_bytes, "quantized weights"},
         {(void **)&f->d_sreq, R * (sizeof *f->d_sreq + sizeof *f->d_sout), "sampler rows"},
     };
     for (size_t i = 0; i < sizeof allocs / sizeof *allocs; i++) {
@@ -319,7 +350,7 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
         w->attn_norm = p; p += D;
         w->ffn_norm = p; p += D;
         if (cfg->qk_norm) { w->q_norm = p; p += hd; w->k_norm = p; p += hd; }
-        if (w8a8) continue;
+        if (qproj) continue;
         w->wqkv = p; p += W * D;
         if (cfg->qkv_bias) { w->bqkv = p; p += W; }
         w->wo = p; p += D * Q;
@@ -344,6 +375,24 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
         f->xq = qp; qp += up256(R * max_ld);
         f->sx = (float *)qp; qp += up256(R * 4);
         f->gwork = (float *)qp; qp += up256(f->gwork_floats * 4);
+        QRL_CHECK((size_t)(qp - f->qarena) == f->qarena_bytes);
+    }
+    if (fp4) {
+        unsigned char *qp = f->qarena;
+        for (size_t l = 0; l < L; l++) {
+            qlin_dev *ql[4] = {&f->layers[l].qkv, &f->layers[l].o, &f->layers[l].gu,
+                               &f->layers[l].down};
+            for (int i = 0; i < 4; i++) {
+                ql[i]->codes = qp; qp += up256((size_t)q_rows[i] * qrl_cuda_fp4_code_bytes(q_ins[i]));
+                ql[i]->bscales = qp; qp += up256((size_t)q_rows[i] * qrl_cuda_fp4_scale_bytes(q_ins[i], mx));
+                ql[i]->scales = (float *)qp; qp += up256((size_t)q_rows[i] * 4);
+                if ((i == 0 && cfg->qkv_bias) || (i == 1 && cfg->o_bias)) {
+                    ql[i]->bias = (float *)qp; qp += up256((size_t)q_rows[i] * 4);
+                }
+            }
+        }
+        if (f->fp4_work_elems) f->fp4_work = (uint16_t *)qp;
+        qp += up256(f->fp4_work_elems * 2);
         QRL_CHECK((size_t)(qp - f->qarena) == f->qarena_bytes);
     }
     *out = f;
@@ -401,15 +450,36 @@ static qrl_status put_qlin(const qlin_dev *g, int row0, const qrl_linear *l, uin
     return QRL_OK;
 }
 
-static qrl_status upload_w8a8(qrl_cuda_forward *f, const qrl_model *m, qrl_error *err) {
+/* Rows [row0, row0 + l->n_out) of a device projection from a w4a16 linear: codes and block
+ * scales byte for byte, the row factor 1 / S_enc (NVFP4, the CPU's F32 division) or 1. */
+static qrl_status put_fp4lin(const qlin_dev *g, int row0, const qrl_linear *l, bool mx,
+                             float *stage, qrl_error *err) {
+    QRL_CHECK(l->fmt == (mx ? QRL_PRECISION_W4A16_MXFP4 : QRL_PRECISION_W4A16_NVFP4));
+    size_t N = l->n_out, cb = qrl_cuda_fp4_code_bytes(l->n_in),
+           nb = qrl_cuda_fp4_scale_bytes(l->n_in, mx);
+    QRL_TRY(cuda_st(cudaMemcpy(g->codes + (size_t)row0 * cb, l->codes, N * cb,
+                               cudaMemcpyHostToDevice), "fp4 codes upload", err));
+    QRL_TRY(cuda_st(cudaMemcpy(g->bscales + (size_t)row0 * nb, l->block_scales, N * nb,
+                               cudaMemcpyHostToDevice), "fp4 block scales upload", err));
+    float rs = mx ? 1.0f : 1.0f / l->global_enc[0];
+    for (size_t n = 0; n < N; n++) stage[n] = rs;
+    QRL_TRY(cuda_st(cudaMemcpy(g->scales + row0, stage, N * 4, cudaMemcpyHostToDevice),
+                    "fp4 row scales upload", err));
+    if (g->bias && l->bias)
+        QRL_TRY(cuda_st(cudaMemcpy(g->bias + row0, l->bias, N * 4, cudaMemcpyHostToDevice),
+                        "bias upload", err));
+    return QRL_OK;
+}
+
+static qrl_status upload_qproj(qrl_cuda_forward *f, const qrl_model *m, qrl_error *err) {
     const qrl_model_config *c = &m->cfg;
     int rows[4], ins[4];
     qlin_shapes(c, rows, ins);
     size_t stage_bytes = 0;
     for (int i = 0; i < 4; i++)
-        stage_bytes = max_sz(stage_bytes, (size_t)rows[i] * qrl_cuda_w8a8_ld(ins[i]));
+        stage_bytes = max_sz(stage_bytes, (size_t)rows[i] * max_sz(qrl_cuda_w8a8_ld(ins[i]), 4));
     uint8_t *stage = malloc(stage_bytes);
-    if (!stage) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: w8a8 upload staging");
+    if (!stage) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: quantized upload staging");
     qrl_status st = QRL_OK;
     int Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim, F = c->hidden_dim;
     for (int l = 0; l < c->n_layers && st == QRL_OK; l++) {
@@ -420,9 +490,11 @@ static qrl_status upload_w8a8(qrl_cuda_forward *f, const qrl_model *m, qrl_error
             {&g->qkv, 0, QRL_LINEAR_Q}, {&g->qkv, Q, QRL_LINEAR_K}, {&g->qkv, Q + KV, QRL_LINEAR_V},
             {&g->o, 0, QRL_LINEAR_O}, {&g->gu, 0, QRL_LINEAR_GATE}, {&g->gu, F, QRL_LINEAR_UP},
             {&g->down, 0, QRL_LINEAR_DOWN}};
-        for (size_t i = 0; i < sizeof parts / sizeof *parts && st == QRL_OK; i++)
-            st = put_qlin(parts[i].g, parts[i].row0, qrl_model_linear(m, l, parts[i].slot), stage,
-                          err);
+        for (size_t i = 0; i < sizeof parts / sizeof *parts && st == QRL_OK; i++) {
+            const qrl_linear *ql = qrl_model_linear(m, l, parts[i].slot);
+            st = f->fp4 ? put_fp4lin(parts[i].g, parts[i].row0, ql, f->mx, (float *)stage, err)
+                        : put_qlin(parts[i].g, parts[i].row0, ql, stage, err);
+        }
     }
     free(stage);
     return st;
@@ -437,7 +509,7 @@ qrl_status qrl_cuda_forward_upload(qrl_cuda_forward *f, const qrl_model *m, qrl_
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "cuda forward upload: model config differs from the engine's");
     if (m->precision != qrl_cuda_forward_precision(f) &&
-        (f->w8a8 || qrl_precision_is_quantized(m->precision)))
+        (f->qproj || qrl_precision_is_quantized(m->precision)))
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "cuda forward upload: model precision '%s', engine runs '%s'",
                              qrl_precision_name(m->precision),
@@ -459,7 +531,7 @@ qrl_status qrl_cuda_forward_upload(qrl_cuda_forward *f, const qrl_model *m, qrl_
             QRL_TRY_GOTO(put(g->q_norm, w->q_norm, hd, stage, err), done);
             QRL_TRY_GOTO(put(g->k_norm, w->k_norm, hd, stage, err), done);
         }
-        if (f->w8a8) continue;
+        if (f->qproj) continue;
         QRL_TRY_GOTO(put(g->wqkv, w->wq, Q * D, stage, err), done);
         QRL_TRY_GOTO(put(g->wqkv + Q * D, w->wk, KV * D, stage, err), done);
         QRL_TRY_GOTO(put(g->wqkv + (Q + KV) * D, w->wv, KV * D, stage, err), done);
@@ -474,7 +546,7 @@ qrl_status qrl_cuda_forward_upload(qrl_cuda_forward *f, const qrl_model *m, qrl_
         QRL_TRY_GOTO(put(g->wgu + F * D, w->w_up, F * D, stage, err), done);
         QRL_TRY_GOTO(put(g->wdown, w->w_down, D * F, stage, err), done);
     }
-    if (f->w8a8) QRL_TRY_GOTO(upload_w8a8(f, m, err), done);
+    if (f->qproj) QRL_TRY_GOTO(upload_qproj(f, m, err), done);
     st = rope_tables(f, m->rope_inv_freq, err);
 done:
     free(stage);
@@ -516,6 +588,36 @@ qrl_status qrl_cuda_forward_init_random(qrl_cuda_forward *f, uint64_t seed, qrl_
                 if (st == QRL_OK)
                     st = cuda_st(cudaMemcpy(ql[i]->scales, h, (size_t)rows[i] * 4,
                                             cudaMemcpyHostToDevice), "w8a8 scales", err);
+            }
+        }
+        free(h);
+        QRL_TRY(st);
+    }
+    if (f->fp4) { /* random code bytes, unit block scales, row scales giving the BF16 path's
+                   * std (E2M1 over uniform codes has RMS sqrt(68.5 / 8)), zero biases */
+        QRL_TRY(cuda_st(cudaMemsetAsync(f->qarena, 0, f->qarena_bytes, f->stream), "memset", err));
+        int rows[4], ins[4];
+        qlin_shapes(c, rows, ins);
+        size_t smax = 0;
+        for (int i = 0; i < 4; i++) smax = max_sz(smax, (size_t)rows[i]);
+        float *h = malloc(smax * sizeof(float));
+        if (!h) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: fp4 scales");
+        for (size_t i = 0; i < smax; i++) h[i] = std / sqrtf(68.5f / 8.0f);
+        qrl_status st = QRL_OK;
+        for (int l = 0; l < c->n_layers && st == QRL_OK; l++) {
+            const qlin_dev *ql[4] = {&f->layers[l].qkv, &f->layers[l].o, &f->layers[l].gu,
+                                     &f->layers[l].down};
+            for (int i = 0; i < 4 && st == QRL_OK; i++) {
+                size_t n = (size_t)rows[i] * qrl_cuda_fp4_code_bytes(ins[i]),
+                       nb = (size_t)rows[i] * qrl_cuda_fp4_scale_bytes(ins[i], f->mx);
+                st = qrl_cuda_fill_random_int8((int8_t *)ql[i]->codes, n, seed + 1000 + 4 * l + i,
+                                               f->stream, err);
+                if (st == QRL_OK)
+                    st = cuda_st(cudaMemsetAsync(ql[i]->bscales, f->mx ? 127 : 0x38, nb, f->stream),
+                                 "fp4 block scales", err);
+                if (st == QRL_OK)
+                    st = cuda_st(cudaMemcpy(ql[i]->scales, h, (size_t)rows[i] * 4,
+                                            cudaMemcpyHostToDevice), "fp4 row scales", err);
             }
         }
         free(h);
@@ -613,10 +715,19 @@ qrl_status qrl_cuda_forward_seq_set_len_unwritten(qrl_cuda_forward *f, int seq, 
 
 /* ---- the pass ------------------------------------------------------------------- */
 
-/* y [n, m] F32 = a projection of x [n, k] (BF16): the BF16 GEMM, or w8a8 (per-token INT8
- * or E4M3 quantization of x, the W8A8 GEMM with its epilogue and the F32 bias). */
+/* y [n, m] F32 = a projection of x [n, k] (BF16): the BF16 GEMM, w8a8 (per-token INT8
+ * or E4M3 quantization of x, the W8A8 GEMM with its epilogue and the F32 bias) or w4a16
+ * (the FP4 GEMM on x as it is, row scale and F32 bias). */
 static qrl_status project(qrl_cuda_forward *f, float *y, const uint16_t *x, const uint16_t *w,
                           const qlin_dev *q, int n, int k, int m, qrl_error *err) {
+    if (f->fp4) {
+        qrl_cuda_fp4_gemm_args a = {.y = y, .x = x, .codes = q->codes, .scales = q->bscales,
+                                    .row_scale = q->scales, .bias = q->bias, .T = n, .N = m,
+                                    .K = k, .mx = f->mx, .kernel = QRL_CUDA_FP4_AUTO,
+                                    .work = f->fp4_work, .work_elems = f->fp4_work_elems,
+                                    .blas = f->gemm};
+        return qrl_cuda_fp4_gemm(&a, f->stream, err);
+    }
     if (!f->w8a8) return qrl_cuda_gemm_bf16(f->gemm, y, x, w, n, k, m, f->stream, err);
     int ld = qrl_cuda_w8a8_ld(k);
     if (f->fp8) QRL_TRY(qrl_cuda_fp8_quantize_rows(f->xq, f->sx, x, 1, n, k, ld, f->stream, err));

@@ -1,4 +1,4 @@
-/* CUDA forward pass, BF16 or W8A8 (INT8, FP8) weights (SPEC §2, §3, §10): the same computation
+/* CUDA forward pass, BF16, W8A8 (INT8, FP8) or W4A16 (NVFP4, MXFP4) weights (SPEC §2, §3, §10): the same computation
  * as model/forward.h on the GPU, with BF16 weights, a paged BF16 KV cache in device memory
  * and F32 accumulation.  Compiled only when QRL_HAVE_CUDA is defined.
  *
@@ -7,7 +7,9 @@
  * per-channel scales (model/linear.h) run through kernels/cuda/gemm_w8a8.cuh (per-token
  * INT8 / E4M3 activations from the BF16 GEMM inputs; INT8: exact INT32 sums; FP8: F32 sums
  * on the tensor cores; biases F32 after the epilogue) while embedding, norms and LM head
- * stay BF16 (the CPU keeps them unquantized too); the KV cache BF16 or a quantized format (desc.kv_format: the
+ * stay BF16 (the CPU keeps them unquantized too); for w4a16-nvfp4 and w4a16-mxfp4 the
+ * projections' packed E2M1 codes and block scales as the model stores them, decoded in
+ * registers by kernels/cuda/gemm_fp4.cuh (BF16 activations, F32 sums); the KV cache BF16 or a quantized format (desc.kv_format: the
  * CPU encoders' codes, kernels/cuda/kv_quant.cuh); GEMM inputs (normed activations, attention
  * output, SwiGLU output) BF16; GEMM outputs, the residual stream, q, softmax state and
  * logits F32.  Logits therefore differ from the CPU reference by BF16 rounding (relative
@@ -42,8 +44,8 @@ typedef struct qrl_cuda_forward_desc {
     qrl_kv_format kv_format;
     int protected_sink, protected_recent; /* int4-protected, as qrl_kv_cache_desc */
     /* Weight precision: f32 (0) or bf16 run BF16 weights; w8a8-int8 / w8a8-fp8 run INT8 /
-     * E4M3 projections (the model given to _upload must be quantized to it); the FP4
-     * precisions are UNSUPPORTED. */
+     * E4M3 projections, w4a16-nvfp4 / w4a16-mxfp4 FP4 projections (the model given to
+     * _upload must be quantized to it); w4a4-nvfp4 is UNSUPPORTED. */
     qrl_precision precision;
 } qrl_cuda_forward_desc;
 
@@ -57,7 +59,7 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
 void qrl_cuda_forward_free(qrl_cuda_forward *f);
 
 /* Copy m's F32 weights as BF16 (round to nearest even) and its rope_inv_freq tables; for a
- * w8a8 engine the projections' INT8 / E4M3 codes, scales and F32 biases from m->linears
+ * w8a8 or w4a16 engine the projections' codes, scales and F32 biases from m->linears
  * (m->precision must be the engine's).  m's config must equal the one given to _new (dim,
  * layers, heads, ...).  Errors: INVALID_ARGUMENT (config or precision mismatch), CUDA. */
 qrl_status qrl_cuda_forward_upload(qrl_cuda_forward *f, const qrl_model *m, qrl_error *err);
@@ -116,7 +118,8 @@ qrl_status qrl_cuda_forward_decode_sample(qrl_cuda_forward *f, const int *seqs,
 /* The cudaStream_t all work runs on (benchmarks record events on it). */
 void *qrl_cuda_forward_stream(const qrl_cuda_forward *f);
 /* Weight bytes one decode step reads (all layers, final norm, LM head; not the embedding
- * table, of which only the batch's rows are read; w8a8: padded codes and scales). */
+ * table, of which only the batch's rows are read; w8a8: padded codes and scales; w4a16:
+ * codes, block scales and one F32 row scale per output). */
 size_t qrl_cuda_forward_weight_bytes(const qrl_cuda_forward *f);
 /* KV cache bytes per position of the main store (all layers, K and V; quantized formats
  * with their scales). */

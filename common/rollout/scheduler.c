@@ -150,17 +150,16 @@ static qrl_status gpu_decode_sample(qrl_scheduler *s, int b, qrl_error *err) {
     return qrl_cuda_forward_decode_sample(s->gpu, s->dec_seqs, s->dec_tokens, b, s->dec_draws,
                                           s->dec_samples, s->dec_errs, err);
 }
-/* The GPU forward has BF16 and W8A8 (INT8, FP8) weight GEMMs: the model's F32 master
- * weights are rounded to BF16 on upload, which is what f32 and bf16 precision mean for it;
- * the FP4 precisions would silently run as BF16, so they are refused. */
+/* The GPU forward has BF16, W8A8 (INT8, FP8) and W4A16 (NVFP4, MXFP4) weight GEMMs: the
+ * model's F32 master weights are rounded to BF16 on upload, which is what f32 and bf16
+ * precision mean for it; w4a4-nvfp4 (FP4 activations too) would silently run as w4a16, so
+ * it is refused. */
 static qrl_status gpu_check_precision(const qrl_model *model, qrl_error *err) {
-    if (model->precision == QRL_PRECISION_F32 || model->precision == QRL_PRECISION_BF16 ||
-        model->precision == QRL_PRECISION_W8A8_INT8 || model->precision == QRL_PRECISION_W8A8_FP8)
-        return QRL_OK;
+    if (model->precision != QRL_PRECISION_W4A4_NVFP4) return QRL_OK;
     return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
-                         "scheduler: the CUDA engine runs BF16, w8a8-int8 or w8a8-fp8 weights; "
-                         "model precision '%s' has no GPU GEMMs (use f32, bf16, w8a8-int8 or "
-                         "w8a8-fp8)", qrl_precision_name(model->precision));
+                         "scheduler: the CUDA engine runs BF16, w8a8-int8, w8a8-fp8, w4a16-nvfp4 "
+                         "or w4a16-mxfp4 weights; model precision '%s' has no GPU GEMMs (use one "
+                         "of those or f32)", qrl_precision_name(model->precision));
 }
 static qrl_status gpu_load(qrl_scheduler *s, const qrl_model *model, qrl_error *err) {
     QRL_TRY(gpu_check_precision(model, err));

@@ -35,7 +35,8 @@ static const qrl_config_entry CONFIG[] = {
      "KV-cache format (SPEC §3); with rollout.device cuda, f32 runs as bf16"},
     {"rollout.device", QRL_CONFIG_TYPE_ENUM, "cpu", 0, 0, "cpu|cuda", false,
      "engine: cpu (the CPU forward) or cuda (the CUDA forward: rollout.precision f32 or bf16 "
-     "(BF16 weights), w8a8-int8 or w8a8-fp8; KV on the GPU; sampling on the CPU)"},
+     "(BF16 weights), w8a8-int8, w8a8-fp8, w4a16-nvfp4 or w4a16-mxfp4; KV on the GPU; sampling "
+     "on the CPU)"},
     {"rollout.cuda_device", QRL_CONFIG_TYPE_INT, "0", 0, 64, NULL, false,
      "CUDA device ordinal of the engine with rollout.device cuda"},
     {"rollout.drain_timeout_ms", QRL_CONFIG_TYPE_INT, "0", 0, 86400000, NULL, false,
@@ -175,12 +176,12 @@ int main(int argc, char **argv) {
         die("rollout.device cuda: UNSUPPORTED: this build has no CUDA (nvcc was not found when it "
             "was built)");
 #endif
-        /* the GPU forward has BF16 and W8A8 INT8 / FP8 weight GEMMs (model/forward_cuda.h) */
-        if (prec != QRL_PRECISION_F32 && prec != QRL_PRECISION_BF16 &&
-            prec != QRL_PRECISION_W8A8_INT8 && prec != QRL_PRECISION_W8A8_FP8)
+        /* the GPU forward has BF16, W8A8 (INT8, FP8) and W4A16 (NVFP4, MXFP4) weight GEMMs
+         * (model/forward_cuda.h); w4a4-nvfp4 would run as w4a16 */
+        if (prec == QRL_PRECISION_W4A4_NVFP4)
             die("rollout.precision %s with rollout.device cuda: UNSUPPORTED: the CUDA engine runs "
-                "BF16, w8a8-int8 or w8a8-fp8 weights (use rollout.precision f32, bf16, w8a8-int8 "
-                "or w8a8-fp8)", qrl_precision_name(prec));
+                "BF16, w8a8-int8, w8a8-fp8, w4a16-nvfp4 or w4a16-mxfp4 weights (use one of those "
+                "or f32)", qrl_precision_name(prec));
         if (kvf == QRL_KV_FORMAT_FP4)
             die("rollout.kv_cache fp4 with rollout.device cuda: UNSUPPORTED (no CUDA kernels)");
     }

@@ -300,6 +300,13 @@ Test(cuda_scheduler, greedy_w8a8_int8_equals_cpu_scheduler) {
     greedy_case(QRL_PRECISION_W8A8_INT8, 0.05);
 }
 
+/* w4a16-nvfp4: the same codes and scales on both sides; the GPU's GEMM inputs are BF16
+ * (the CPU's F32) and its sums F32 in another order. */
+Test(cuda_scheduler, greedy_w4a16_nvfp4_equals_cpu_scheduler) {
+    require_gpu();
+    greedy_case(QRL_PRECISION_W4A16_NVFP4, 0.05);
+}
+
 Test(cuda_scheduler, greedy_w8a8_fp8_equals_cpu_scheduler) {
     require_gpu();
     greedy_case(QRL_PRECISION_W8A8_FP8, 0.05);
@@ -457,12 +464,12 @@ Test(cuda_scheduler, refuses_quantized_weights_and_fp4) {
                  QRL_STATUS_UNSUPPORTED);
     cr_assert(strstr(err.msg, "fp4"), "%s", err.msg);
     cfg.kv_format = QRL_KV_FORMAT_BF16;
-    /* w8a8-int8 and w8a8-fp8 run on the GPU (greedy_w8a8_*_equals_cpu_scheduler); the FP4
-     * formats have no GPU GEMMs */
-    cr_assert_eq(qrl_model_quantize(m, QRL_PRECISION_W4A16_NVFP4, &err), QRL_OK, "%s", err.msg);
+    /* w8a8 and w4a16 run on the GPU (greedy_*_equals_cpu_scheduler); w4a4-nvfp4 (FP4
+     * activations) has no GPU GEMMs */
+    cr_assert_eq(qrl_model_quantize(m, QRL_PRECISION_W4A4_NVFP4, &err), QRL_OK, "%s", err.msg);
     cr_assert_eq(qrl_scheduler_new(m, NULL, &cfg, st_on_group, NULL, &s, &err),
                  QRL_STATUS_UNSUPPORTED);
-    cr_assert(strstr(err.msg, "w4a16-nvfp4"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "w4a4-nvfp4"), "%s", err.msg);
     cr_assert_null(s);
     qrl_model_free(m);
 }

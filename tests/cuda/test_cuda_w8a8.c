@@ -245,10 +245,10 @@ Test(cuda_w8a8, engine_refuses_other_quantized_precisions) {
     qrl_model_config c = {.dim = 64, .hidden_dim = 96, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2,
                           .head_dim = 32, .vocab_size = 50, .max_seq_len = 32, .norm_eps = 1e-5f};
     qrl_cuda_forward_desc d = {.max_rows = 4, .max_ctx = 32, .block_size = 8, .n_blocks = 8,
-                               .max_seqs = 2, .precision = QRL_PRECISION_W4A16_MXFP4};
+                               .max_seqs = 2, .precision = QRL_PRECISION_W4A4_NVFP4};
     qrl_cuda_forward *f = NULL;
     qrl_error err;
     cr_assert_eq(qrl_cuda_forward_new(&c, &d, &f, &err), QRL_STATUS_UNSUPPORTED);
-    cr_assert(strstr(err.msg, "w4a16-mxfp4"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "w4a4-nvfp4"), "%s", err.msg);
     cr_assert_null(f);
 }
