@@ -1,0 +1,106 @@
+/* Internal to common/model/forward_cuda*.c: the CUDA forward's state (one struct shared by
+ * the pass, forward_cuda.c, and the weight upload, forward_cuda_weights.c) and small
+ * helpers.  Not a public header. */
+#ifndef QRL_MODEL_FORWARD_CUDA_INTERNAL_H
+#define QRL_MODEL_FORWARD_CUDA_INTERNAL_H
+#ifdef QRL_HAVE_CUDA
+#include "model/forward_cuda.h"
+
+#include <cuda_runtime.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/ops.h"
+#include "cuda/attention.cuh"
+#include "cuda/gemm.cuh"
+#include "cuda/gemm_fp4.cuh"
+#include "cuda/gemm_w8a8.cuh"
+#include "cuda/kv_quant.cuh"
+#include "cuda/norm.cuh"
+#include "cuda/pointwise.cuh"
+#include "cuda/rope_kv.cuh"
+#include "cuda/sample.cuh"
+
+/* A quantized projection on the device.  w8a8: INT8 or E4M3 codes
+ * [n_out, qrl_cuda_w8a8_ld(n_in)] zero-padded, per-channel scales [n_out].  w4a16: packed
+ * E2M1 codes and block scales as the model stores them (gemm_fp4.cuh), scales [n_out] the
+ * row factor (NVFP4: 1 / S_enc of the row's tensor; MXFP4: 1).  F32 bias [n_out] or NULL. */
+typedef struct qlin_dev {
+    uint8_t *codes, *bscales;
+    float *scales, *bias;
+} qlin_dev;
+
+typedef struct layer_dev {
+    uint16_t *attn_norm, *wqkv, *bqkv, *wo, *bo, *q_norm, *k_norm, *ffn_norm, *wgu, *wdown;
+    qlin_dev qkv, o, gu, down; /* w8a8, w4a16 (the BF16 projections and biases are NULL) */
+} layer_dev;
+
+struct qrl_cuda_forward {
+    qrl_model_config cfg;
+    qrl_cuda_forward_desc d;
+    int max_blocks;                 /* per sequence */
+    cudaStream_t stream;
+    qrl_cuda_gemm *gemm;
+    uint16_t *warena;               /* every weight, BF16 (qproj: all but the projections) */
+    size_t warena_elems;
+    bool w8a8, fp8;                 /* w8a8-int8 or w8a8-fp8 projections (qarena) */
+    bool fp4, mx;                   /* w4a16-nvfp4 or w4a16-mxfp4 projections (qarena) */
+    bool qproj;                     /* w8a8 || fp4: projections in qarena */
+    uint16_t *fp4_work;             /* fp4 prefill (> 64 rows): one projection as BF16 */
+    size_t fp4_work_elems;
+    unsigned char *qarena;          /* codes, scales, F32 biases; activation codes; split-K */
+    size_t qarena_bytes, qweight_bytes;
+    uint8_t *xq;                    /* [max_rows, ld of the widest input] activation codes */
+    float *sx;                      /* [max_rows] activation scales */
+    float *gwork;                   /* split-K partial sums (qrl_cuda_w8a8_work_floats) */
+    size_t gwork_floats;
+    layer_dev *layers;
+    uint16_t *embed, *final_norm, *lm_head;
+    float *cos_tab, *sin_tab;       /* [max_ctx, head_dim / 2] */
+    uint16_t *kv;                   /* bf16: [layers][2][n_blocks, bs, KVH, hd]; quantized: the
+                                     * arena of kvq's arrays */
+    size_t kv_layer_elems;          /* bf16: one of K or V for one layer */
+    bool quant;                     /* a quantized KV format (kvq, kv_quant.cuh) */
+    qrl_cuda_kvq_layer *kvq;        /* [layers] */
+    size_t kv_pool_bytes;
+    float *kvf;                     /* [max_rows, 2 KV] F32 K/V rows before quantization */
+    int32_t *d_runs;                /* [3, max_rows] fp8 calibration runs */
+    unsigned char *fp8_ready;       /* [max_seqs] host: the sequence's fp8 scales are set */
+    int32_t *d_tables;              /* [max_seqs, max_blocks] */
+    int32_t *d_meta;                /* [3, max_rows]: tokens, row_seq, row_pos */
+    int32_t *d_tok;                 /* [max_rows] greedy outputs */
+    float *d_lp;
+    qrl_cuda_sample_req *d_sreq, *h_sreq; /* [max_rows] device sampler rows and results */
+    qrl_cuda_sample_out *d_sout, *h_sout;
+    float *x, *proj, *q, *logits, *work;
+    uint16_t *xb, *att;
+    size_t work_floats;
+    /* host bookkeeping */
+    int32_t *h_tables, *h_meta, *seq_len, *seq_blocks, *free_blocks;
+    unsigned char *seq_used;
+    int n_free;
+};
+
+static inline qrl_status cuda_st(cudaError_t e, const char *what, qrl_error *err) {
+    if (e == cudaSuccess) return QRL_OK;
+    return qrl_error_set(err, QRL_STATUS_CUDA, "cuda forward: %s: %s", what, cudaGetErrorString(e));
+}
+
+static inline size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
+
+/* Sub-arrays of the quantized arena start 256-byte aligned (cp.async needs 16). */
+static inline size_t up256(size_t n) { return (n + 255) & ~(size_t)255; }
+
+/* The four projections of a layer as (rows, inputs): qkv, o, gate+up, down. */
+static inline void qlin_shapes(const qrl_model_config *c, int rows[4], int ins[4]) {
+    int D = c->dim, F = c->hidden_dim, Q = c->n_heads * c->head_dim,
+        KV = c->n_kv_heads * c->head_dim;
+    rows[0] = Q + 2 * KV, ins[0] = D;
+    rows[1] = D, ins[1] = Q;
+    rows[2] = 2 * F, ins[2] = D;
+    rows[3] = D, ins[3] = F;
+}
+
+#endif
+#endif

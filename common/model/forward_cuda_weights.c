@@ -1,0 +1,239 @@
+/* CUDA forward: weights onto the device (qrl_cuda_forward_upload: BF16, or the model's
+ * W8A8 / W4A16 codes and scales unchanged) and random weights for benchmarks; the RoPE
+ * tables.  The state is forward_cuda_internal.h's. */
+#ifdef QRL_HAVE_CUDA
+#include "model/forward_cuda_internal.h"
+
+/* F32 host -> BF16 device, through a host staging buffer. */
+static qrl_status put(uint16_t *dst, const float *src, size_t n, uint16_t *stage, qrl_error *err) {
+    for (size_t i = 0; i < n; i++) stage[i] = qrl_cpu_bf16_store(src[i]);
+    return cuda_st(cudaMemcpy(dst, stage, n * 2, cudaMemcpyHostToDevice), "upload", err);
+}
+
+static qrl_status rope_tables(qrl_cuda_forward *f, const float *inv_freq, qrl_error *err) {
+    int half = f->cfg.head_dim / 2, T = f->d.max_ctx;
+    float *h = malloc((size_t)2 * T * half * sizeof(float));
+    if (!h) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: rope tables");
+    for (int t = 0; t < T; t++)
+        qrl_cpu_rope_cos_sin(h + (size_t)t * half, h + ((size_t)T + t) * half, inv_freq, half, t);
+    qrl_status st = cuda_st(cudaMemcpy(f->cos_tab, h, (size_t)2 * T * half * 4,
+                                       cudaMemcpyHostToDevice), "rope upload", err);
+    free(h);
+    return st;
+}
+
+/* Rows [row0, row0 + l->n_out) of a device projection from a w8a8 linear: codes (INT8 or
+ * E4M3 bytes) zero-padded to the device row length, scales and bias as they are (F32). */
+static qrl_status put_qlin(const qlin_dev *g, int row0, const qrl_linear *l, uint8_t *stage,
+                           qrl_error *err) {
+    QRL_CHECK(l->fmt == QRL_PRECISION_W8A8_INT8 || l->fmt == QRL_PRECISION_W8A8_FP8);
+    size_t N = l->n_out, K = l->n_in, ld = qrl_cuda_w8a8_ld(l->n_in);
+    memset(stage, 0, N * ld);
+    for (size_t n = 0; n < N; n++) memcpy(stage + n * ld, (const uint8_t *)l->codes + n * K, K);
+    QRL_TRY(cuda_st(cudaMemcpy(g->codes + (size_t)row0 * ld, stage, N * ld,
+                               cudaMemcpyHostToDevice), "w8a8 codes upload", err));
+    QRL_TRY(cuda_st(cudaMemcpy(g->scales + row0, l->scales, N * 4, cudaMemcpyHostToDevice),
+                    "w8a8 scales upload", err));
+    if (g->bias && l->bias)
+        QRL_TRY(cuda_st(cudaMemcpy(g->bias + row0, l->bias, N * 4, cudaMemcpyHostToDevice),
+                        "bias upload", err));
+    return QRL_OK;
+}
+
+/* Rows [row0, row0 + l->n_out) of a device projection from a w4a16 linear: codes and block
+ * scales byte for byte, the row factor 1 / S_enc (NVFP4, the CPU's F32 division) or 1. */
+static qrl_status put_fp4lin(const qlin_dev *g, int row0, const qrl_linear *l, bool mx,
+                             float *stage, qrl_error *err) {
+    QRL_CHECK(l->fmt == (mx ? QRL_PRECISION_W4A16_MXFP4 : QRL_PRECISION_W4A16_NVFP4));
+    size_t N = l->n_out, cb = qrl_cuda_fp4_code_bytes(l->n_in),
+           nb = qrl_cuda_fp4_scale_bytes(l->n_in, mx);
+    QRL_TRY(cuda_st(cudaMemcpy(g->codes + (size_t)row0 * cb, l->codes, N * cb,
+                               cudaMemcpyHostToDevice), "fp4 codes upload", err));
+    QRL_TRY(cuda_st(cudaMemcpy(g->bscales + (size_t)row0 * nb, l->block_scales, N * nb,
+                               cudaMemcpyHostToDevice), "fp4 block scales upload", err));
+    float rs = mx ? 1.0f : 1.0f / l->global_enc[0];
+    for (size_t n = 0; n < N; n++) stage[n] = rs;
+    QRL_TRY(cuda_st(cudaMemcpy(g->scales + row0, stage, N * 4, cudaMemcpyHostToDevice),
+                    "fp4 row scales upload", err));
+    if (g->bias && l->bias)
+        QRL_TRY(cuda_st(cudaMemcpy(g->bias + row0, l->bias, N * 4, cudaMemcpyHostToDevice),
+                        "bias upload", err));
+    return QRL_OK;
+}
+
+static qrl_status upload_qproj(qrl_cuda_forward *f, const qrl_model *m, qrl_error *err) {
+    const qrl_model_config *c = &m->cfg;
+    int rows[4], ins[4];
+    qlin_shapes(c, rows, ins);
+    size_t stage_bytes = 0;
+    for (int i = 0; i < 4; i++)
+        stage_bytes = max_sz(stage_bytes, (size_t)rows[i] * max_sz(qrl_cuda_w8a8_ld(ins[i]), 4));
+    uint8_t *stage = malloc(stage_bytes);
+    if (!stage) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: quantized upload staging");
+    qrl_status st = QRL_OK;
+    int Q = c->n_heads * c->head_dim, KV = c->n_kv_heads * c->head_dim, F = c->hidden_dim;
+    for (int l = 0; l < c->n_layers && st == QRL_OK; l++) {
+        const layer_dev *g = &f->layers[l];
+        /* fused as the BF16 path: q|k|v rows, gate|up rows (per-channel scales keep each
+         * output channel what the separate linear computes) */
+        struct { const qlin_dev *g; int row0, slot; } parts[] = {
+            {&g->qkv, 0, QRL_LINEAR_Q}, {&g->qkv, Q, QRL_LINEAR_K}, {&g->qkv, Q + KV, QRL_LINEAR_V},
+            {&g->o, 0, QRL_LINEAR_O}, {&g->gu, 0, QRL_LINEAR_GATE}, {&g->gu, F, QRL_LINEAR_UP},
+            {&g->down, 0, QRL_LINEAR_DOWN}};
+        for (size_t i = 0; i < sizeof parts / sizeof *parts && st == QRL_OK; i++) {
+            const qrl_linear *ql = qrl_model_linear(m, l, parts[i].slot);
+            st = f->fp4 ? put_fp4lin(parts[i].g, parts[i].row0, ql, f->mx, (float *)stage, err)
+                        : put_qlin(parts[i].g, parts[i].row0, ql, stage, err);
+        }
+    }
+    free(stage);
+    return st;
+}
+
+qrl_status qrl_cuda_forward_upload(qrl_cuda_forward *f, const qrl_model *m, qrl_error *err) {
+    const qrl_model_config *c = &m->cfg, *e = &f->cfg;
+    if (c->dim != e->dim || c->hidden_dim != e->hidden_dim || c->n_layers != e->n_layers ||
+        c->n_heads != e->n_heads || c->n_kv_heads != e->n_kv_heads || c->head_dim != e->head_dim ||
+        c->vocab_size != e->vocab_size || c->qkv_bias != e->qkv_bias || c->o_bias != e->o_bias ||
+        c->qk_norm != e->qk_norm || c->tie_embeddings != e->tie_embeddings)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "cuda forward upload: model config differs from the engine's");
+    if (m->precision != qrl_cuda_forward_precision(f) &&
+        (f->qproj || qrl_precision_is_quantized(m->precision)))
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "cuda forward upload: model precision '%s', engine runs '%s'",
+                             qrl_precision_name(m->precision),
+                             qrl_precision_name(qrl_cuda_forward_precision(f)));
+    size_t D = c->dim, F = c->hidden_dim, V = c->vocab_size, hd = c->head_dim,
+           Q = (size_t)c->n_heads * hd, KV = (size_t)c->n_kv_heads * hd;
+    uint16_t *stage = malloc(max_sz(V * D, max_sz(2 * F * D, (Q + 2 * KV) * D)) * 2);
+    if (!stage) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: upload staging");
+    qrl_status st;
+    QRL_TRY_GOTO(put(f->embed, m->tok_embedding, V * D, stage, err), done);
+    QRL_TRY_GOTO(put(f->final_norm, m->final_norm, D, stage, err), done);
+    if (!c->tie_embeddings) QRL_TRY_GOTO(put(f->lm_head, m->lm_head, V * D, stage, err), done);
+    for (int l = 0; l < c->n_layers; l++) {
+        const qrl_layer_weights *w = &m->layers[l];
+        layer_dev *g = &f->layers[l];
+        QRL_TRY_GOTO(put(g->attn_norm, w->attn_norm, D, stage, err), done);
+        QRL_TRY_GOTO(put(g->ffn_norm, w->ffn_norm, D, stage, err), done);
+        if (c->qk_norm) {
+            QRL_TRY_GOTO(put(g->q_norm, w->q_norm, hd, stage, err), done);
+            QRL_TRY_GOTO(put(g->k_norm, w->k_norm, hd, stage, err), done);
+        }
+        if (f->qproj) continue;
+        QRL_TRY_GOTO(put(g->wqkv, w->wq, Q * D, stage, err), done);
+        QRL_TRY_GOTO(put(g->wqkv + Q * D, w->wk, KV * D, stage, err), done);
+        QRL_TRY_GOTO(put(g->wqkv + (Q + KV) * D, w->wv, KV * D, stage, err), done);
+        if (c->qkv_bias) {
+            QRL_TRY_GOTO(put(g->bqkv, w->bq, Q, stage, err), done);
+            QRL_TRY_GOTO(put(g->bqkv + Q, w->bk, KV, stage, err), done);
+            QRL_TRY_GOTO(put(g->bqkv + Q + KV, w->bv, KV, stage, err), done);
+        }
+        QRL_TRY_GOTO(put(g->wo, w->wo, D * Q, stage, err), done);
+        if (c->o_bias) QRL_TRY_GOTO(put(g->bo, w->bo, D, stage, err), done);
+        QRL_TRY_GOTO(put(g->wgu, w->w_gate, F * D, stage, err), done);
+        QRL_TRY_GOTO(put(g->wgu + F * D, w->w_up, F * D, stage, err), done);
+        QRL_TRY_GOTO(put(g->wdown, w->w_down, D * F, stage, err), done);
+    }
+    if (f->qproj) QRL_TRY_GOTO(upload_qproj(f, m, err), done);
+    st = rope_tables(f, m->rope_inv_freq, err);
+done:
+    free(stage);
+    return st;
+}
+
+qrl_status qrl_cuda_forward_init_random(qrl_cuda_forward *f, uint64_t seed, qrl_error *err) {
+    const qrl_model_config *c = &f->cfg;
+    float std = 0.02f * sqrtf(768.0f / (float)c->dim);
+    QRL_TRY(qrl_cuda_fill_random_bf16(f->warena, f->warena_elems, seed, 0.0f, std, f->stream, err));
+    /* norm gains near 1 */
+    QRL_TRY(qrl_cuda_fill_random_bf16(f->final_norm, c->dim, seed + 1, 1.0f, 0.1f, f->stream, err));
+    for (int l = 0; l < c->n_layers; l++) {
+        QRL_TRY(qrl_cuda_fill_random_bf16(f->layers[l].attn_norm, 2 * (size_t)c->dim, seed + 2 + l,
+                                          1.0f, 0.1f, f->stream, err));
+        if (c->qk_norm)
+            QRL_TRY(qrl_cuda_fill_random_bf16(f->layers[l].q_norm, 2 * (size_t)c->head_dim,
+                                              seed + 7 * l, 1.0f, 0.1f, f->stream, err));
+    }
+    if (f->w8a8) { /* uniform codes (INT8) or values (E4M3); scales giving the BF16 path's
+                    * std, zero biases */
+        QRL_TRY(cuda_st(cudaMemsetAsync(f->qarena, 0, f->qarena_bytes, f->stream), "memset", err));
+        int rows[4], ins[4];
+        qlin_shapes(c, rows, ins);
+        size_t smax = 0;
+        for (int i = 0; i < 4; i++) smax = max_sz(smax, (size_t)rows[i]);
+        float *h = malloc(smax * sizeof(float));
+        if (!h) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: w8a8 scales");
+        for (size_t i = 0; i < smax; i++) h[i] = std * sqrtf(3.0f) / (f->fp8 ? QRL_E4M3_MAX : 127.0f);
+        qrl_status st = QRL_OK;
+        for (int l = 0; l < c->n_layers && st == QRL_OK; l++) {
+            const qlin_dev *ql[4] = {&f->layers[l].qkv, &f->layers[l].o, &f->layers[l].gu,
+                                     &f->layers[l].down};
+            for (int i = 0; i < 4 && st == QRL_OK; i++) {
+                size_t n = (size_t)rows[i] * qrl_cuda_w8a8_ld(ins[i]);
+                uint64_t sd = seed + 1000 + 4 * l + i;
+                st = f->fp8 ? qrl_cuda_fill_random_fp8(ql[i]->codes, n, sd, f->stream, err)
+                            : qrl_cuda_fill_random_int8((int8_t *)ql[i]->codes, n, sd, f->stream, err);
+                if (st == QRL_OK)
+                    st = cuda_st(cudaMemcpy(ql[i]->scales, h, (size_t)rows[i] * 4,
+                                            cudaMemcpyHostToDevice), "w8a8 scales", err);
+            }
+        }
+        free(h);
+        QRL_TRY(st);
+    }
+    if (f->fp4) { /* random code bytes, unit block scales, row scales giving the BF16 path's
+                   * std (E2M1 over uniform codes has RMS sqrt(68.5 / 8)), zero biases */
+        QRL_TRY(cuda_st(cudaMemsetAsync(f->qarena, 0, f->qarena_bytes, f->stream), "memset", err));
+        int rows[4], ins[4];
+        qlin_shapes(c, rows, ins);
+        size_t smax = 0;
+        for (int i = 0; i < 4; i++) smax = max_sz(smax, (size_t)rows[i]);
+        float *h = malloc(smax * sizeof(float));
+        if (!h) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: fp4 scales");
+        for (size_t i = 0; i < smax; i++) h[i] = std / sqrtf(68.5f / 8.0f);
+        qrl_status st = QRL_OK;
+        for (int l = 0; l < c->n_layers && st == QRL_OK; l++) {
+            const qlin_dev *ql[4] = {&f->layers[l].qkv, &f->layers[l].o, &f->layers[l].gu,
+                                     &f->layers[l].down};
+            for (int i = 0; i < 4 && st == QRL_OK; i++) {
+                size_t n = (size_t)rows[i] * qrl_cuda_fp4_code_bytes(ins[i]),
+                       nb = (size_t)rows[i] * qrl_cuda_fp4_scale_bytes(ins[i], f->mx);
+                st = qrl_cuda_fill_random_int8((int8_t *)ql[i]->codes, n, seed + 1000 + 4 * l + i,
+                                               f->stream, err);
+                if (st == QRL_OK)
+                    st = cuda_st(cudaMemsetAsync(ql[i]->bscales, f->mx ? 127 : 0x38, nb, f->stream),
+                                 "fp4 block scales", err);
+                if (st == QRL_OK)
+                    st = cuda_st(cudaMemcpy(ql[i]->scales, h, (size_t)rows[i] * 4,
+                                            cudaMemcpyHostToDevice), "fp4 row scales", err);
+            }
+        }
+        free(h);
+        QRL_TRY(st);
+    }
+    if (!f->quant) {
+        QRL_TRY(qrl_cuda_fill_random_bf16(f->kv, (size_t)c->n_layers * 2 * f->kv_layer_elems,
+                                          seed + 99, 0.0f, 1.0f, f->stream, err));
+    } else {
+        size_t recs = (size_t)f->d.n_blocks * f->d.block_size * c->n_kv_heads;
+        size_t side = (size_t)f->d.max_seqs * (f->kvq[0].sink + f->kvq[0].ring) * c->n_kv_heads;
+        for (int l = 0; l < c->n_layers; l++)
+            QRL_TRY(qrl_cuda_kvq_fill_random(&f->kvq[l], recs, side, f->d.max_seqs, seed + 99 + l,
+                                             f->stream, err));
+        /* the random head scales stand: decode does not recalibrate them */
+        memset(f->fp8_ready, 1, (size_t)f->d.max_seqs);
+    }
+    float *inv = malloc(c->head_dim / 2 * sizeof(float));
+    if (!inv) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: inv_freq");
+    qrl_cpu_rope_inv_freq(inv, c->head_dim, &c->rope);
+    qrl_status st = rope_tables(f, inv, err);
+    free(inv);
+    QRL_TRY(st);
+    return cuda_st(cudaStreamSynchronize(f->stream), "init_random", err);
+}
+
+#else
+typedef int qrl_forward_cuda_weights_unused_; /* ISO C forbids an empty translation unit */
+#endif
