@@ -1,6 +1,6 @@
 /* CUDA forward pass, BF16, W8A8 (INT8, FP8) or W4A16 (NVFP4, MXFP4) weights (SPEC §2, §3, §10): the same computation
- * as model/forward.h on the GPU, with BF16 weights, a paged BF16 KV cache in device memory
- * and F32 accumulation.  Compiled only when QRL_HAVE_CUDA is defined.
+ * as model/forward.h on the GPU, with the weights and a paged KV cache (BF16 or quantized)
+ * in device memory and F32 accumulation.  Compiled only when QRL_HAVE_CUDA is defined.
  *
  * Precision: weights BF16 (desc.precision f32 or bf16), or, for w8a8-int8 and w8a8-fp8,
  * the seven projections of every layer as the model's INT8 or E4M3 codes and F32
@@ -102,8 +102,8 @@ qrl_status qrl_cuda_forward_decode(qrl_cuda_forward *f, const int *seqs, const i
 /* Batched decode with the sampler on the device (kernels/cuda/sample.cuh): the step of
  * qrl_cuda_forward_decode, then row i's token drawn from its logits as
  * qrl_sampler_sample(draws[i].params, group, response, position) draws it (the same
- * Philox key and procedure; a token differs only for a draw within ~1e-14 of a cumulative
- * boundary); only the samples come back to the host, not the [batch, vocab] logits.
+ * Philox key and procedure; a token differs only for a draw next to a cumulative boundary:
+ * measured within 1.1e-16, tests allow 1e-6); only the samples come back to the host, not the [batch, vocab] logits.
  * out[i] and row_err[i] are caller-owned [batch]: row_err[i].status is QRL_OK, or
  * INVALID_ARGUMENT with the CPU sampler's message when row i's logits hold a NaN or +inf
  * or are all -inf (out[i] then undefined); the step has run for every row either way

@@ -62,8 +62,8 @@ typedef struct qrl_scheduler_config {
     int32_t eos_token_id;   /* ends a response with EOS; -1 = none (default -1) */
     uint64_t version;       /* policy version of the initial weights (default 0) */
     int device;             /* engine: -1 = the CPU forward (default); >= 0 = the CUDA
-                               forward (model/forward_cuda.h) on that device ordinal: BF16
-                               weights, its own KV cache (f32 runs as bf16; fp4 refused);
+                               forward (model/forward_cuda.h) on that device ordinal: the
+                               model's precision (f32/bf16 as BF16, W8A8, W4A16), its own KV cache (f32 runs as bf16; fp4 refused);
                                decode rows are sampled on the device (the CPU sampler's
                                draws: qrl_cuda_forward_decode_sample), a prompt's first
                                token on the CPU from its prefill logits */
@@ -155,12 +155,12 @@ typedef struct qrl_scheduler qrl_scheduler; /* opaque */
 /* Make a scheduler over `model` (borrowed: must stay alive until it is swapped out or
  * the scheduler is freed).  `tok` (borrowed, may be NULL) decodes response text for stop
  * strings and verifiers.  Allocates the KV pool, the forward workspace and the sampler.
- * With cfg.device >= 0 the CUDA engine holds the weights (model's F32 master weights
- * rounded to BF16) and the KV pool on that device; the scheduler's calls select the device
+ * With cfg.device >= 0 the CUDA engine holds the weights (F32 master weights rounded to
+ * BF16, or the model's W8A8 / W4A16 codes and scales) and the KV pool on that device; the scheduler's calls select the device
  * on the calling thread and restore the previous one before returning.
  * *out owned by the caller (qrl_scheduler_free).  Errors: OUT_OF_RANGE (bad config, a
  * pool smaller than one full context), UNSUPPORTED (KV format; device >= 0 in a build
- * without CUDA, with a model precision other than f32/bf16, or with kv fp4), CUDA (no such
+ * without CUDA, with model precision w4a4-nvfp4, or with kv fp4), CUDA (no such
  * device, out of device memory), NOMEM. */
 qrl_status qrl_scheduler_new(const qrl_model *model, const qrl_tokenizer *tok,
                              const qrl_scheduler_config *cfg, qrl_scheduler_group_fn on_group,
@@ -194,7 +194,7 @@ bool qrl_scheduler_idle(const qrl_scheduler *s);
  * fresh KV during the following steps.  The previous model may be freed on return.
  * CUDA engine: the new weights are uploaded into the same device buffers.
  * Errors: INVALID_ARGUMENT (architecture differs, version not increasing), UNSUPPORTED
- * (CUDA engine: precision other than f32/bf16), NOMEM (forward workspace; the old
+ * (CUDA engine: a precision it does not run, or not the engine's), NOMEM (forward workspace; the old
  * weights stay in use), CUDA (upload failed: the engine is unusable). */
 qrl_status qrl_scheduler_swap_weights(qrl_scheduler *s, const qrl_model *model,
                                       uint64_t version, qrl_error *err);

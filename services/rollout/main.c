@@ -35,8 +35,8 @@ static const qrl_config_entry CONFIG[] = {
      "KV-cache format (SPEC §3); with rollout.device cuda, f32 runs as bf16"},
     {"rollout.device", QRL_CONFIG_TYPE_ENUM, "cpu", 0, 0, "cpu|cuda", false,
      "engine: cpu (the CPU forward) or cuda (the CUDA forward: rollout.precision f32 or bf16 "
-     "(BF16 weights), w8a8-int8, w8a8-fp8, w4a16-nvfp4 or w4a16-mxfp4; KV on the GPU; sampling "
-     "on the CPU)"},
+     "(BF16 weights), w8a8-int8, w8a8-fp8, w4a16-nvfp4 or w4a16-mxfp4; KV on the GPU; decode "
+     "rows sampled on the GPU with the CPU sampler's keyed draws)"},
     {"rollout.cuda_device", QRL_CONFIG_TYPE_INT, "0", 0, 64, NULL, false,
      "CUDA device ordinal of the engine with rollout.device cuda"},
     {"rollout.drain_timeout_ms", QRL_CONFIG_TYPE_INT, "0", 0, 86400000, NULL, false,
