@@ -118,6 +118,18 @@ typedef struct qrl_rpc_server_stats {
     uint64_t streams_dropped;/* streams dropped for a full queue */
 } qrl_rpc_server_stats;
 
+/* The four config rows qrl_rpc_server_opts_tls reads, for a daemon's key table (an array
+ * of core/config.h's option rows; learner and rollout share them). */
+#define QRL_RPC_SERVER_TLS_CONFIG_ROWS                                                           \
+    {"rpc.tls_cert_file", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,                        \
+     "PEM certificate chain of the control service; with rpc.tls_key_file: TLS (docs/rpc.md)"}, \
+    {"rpc.tls_key_file", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,                         \
+     "PEM private key of rpc.tls_cert_file"},                                                   \
+    {"rpc.tls_client_ca_file", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,                   \
+     "PEM CA: require client certificates signed by it (mutual TLS)"},                          \
+    {"rpc.token_for_reads", QRL_CONFIG_TYPE_BOOL, "false", 0, 0, NULL, false,                   \
+     "read-only calls (Status, ListReplicas) need the bearer token too"}
+
 /* Fill o's TLS files and token_for_reads from a daemon's config keys rpc.tls_cert_file,
  * rpc.tls_key_file, rpc.tls_client_ca_file (empty = unset) and rpc.token_for_reads; the
  * table must have all four (both daemons do).  Strings are borrowed from cfg. */

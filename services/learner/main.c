@@ -15,6 +15,7 @@
 #include <unistd.h>
 
 #include "core/config.h"
+#include "rpc/rpc.h"
 #include "core/log.h"
 #include "kafka/kafka.h"
 #include "learner.h"
@@ -114,13 +115,7 @@ static const qrl_config_entry CONFIG[] = {
      "Learner control service (port 0 = any free; logged as rpc listening port=N)"},
     {"rpc.token_file", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
      "bearer token file; default $QRL_RPC_TOKEN_FILE / $QRL_RPC_TOKEN"},
-    {"rpc.tls_cert_file", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
-     "PEM certificate chain of the control service; with rpc.tls_key_file: TLS (docs/rpc.md)"},
-    {"rpc.tls_key_file", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false, "PEM private key of rpc.tls_cert_file"},
-    {"rpc.tls_client_ca_file", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
-     "PEM CA: require client certificates signed by it (mutual TLS)"},
-    {"rpc.token_for_reads", QRL_CONFIG_TYPE_BOOL, "false", 0, 0, NULL, false,
-     "read-only calls (Status, ListReplicas) need the bearer token too"},
+    QRL_RPC_SERVER_TLS_CONFIG_ROWS,
     {"weights.listen", QRL_CONFIG_TYPE_STRING, "127.0.0.1:0", 0, 0, NULL, false,
      "TCP weight stream address (port 0 = any free; advertised in VersionEvents)"},
     {"weights.transport", QRL_CONFIG_TYPE_ENUM, "tcp", 0, 0, "tcp|nccl|auto", false,

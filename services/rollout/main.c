@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/config.h"
+#include "rpc/rpc.h"
 #include "core/log.h"
 #include "model/kv_cache.h"
 #include "model/load.h"
@@ -93,13 +94,7 @@ static const qrl_config_entry CONFIG[] = {
      "address of the Rollout control service (port 0 = any free; logged as rpc listening port=N)"},
     {"rpc.token_file", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
      "bearer token file for mutating calls; default $QRL_RPC_TOKEN_FILE / $QRL_RPC_TOKEN"},
-    {"rpc.tls_cert_file", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
-     "PEM certificate chain of the control service; with rpc.tls_key_file: TLS (docs/rpc.md)"},
-    {"rpc.tls_key_file", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false, "PEM private key of rpc.tls_cert_file"},
-    {"rpc.tls_client_ca_file", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
-     "PEM CA: require client certificates signed by it (mutual TLS)"},
-    {"rpc.token_for_reads", QRL_CONFIG_TYPE_BOOL, "false", 0, 0, NULL, false,
-     "read-only calls (Status, ListReplicas) need the bearer token too"},
+    QRL_RPC_SERVER_TLS_CONFIG_ROWS,
     {"learner.tls_ca_file", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
      "PEM CA of the learner's certificate: reach learner.addr over TLS"},
     {"learner.tls_cert_file", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
