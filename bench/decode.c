@@ -36,6 +36,8 @@ int main(void) {
 #include "cuda/pointwise.cuh"
 #include "model/forward_cuda.h"
 
+#include "cuda_bench.h"
+
 #define REPEATS 10
 #define WARMUP 3
 #define BS 16
@@ -53,14 +55,7 @@ static shape SHAPES[] = {
 static const char *const FMT_NAMES[] = {"bf16", "int8", "fp8", "int4", "int4-protected"};
 #define N_FMTS 5
 
-static int cmp_f(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
 
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
-    fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
-#define QK(x) do { if ((x) != QRL_OK) { fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, err.msg); exit(1); } } while (0)
 
 /* Device-to-device copy bandwidth, bytes read + written per second (median of 10). */
 static double copy_bandwidth(void) {

@@ -33,26 +33,11 @@ int main(void) {
 #include "cuda/pointwise.cuh"
 #include "model/forward_cuda.h"
 
+#include "cuda_bench.h"
+
 #define REPS 20
 #define WARMUP 3
 #define CTX 512
-
-#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
-    fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
-#define QK(x) do { if ((x) != QRL_OK) { fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, err.msg); exit(1); } } while (0)
-
-static qrl_model_config qwen25_1_5b(void) {
-    return (qrl_model_config){.arch = QRL_MODEL_ARCH_QWEN2, .dim = 1536, .hidden_dim = 8960,
-                              .n_layers = 28, .n_heads = 12, .n_kv_heads = 2, .head_dim = 128,
-                              .vocab_size = 151936, .max_seq_len = 4096, .norm_eps = 1e-6f,
-                              .qkv_bias = true, .tie_embeddings = true,
-                              .rope = {.theta = 1000000.0, .layout = QRL_ROPE_LAYOUT_HALF}};
-}
-
-static int cmp_f(const void *a, const void *b) {
-    float x = *(const float *)a, y = *(const float *)b;
-    return x < y ? -1 : x > y;
-}
 
 /* ---- GEMM kernels ------------------------------------------------------------------ */
 
@@ -187,46 +172,11 @@ static void bench_decode(void) {
     for (int pi = 0; pi < N_P; pi++)
         for (int bi = 0; bi < N_B; bi++) {
             int B = BATCH[bi];
-            qrl_cuda_forward_desc d = {.max_rows = B, .max_ctx = CTX + 64, .block_size = 16,
-                                       .n_blocks = B * ((CTX + 64) / 16 + 1), .max_seqs = B,
-                                       .precision = PREC[pi]};
-            qrl_cuda_forward *f;
-            qrl_error err;
-            QK(qrl_cuda_forward_new(&c, &d, &f, &err));
-            QK(qrl_cuda_forward_init_random(f, 3, &err));
-            weight_gb[pi] = qrl_cuda_forward_weight_bytes(f) / 1e9;
-            cudaStream_t st = (cudaStream_t)qrl_cuda_forward_stream(f);
-            int *seqs = malloc(B * sizeof(int));
-            int32_t *tok = malloc(B * 4), *gt = malloc(B * 4);
-            for (int b = 0; b < B; b++) {
-                QK(qrl_cuda_forward_seq_new(f, &seqs[b], &err));
-                QK(qrl_cuda_forward_seq_set_len_unwritten(f, seqs[b], CTX, &err));
-                tok[b] = (7 + 7919 * b) % c.vocab_size;
-            }
-            cudaEvent_t e0, e1;
-            CK(cudaEventCreate(&e0));
-            CK(cudaEventCreate(&e1));
             float ms[REPS];
-            for (int it = -WARMUP; it < REPS; it++) {
-                CK(cudaEventRecord(e0, st));
-                QK(qrl_cuda_forward_decode(f, seqs, tok, B, NULL, gt, NULL, &err));
-                CK(cudaEventRecord(e1, st));
-                CK(cudaEventSynchronize(e1));
-                if (it >= 0) CK(cudaEventElapsedTime(&ms[it], e0, e1));
-                for (int b = 0; b < B; b++)
-                    if (gt[b] < 0 || gt[b] >= c.vocab_size) {
-                        fprintf(stderr, "decode: token %d out of the vocabulary\n", gt[b]);
-                        exit(1);
-                    }
-            }
-            qsort(ms, REPS, sizeof *ms, cmp_f);
+            decode_step_times(&c, PREC[pi], B, CTX, WARMUP, REPS, ms, &weight_gb[pi]);
             step_ms[pi][bi] = ms[REPS / 2];
             fprintf(stderr, "decode %s batch %d ctx %d: min %.3f median %.3f max %.3f ms\n",
                     qrl_precision_name(PREC[pi]), B, CTX, ms[0], ms[REPS / 2], ms[REPS - 1]);
-            cudaEventDestroy(e0);
-            cudaEventDestroy(e1);
-            qrl_cuda_forward_free(f);
-            free(seqs); free(tok); free(gt);
         }
     printf("\ndecode step, Qwen2.5-1.5B shapes, context %d, KV bf16: median ms (speedup over bf16)\n%5s",
            CTX, "batch");

@@ -1,0 +1,76 @@
+/* Shared by the CUDA benchmarks (bench/w8a8.c, bench/fp4.c, bench/decode.c): error exits,
+ * the float comparator for medians, the Qwen2.5-1.5B shape, and one timed decode step of
+ * the CUDA forward.  Include only under QRL_HAVE_CUDA. */
+#ifndef QRL_BENCH_CUDA_BENCH_H
+#define QRL_BENCH_CUDA_BENCH_H
+
+#include <cuda_runtime.h>
+#include <stdio.h>
+#include <stdlib.h>
+
+#include "model/forward_cuda.h"
+
+#define CK(x) do { cudaError_t e_ = (x); if (e_ != cudaSuccess) { \
+    fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, cudaGetErrorString(e_)); exit(1); } } while (0)
+#define QK(x) do { if ((x) != QRL_OK) { fprintf(stderr, "%s:%d %s: %s\n", __FILE__, __LINE__, #x, err.msg); exit(1); } } while (0)
+
+static int cmp_f(const void *a, const void *b) {
+    float x = *(const float *)a, y = *(const float *)b;
+    return x < y ? -1 : x > y;
+}
+
+/* Qwen2.5-1.5B: hidden 1536, 28 layers, 12 q / 2 kv heads, head_dim 128, QKV bias, tied
+ * LM head. */
+static inline qrl_model_config qwen25_1_5b(void) {
+    return (qrl_model_config){.arch = QRL_MODEL_ARCH_QWEN2, .dim = 1536, .hidden_dim = 8960,
+                              .n_layers = 28, .n_heads = 12, .n_kv_heads = 2, .head_dim = 128,
+                              .vocab_size = 151936, .max_seq_len = 4096, .norm_eps = 1e-6f,
+                              .qkv_bias = true, .tie_embeddings = true,
+                              .rope = {.theta = 1000000.0, .layout = QRL_ROPE_LAYOUT_HALF}};
+}
+
+/* Decode step of a random-weight model of shape c at weight precision prec, batch B, every
+ * row at context ctx (BF16 paged KV, block 16): `warmup` untimed steps, then `reps` steps
+ * timed with CUDA events on the engine's stream (greedy tokens back on the host, checked
+ * inside the vocabulary).  ms[reps] gets the sorted step times (ms); *weight_gb the weight
+ * bytes a step reads.  Exits on any error. */
+static inline void decode_step_times(const qrl_model_config *c, qrl_precision prec, int B, int ctx,
+                                     int warmup, int reps, float *ms, double *weight_gb) {
+    qrl_cuda_forward_desc d = {.max_rows = B, .max_ctx = ctx + 64, .block_size = 16,
+                               .n_blocks = B * ((ctx + 64) / 16 + 1), .max_seqs = B, .precision = prec};
+    qrl_cuda_forward *f;
+    qrl_error err;
+    QK(qrl_cuda_forward_new(c, &d, &f, &err));
+    QK(qrl_cuda_forward_init_random(f, 3, &err));
+    *weight_gb = qrl_cuda_forward_weight_bytes(f) / 1e9;
+    cudaStream_t st = (cudaStream_t)qrl_cuda_forward_stream(f);
+    int *seqs = malloc(B * sizeof(int));
+    int32_t *tok = malloc(B * 4), *gt = malloc(B * 4);
+    for (int b = 0; b < B; b++) {
+        QK(qrl_cuda_forward_seq_new(f, &seqs[b], &err));
+        QK(qrl_cuda_forward_seq_set_len_unwritten(f, seqs[b], ctx, &err));
+        tok[b] = (7 + 7919 * b) % c->vocab_size;
+    }
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    for (int it = -warmup; it < reps; it++) {
+        CK(cudaEventRecord(e0, st));
+        QK(qrl_cuda_forward_decode(f, seqs, tok, B, NULL, gt, NULL, &err));
+        CK(cudaEventRecord(e1, st));
+        CK(cudaEventSynchronize(e1));
+        if (it >= 0) CK(cudaEventElapsedTime(&ms[it], e0, e1));
+        for (int b = 0; b < B; b++)
+            if (gt[b] < 0 || gt[b] >= c->vocab_size) {
+                fprintf(stderr, "decode: token %d out of the vocabulary\n", gt[b]);
+                exit(1);
+            }
+    }
+    qsort(ms, reps, sizeof *ms, cmp_f);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    qrl_cuda_forward_free(f);
+    free(seqs); free(tok); free(gt);
+}
+
+#endif
