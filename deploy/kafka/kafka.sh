@@ -249,16 +249,9 @@ cmd_start() {
   rm -f "$(pid_file)" "$dir/cds.pending"
   [ -f "$libs/.stamp" ] || die "no Kafka jars in $libs: run deploy/setup.sh (or deploy/kafka/fetch.sh $kafka_home)"
   command -v "$java" >/dev/null || die "java not found (Debian package openjdk-17-jre-headless)"
-  [ "$port" = 0 ] && port=$(free_port)
-  port_in_use "$port" && die "port $port on 127.0.0.1 is in use (pick another with --port, or 0 for a free one)"
-  if [ -z "$cport" ]; then
-    cport=$((port + 1))
-    port_in_use "$cport" && cport=$(free_port)
-  fi
-  [ "$cport" != "$port" ] || die "controller port equals the broker port ($port)"
-  port_in_use "$cport" && die "controller port $cport on 127.0.0.1 is in use"
-  write_config "$port" "$cport"
-  format_if_needed
+  local auto_port=0 auto_cport=0 attempt
+  [ "$port" = 0 ] && auto_port=1
+  [ -z "$cport" ] && auto_cport=1
   local cds
   if [ -f "$archive" ]; then
     cds=-XX:SharedArchiveFile=$archive
@@ -267,29 +260,53 @@ cmd_start() {
     cds=-XX:ArchiveClassesAtExit=$archive.tmp.$$
     echo "$archive.tmp.$$ $archive" >"$dir/cds.pending"
   fi
-  : >"$dir/logs/stdout.log"
-  # G1 with short pauses as Kafka's own launcher does.  C1 only (TieredStopAtLevel=1):
-  # on 2 cores the C2 compiler threads slow start-up more than the broker needs its
-  # peak speed here; QRL_KAFKA_JVM_OPTS=-XX:TieredStopAtLevel=4 brings C2 back.
-  # stdin/stdout detached so a caller's pipe never waits on the broker.
-  # shellcheck disable=SC2086
-  (cd "$dir" && exec "$java" -Xmx"$heap" -Xms"$heap" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
-      -XX:+ExplicitGCInvokesConcurrent -XX:TieredStopAtLevel=1 -Djava.awt.headless=true \
-      -Xshare:auto "$cds" -Xlog:cds=off -Xlog:cds+dynamic=off ${QRL_KAFKA_JVM_OPTS:-} \
-      -Dlog4j2.configurationFile="$dir/log4j2.properties" -Dkafka.logs.dir="$dir/logs" \
-      -cp "$libs/*" kafka.Kafka "$dir/server.properties" \
-      </dev/null >>"$dir/logs/stdout.log" 2>&1) &
-  pid=$!
-  echo "$pid" >"$(pid_file)"
-  local b="127.0.0.1:$port" rc=0
-  echo "$b" >"$dir/bootstrap"
-  wait_serving "$b" "$pid" "${timeout:-90}" || rc=$?
-  if [ $rc -eq 2 ]; then
-    rm -f "$(pid_file)"; show_logs; die "broker exited during start-up"
-  elif [ $rc -ne 0 ]; then
-    show_logs; kill -KILL "$pid" 2>/dev/null || true; rm -f "$(pid_file)"
-    die "broker did not serve at $b within ${timeout:-90} s"
-  fi
+  local format_if_needed_done=0
+  for attempt in 1 2 3; do
+    [ "$port" = 0 ] && port=$(free_port)
+    port_in_use "$port" && die "port $port on 127.0.0.1 is in use (pick another with --port, or 0 for a free one)"
+    if [ -z "$cport" ]; then
+      cport=$((port + 1))
+      port_in_use "$cport" && cport=$(free_port)
+    fi
+    [ "$cport" != "$port" ] || die "controller port equals the broker port ($port)"
+    port_in_use "$cport" && die "controller port $cport on 127.0.0.1 is in use"
+    write_config "$port" "$cport"
+    [ $format_if_needed_done = 1 ] || { format_if_needed; format_if_needed_done=1; }
+    : >"$dir/logs/stdout.log"
+    # G1 with short pauses as Kafka's own launcher does.  C1 only (TieredStopAtLevel=1):
+    # on 2 cores the C2 compiler threads slow start-up more than the broker needs its
+    # peak speed here; QRL_KAFKA_JVM_OPTS=-XX:TieredStopAtLevel=4 brings C2 back.
+    # stdin/stdout detached so a caller's pipe never waits on the broker.
+    # shellcheck disable=SC2086
+    (cd "$dir" && exec "$java" -Xmx"$heap" -Xms"$heap" -XX:+UseG1GC -XX:MaxGCPauseMillis=20 \
+        -XX:+ExplicitGCInvokesConcurrent -XX:TieredStopAtLevel=1 -Djava.awt.headless=true \
+        -Xshare:auto "$cds" -Xlog:cds=off -Xlog:cds+dynamic=off ${QRL_KAFKA_JVM_OPTS:-} \
+        -Dlog4j2.configurationFile="$dir/log4j2.properties" -Dkafka.logs.dir="$dir/logs" \
+        -cp "$libs/*" kafka.Kafka "$dir/server.properties" \
+        </dev/null >>"$dir/logs/stdout.log" 2>&1) &
+    pid=$!
+    echo "$pid" >"$(pid_file)"
+    local b="127.0.0.1:$port" rc=0
+    echo "$b" >"$dir/bootstrap"
+    wait_serving "$b" "$pid" "${timeout:-90}" || rc=$?
+    if [ $rc -eq 2 ] && [ "$attempt" -lt 3 ] && { [ "$auto_port" = 1 ] || [ "$auto_cport" = 1 ]; } &&
+       grep -qE "Unable to start acceptor|Address already in use" "$dir/logs/server.log" 2>/dev/null; then
+      # a port picked free was taken before the broker bound it: pick again
+      rm -f "$(pid_file)"
+      say "a listener port was taken during start-up (attempt $attempt): picking other ports"
+      [ "$auto_port" = 1 ] && port=0
+      [ "$auto_cport" = 1 ] && cport=
+      : >"$dir/logs/server.log"
+      continue
+    fi
+    if [ $rc -eq 2 ]; then
+      rm -f "$(pid_file)"; show_logs; die "broker exited during start-up"
+    elif [ $rc -ne 0 ]; then
+      show_logs; kill -KILL "$pid" 2>/dev/null || true; rm -f "$(pid_file)"
+      die "broker did not serve at $b within ${timeout:-90} s"
+    fi
+    break
+  done
   say "serving at $b after $(elapsed "$t0") s (pid $pid, data $dir/data, log $dir/logs/server.log)"
   echo "BOOTSTRAP=$b"
 }
