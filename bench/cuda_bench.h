@@ -1,12 +1,13 @@
-/* Shared by the CUDA benchmarks (bench/w8a8.c, bench/fp4.c, bench/decode.c): error exits,
- * the float comparator for medians, the Qwen2.5-1.5B shape, and one timed decode step of
- * the CUDA forward.  Include only under QRL_HAVE_CUDA. */
+/* Shared by the CUDA benchmarks (bench/w8a8.c, bench/fp4.c, bench/decode.c, bench/graphs.c):
+ * error exits, the float comparator for medians, the Qwen2.5-1.5B and Qwen3-4B shapes, and
+ * timed decode steps of the CUDA forward.  Include only under QRL_HAVE_CUDA. */
 #ifndef QRL_BENCH_CUDA_BENCH_H
 #define QRL_BENCH_CUDA_BENCH_H
 
 #include <cuda_runtime.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <time.h>
 
 #include "model/forward_cuda.h"
 
@@ -29,15 +30,28 @@ static inline qrl_model_config qwen25_1_5b(void) {
                               .rope = {.theta = 1000000.0, .layout = QRL_ROPE_LAYOUT_HALF}};
 }
 
+/* Qwen3-4B: hidden 2560, 36 layers, 32 q / 8 kv heads, head_dim 128, intermediate 9728,
+ * QK-norm, tied LM head. */
+static inline qrl_model_config qwen3_4b(void) {
+    return (qrl_model_config){.arch = QRL_MODEL_ARCH_QWEN3, .dim = 2560, .hidden_dim = 9728,
+                              .n_layers = 36, .n_heads = 32, .n_kv_heads = 8, .head_dim = 128,
+                              .vocab_size = 151936, .max_seq_len = 40960, .norm_eps = 1e-6f,
+                              .rope = {.theta = 1000000, .layout = QRL_ROPE_LAYOUT_HALF},
+                              .qk_norm = true, .tie_embeddings = true};
+}
+
 /* Decode step of a random-weight model of shape c at weight precision prec, batch B, every
- * row at context ctx (BF16 paged KV, block 16): `warmup` untimed steps, then `reps` steps
- * timed with CUDA events on the engine's stream (greedy tokens back on the host, checked
- * inside the vocabulary).  ms[reps] gets the sorted step times (ms); *weight_gb the weight
- * bytes a step reads.  Exits on any error. */
-static inline void decode_step_times(const qrl_model_config *c, qrl_precision prec, int B, int ctx,
-                                     int warmup, int reps, float *ms, double *weight_gb) {
+ * row at context ctx (BF16 paged KV, block 16), CUDA graphs unless eager: `warmup` untimed
+ * steps, then `reps` steps timed with CUDA events on the engine's stream (greedy tokens back
+ * on the host, checked inside the vocabulary).  ms[reps] gets the sorted step times (ms);
+ * *weight_gb the weight bytes a step reads; *first_ms (may be NULL) the first warm-up
+ * step's wall time (ms, host clock: with graphs, the capture).  Exits on any error. */
+static inline void decode_step_times_mode(const qrl_model_config *c, qrl_precision prec, int B,
+                                          int ctx, bool eager, int warmup, int reps, float *ms,
+                                          double *weight_gb, double *first_ms) {
     qrl_cuda_forward_desc d = {.max_rows = B, .max_ctx = ctx + 64, .block_size = 16,
-                               .n_blocks = B * ((ctx + 64) / 16 + 1), .max_seqs = B, .precision = prec};
+                               .n_blocks = B * ((ctx + 64) / 16 + 1), .max_seqs = B, .precision = prec,
+                               .eager = eager};
     qrl_cuda_forward *f;
     qrl_error err;
     QK(qrl_cuda_forward_new(c, &d, &f, &err));
@@ -55,10 +69,15 @@ static inline void decode_step_times(const qrl_model_config *c, qrl_precision pr
     CK(cudaEventCreate(&e0));
     CK(cudaEventCreate(&e1));
     for (int it = -warmup; it < reps; it++) {
+        struct timespec t0, t1;
+        clock_gettime(CLOCK_MONOTONIC, &t0);
         CK(cudaEventRecord(e0, st));
         QK(qrl_cuda_forward_decode(f, seqs, tok, B, NULL, gt, NULL, &err));
         CK(cudaEventRecord(e1, st));
         CK(cudaEventSynchronize(e1));
+        clock_gettime(CLOCK_MONOTONIC, &t1);
+        if (it == -warmup && first_ms)
+            *first_ms = (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6;
         if (it >= 0) CK(cudaEventElapsedTime(&ms[it], e0, e1));
         for (int b = 0; b < B; b++)
             if (gt[b] < 0 || gt[b] >= c->vocab_size) {
@@ -71,6 +90,12 @@ static inline void decode_step_times(const qrl_model_config *c, qrl_precision pr
     cudaEventDestroy(e1);
     qrl_cuda_forward_free(f);
     free(seqs); free(tok); free(gt);
+}
+
+/* decode_step_times_mode with CUDA graphs (the engine's default). */
+static inline void decode_step_times(const qrl_model_config *c, qrl_precision prec, int B, int ctx,
+                                     int warmup, int reps, float *ms, double *weight_gb) {
+    decode_step_times_mode(c, prec, B, ctx, false, warmup, reps, ms, weight_gb, NULL);
 }
 
 #endif

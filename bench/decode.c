@@ -158,14 +158,6 @@ static void breakdown(int layers, int B, int ctx, double *gemm_ms, double *attn_
 
 typedef struct result { double ms, tok_s, gb, gbps, floor_ms, floor_frac, speedup; bool done; } result;
 
-static qrl_model_config qwen3_4b(void) {
-    return (qrl_model_config){.arch = QRL_MODEL_ARCH_QWEN3, .dim = 2560, .hidden_dim = 9728,
-                              .n_layers = 36, .n_heads = 32, .n_kv_heads = 8, .head_dim = 128,
-                              .vocab_size = 151936, .max_seq_len = 40960, .norm_eps = 1e-6f,
-                              .rope = {.theta = 1000000, .layout = QRL_ROPE_LAYOUT_HALF},
-                              .qk_norm = true, .tie_embeddings = true};
-}
-
 static long shape_blocks(const shape *s) {
     return (long)s->batch * ((s->ctx + WARMUP + REPEATS + 1 + BS - 1) / BS);
 }

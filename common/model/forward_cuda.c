@@ -3,6 +3,8 @@
 #ifdef QRL_HAVE_CUDA
 #include "model/forward_cuda_internal.h"
 
+#include "core/log.h"
+
 void *qrl_cuda_forward_stream(const qrl_cuda_forward *f) { return f->stream; }
 
 /* Bytes of one token-head record (codes + F32 fields) of the main store. */
@@ -37,6 +39,40 @@ qrl_precision qrl_cuda_forward_precision(const qrl_cuda_forward *f) {
     if (f->fp4) return f->mx ? QRL_PRECISION_W4A16_MXFP4 : QRL_PRECISION_W4A16_NVFP4;
     if (!f->w8a8) return QRL_PRECISION_BF16;
     return f->fp8 ? QRL_PRECISION_W8A8_FP8 : QRL_PRECISION_W8A8_INT8;
+}
+
+static qrl_status reserve(qrl_cuda_forward *f, int seq, int n, qrl_error *err);
+
+/* The padding rows' sequence: one block at position 0 and fp8 head scales of 1 (never
+ * calibrated: its K/V are never read by a caller's row). */
+static qrl_status pad_seq_init(qrl_cuda_forward *f, qrl_error *err) {
+    int p = f->pad_seq, KVH = f->cfg.n_kv_heads;
+    f->seq_used[p] = 1;
+    f->fp8_ready[p] = 1;
+    QRL_TRY(reserve(f, p, 1, err));
+    qrl_status st = QRL_OK;
+    if (f->d.kv_format == QRL_KV_FORMAT_FP8) {
+        float *ones = malloc((size_t)KVH * 2 * sizeof *ones);
+        if (!ones) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: pad scales");
+        for (int i = 0; i < 2 * KVH; i++) ones[i] = 1.0f;
+        for (int l = 0; l < f->cfg.n_layers && st == QRL_OK; l++)
+            st = cuda_st(cudaMemcpy(f->kvq[l].fp8_scale + (size_t)p * KVH * 2, ones,
+                                    (size_t)KVH * 2 * 4, cudaMemcpyHostToDevice), "pad scales", err);
+        free(ones);
+    }
+    if (st == QRL_OK) st = cuda_st(cudaStreamSynchronize(f->stream), "pad sequence", err);
+    return st;
+}
+
+static void graphs_drop(qrl_cuda_forward *f) {
+    for (int i = 0; i < QRL_CUDA_GRAPH_SLOTS; i++)
+        if (f->graphs[i].rows) cudaGraphExecDestroy(f->graphs[i].exec);
+    memset(f->graphs, 0, sizeof f->graphs);
+}
+
+void qrl_cuda_forward_graph_stats(const qrl_cuda_forward *f, long *captures, long *replays) {
+    *captures = f->graph_captures;
+    *replays = f->graph_replays;
 }
 
 qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forward_desc *d,
@@ -75,6 +111,10 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
     f->d = *d;
     if (f->d.max_ctx > cfg->max_seq_len) f->d.max_ctx = cfg->max_seq_len;
     f->max_blocks = (f->d.max_ctx + d->block_size - 1) / d->block_size;
+    f->slots = d->max_seqs + 1;
+    f->pool_blocks = d->n_blocks + 1;
+    f->pad_seq = d->max_seqs;
+    f->graphs_off = d->eager;
     size_t D = cfg->dim, F = cfg->hidden_dim, V = cfg->vocab_size, L = cfg->n_layers,
            Q = (size_t)cfg->n_heads * hd, KV = (size_t)cfg->n_kv_heads * hd, R = d->max_rows;
     size_t W = Q + 2 * KV;
@@ -140,17 +180,17 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
                              d->protected_sink, d->protected_recent, mc);
     }
     if (fmt != QRL_KV_FORMAT_INT4_PROTECTED) f->d.protected_sink = f->d.protected_recent = 0;
-    f->kv_layer_elems = (size_t)d->n_blocks * d->block_size * KV;
+    f->kv_layer_elems = (size_t)f->pool_blocks * d->block_size * KV;
     f->work_floats = qrl_cuda_attention_work_floats((int)R, cfg->n_heads, hd, f->d.max_ctx);
     /* quantized pool per layer: K and V codes, F32 fields, fp8 scales, side cache */
-    size_t recs = (size_t)d->n_blocks * d->block_size * cfg->n_kv_heads;
+    size_t recs = (size_t)f->pool_blocks * d->block_size * cfg->n_kv_heads;
     int ring = f->d.protected_recent > 0 ? f->d.protected_recent + QRL_CUDA_KV_RING_SLACK : 0;
-    size_t side_recs = (size_t)d->max_seqs * (f->d.protected_sink + ring) * cfg->n_kv_heads;
+    size_t side_recs = (size_t)f->slots * (f->d.protected_sink + ring) * cfg->n_kv_heads;
     size_t q_layer = 0;
     if (f->quant) {
         size_t cb = (size_t)qrl_cuda_kvq_code_bytes(fmt, hd), sf = qrl_cuda_kvq_scale_floats(fmt, hd);
         q_layer = 2 * (up256(recs * cb) + up256(recs * sf * 4)) +
-                  up256((size_t)d->max_seqs * cfg->n_kv_heads * 2 * 4) +
+                  up256((size_t)f->slots * cfg->n_kv_heads * 2 * 4) +
                   2 * (up256(side_recs * hd) + up256(side_recs * 4));
         size_t wq = qrl_cuda_attention_q_work_floats((int)R, cfg->n_heads, hd, f->d.max_ctx);
         if (wq > f->work_floats) f->work_floats = wq;
@@ -162,23 +202,23 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
     size_t half = hd / 2;
 
     f->layers = calloc(L, sizeof *f->layers);
-    f->h_tables = malloc((size_t)d->max_seqs * f->max_blocks * sizeof(int32_t));
+    f->h_tables = malloc((size_t)f->slots * f->max_blocks * sizeof(int32_t));
     f->h_meta = malloc(6 * R * sizeof(int32_t));
-    f->fp8_ready = calloc(d->max_seqs, 1);
+    f->fp8_ready = calloc(f->slots, 1);
     f->kvq = calloc(L, sizeof *f->kvq);
-    f->seq_len = calloc(d->max_seqs, sizeof(int32_t));
-    f->seq_blocks = calloc(d->max_seqs, sizeof(int32_t));
-    f->seq_used = calloc(d->max_seqs, 1);
-    f->free_blocks = malloc((size_t)d->n_blocks * sizeof(int32_t));
+    f->seq_len = calloc(f->slots, sizeof(int32_t));
+    f->seq_blocks = calloc(f->slots, sizeof(int32_t));
+    f->seq_used = calloc(f->slots, 1);
+    f->free_blocks = malloc((size_t)f->pool_blocks * sizeof(int32_t));
     f->h_sreq = malloc(R * (sizeof *f->h_sreq + sizeof *f->h_sout));
     if (!f->layers || !f->h_tables || !f->h_meta || !f->seq_len || !f->seq_blocks ||
         !f->seq_used || !f->free_blocks || !f->fp8_ready || !f->kvq || !f->h_sreq) {
         st = qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: out of host memory");
         goto fail;
     }
-    memset(f->h_tables, 0, (size_t)d->max_seqs * f->max_blocks * sizeof(int32_t));
-    for (int i = 0; i < d->n_blocks; i++) f->free_blocks[i] = d->n_blocks - 1 - i;
-    f->n_free = d->n_blocks;
+    memset(f->h_tables, 0, (size_t)f->slots * f->max_blocks * sizeof(int32_t));
+    for (int i = 0; i < f->pool_blocks; i++) f->free_blocks[i] = f->pool_blocks - 1 - i;
+    f->n_free = f->pool_blocks;
 
     QRL_TRY_GOTO(cuda_st(cudaStreamCreateWithFlags(&f->stream, cudaStreamNonBlocking),
                          "stream", err), fail);
@@ -187,7 +227,7 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
         {(void **)&f->warena, f->warena_elems * 2, "weights"},
         {(void **)&f->kv, f->kv_pool_bytes, "kv pool"},
         {(void **)&f->cos_tab, 2 * (size_t)f->d.max_ctx * half * 4, "rope tables"},
-        {(void **)&f->d_tables, (size_t)d->max_seqs * f->max_blocks * 4, "block tables"},
+        {(void **)&f->d_tables, (size_t)f->slots * f->max_blocks * 4, "block tables"},
         {(void **)&f->d_meta, 7 * R * 4, "row metadata"},
         {(void **)&f->x, act_floats * 4, "activations"},
         {(void **)&f->xb, act_bf16 * 2, "bf16 activations"},
@@ -224,7 +264,7 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
                 c->codes[w] = qp; qp += up256(recs * cb);
                 c->scales[w] = sf ? (float *)qp : NULL; qp += up256(recs * sf * 4);
             }
-            c->fp8_scale = (float *)qp; qp += up256((size_t)d->max_seqs * cfg->n_kv_heads * 2 * 4);
+            c->fp8_scale = (float *)qp; qp += up256((size_t)f->slots * cfg->n_kv_heads * 2 * 4);
             for (int w = 0; w < 2; w++) {
                 c->side_codes[w] = (int8_t *)qp; qp += up256(side_recs * hd);
                 c->side_scales[w] = (float *)qp; qp += up256(side_recs * 4);
@@ -241,8 +281,9 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
         QRL_CHECK((size_t)(qp - (unsigned char *)f->kv) <= f->kv_pool_bytes);
     }
     f->att = f->xb + R * max_sz(D, F);
-    QRL_TRY_GOTO(cuda_st(cudaMemset(f->d_tables, 0, (size_t)d->max_seqs * f->max_blocks * 4),
-                         "memset", err), fail);
+    QRL_TRY_GOTO(cuda_st(cudaMemsetAsync(f->d_tables, 0, (size_t)f->slots * f->max_blocks * 4,
+                                         f->stream), "memset", err), fail);
+    QRL_TRY_GOTO(pad_seq_init(f, err), fail);
     /* Carve the weight arena (the order upload and init_random fill). */
     uint16_t *p = f->warena;
     f->embed = p; p += V * D;
@@ -311,6 +352,7 @@ void qrl_cuda_forward_free(qrl_cuda_forward *f) {
     cudaFree(f->warena); cudaFree(f->kv); cudaFree(f->cos_tab); cudaFree(f->d_tables);
     cudaFree(f->d_meta); cudaFree(f->x); cudaFree(f->xb); cudaFree(f->qarena);
     cudaFree(f->d_sreq); free(f->h_sreq);
+    graphs_drop(f);
     qrl_cuda_gemm_free(f->gemm);
     if (f->stream) cudaStreamDestroy(f->stream);
     free(f->layers); free(f->h_tables); free(f->h_meta); free(f->seq_len); free(f->seq_blocks);
@@ -347,7 +389,7 @@ int qrl_cuda_forward_seq_len(const qrl_cuda_forward *f, int seq) { return f->seq
 
 /* Blocks for positions [0, n); new table entries go to the device (async, in order). */
 static qrl_status reserve(qrl_cuda_forward *f, int seq, int n, qrl_error *err) {
-    QRL_CHECK(seq >= 0 && seq < f->d.max_seqs && f->seq_used[seq]);
+    QRL_CHECK(seq >= 0 && seq < f->slots && f->seq_used[seq]);
     if (n > f->d.max_ctx)
         return qrl_error_set(err, QRL_STATUS_OUT_OF_RANGE,
                              "cuda forward: sequence %d needs %d positions, context is %d", seq,
@@ -413,18 +455,15 @@ static qrl_status project(qrl_cuda_forward *f, float *y, const uint16_t *x, cons
     return qrl_cuda_w8a8_gemm(&a, f->stream, err);
 }
 
-/* Rows described by h_meta (tokens, seqs, positions) for n rows; logits (device) for rows
- * [from, n). */
-static qrl_status run_rows(qrl_cuda_forward *f, int n, int max_len, int from, qrl_error *err) {
-    const qrl_model_config *c = &f->cfg;
-    int D = c->dim, F = c->hidden_dim, hd = c->head_dim, H = c->n_heads, KVH = c->n_kv_heads;
-    int Q = H * hd, KV = KVH * hd, R = f->d.max_rows;
-    void *s = f->stream;
+/* Upload the metadata of n rows described by h_meta (tokens, seqs, positions at [0, R),
+ * [R, 2R), [2R, 3R); packed to [3, n] here) and, fp8, the runs of rows of sequences whose
+ * head scales this pass calibrates (*n_runs of them). */
+static qrl_status upload_rows(qrl_cuda_forward *f, int n, int *n_runs_out, qrl_error *err) {
+    int R = f->d.max_rows;
     memcpy(f->h_meta + n, f->h_meta + R, (size_t)n * 4);       /* pack to [3, n] */
     memcpy(f->h_meta + 2 * n, f->h_meta + 2 * R, (size_t)n * 4);
     QRL_TRY(cuda_st(cudaMemcpyAsync(f->d_meta, f->h_meta, (size_t)3 * n * 4,
                                     cudaMemcpyHostToDevice, f->stream), "meta upload", err));
-    const int32_t *tok = f->d_meta, *rseq = f->d_meta + n, *rpos = f->d_meta + 2 * n;
     /* fp8: runs of rows of sequences without scales yet calibrate them (as the CPU's
      * qrl_kv_cache_calibrate on the sequence's first pass) */
     int n_runs = 0;
@@ -443,6 +482,20 @@ static qrl_status run_rows(qrl_cuda_forward *f, int n, int max_len, int from, qr
                                             cudaMemcpyHostToDevice, f->stream), "runs upload", err));
         }
     }
+    *n_runs_out = n_runs;
+    return QRL_OK;
+}
+
+/* The pass over n uploaded rows (upload_rows): kernels only (no host synchronization, no
+ * copies), so a decode step can be captured as a CUDA graph; logits (device) for rows
+ * [from, n).  max_len bounds every row's position + 1 (the attention's split plan). */
+static qrl_status launch_rows(qrl_cuda_forward *f, int n, int max_len, int from, int n_runs,
+                              qrl_error *err) {
+    const qrl_model_config *c = &f->cfg;
+    int D = c->dim, F = c->hidden_dim, hd = c->head_dim, H = c->n_heads, KVH = c->n_kv_heads;
+    int Q = H * hd, KV = KVH * hd;
+    void *s = f->stream;
+    const int32_t *tok = f->d_meta, *rseq = f->d_meta + n, *rpos = f->d_meta + 2 * n;
     QRL_TRY(qrl_cuda_embed(f->x, f->embed, tok, n, D, s, err));
     for (int l = 0; l < c->n_layers; l++) {
         const layer_dev *w = &f->layers[l];
@@ -481,11 +534,85 @@ static qrl_status run_rows(qrl_cuda_forward *f, int n, int max_len, int from, qr
         QRL_TRY(qrl_cuda_swiglu(f->xb, f->proj, n, F, s, err));
         QRL_TRY(project(f, f->proj, f->xb, w->wdown, &w->down, n, F, D, err));
     }
-    for (int r = 0; r < n; r++) f->fp8_ready[f->h_meta[n + r]] = 1;
     QRL_TRY(qrl_cuda_rmsnorm(f->xb, f->x, f->proj, NULL, f->final_norm, n, D, c->norm_eps, s, err));
     if (from < n)
         QRL_TRY(qrl_cuda_gemm_bf16(f->gemm, f->logits, f->xb + (size_t)from * D, f->lm_head,
                                    n - from, D, c->vocab_size, s, err));
+    return QRL_OK;
+}
+
+/* Every sequence of the n packed rows has its fp8 scales once the pass has run. */
+static void mark_calibrated(qrl_cuda_forward *f, int n) {
+    for (int r = 0; r < n; r++) f->fp8_ready[f->h_meta[n + r]] = 1;
+}
+
+/* Rows described by h_meta (tokens, seqs, positions) for n rows; logits (device) for rows
+ * [from, n). */
+static qrl_status run_rows(qrl_cuda_forward *f, int n, int max_len, int from, qrl_error *err) {
+    int n_runs = 0;
+    QRL_TRY(upload_rows(f, n, &n_runs, err));
+    QRL_TRY(launch_rows(f, n, max_len, from, n_runs, err));
+    mark_calibrated(f, n);
+    return QRL_OK;
+}
+
+/* ---- CUDA graphs for the decode step ---------------------------------------------- */
+
+/* Rows a graph is captured for: 1, 2, 4, then multiples of 8 (vLLM's capture sizes),
+ * clamped to max_rows. */
+static int graph_rows(const qrl_cuda_forward *f, int n) {
+    int p = n <= 1 ? 1 : n <= 2 ? 2 : n <= 4 ? 4 : (n + 7) / 8 * 8;
+    return p < f->d.max_rows ? p : f->d.max_rows;
+}
+
+/* The attention's planning length: max_len rounded up to a multiple of 64 and of 1/16 of
+ * its power of two (<= ~6% over), clamped to the context: a bucket keeps one graph for
+ * 64-512 consecutive steps of a growing batch. */
+static int len_bucket(const qrl_cuda_forward *f, int max_len) {
+    int g = 64;
+    while (g * 32 <= max_len) g *= 2;
+    int b = (max_len + g - 1) / g * g;
+    return b < f->d.max_ctx ? b : f->d.max_ctx;
+}
+
+/* The graph for (rows, len): a kept one, or captured now (evicting the least recently
+ * used).  *exec NULL when the capture failed: graphs are then off for the engine. */
+static qrl_status graph_get(qrl_cuda_forward *f, int rows, int len, cudaGraphExec_t *exec,
+                            qrl_error *err) {
+    *exec = NULL;
+    graph_slot *victim = &f->graphs[0];
+    for (int i = 0; i < QRL_CUDA_GRAPH_SLOTS; i++) {
+        graph_slot *g = &f->graphs[i];
+        if (g->rows == rows && g->len == len) {
+            g->used = ++f->graph_clock;
+            f->graph_replays++;
+            *exec = g->exec;
+            return QRL_OK;
+        }
+        if (!g->rows || (victim->rows && g->used < victim->used)) victim = g;
+    }
+    cudaStream_t s = f->stream;
+    cudaGraph_t graph = NULL;
+    QRL_TRY(cuda_st(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "graph capture",
+                    err));
+    qrl_error cap_err;
+    qrl_status st = launch_rows(f, rows, len, 0, 0, &cap_err);
+    cudaError_t e = cudaStreamEndCapture(s, &graph);
+    cudaGraphExec_t x = NULL;
+    if (st == QRL_OK && e == cudaSuccess) e = cudaGraphInstantiate(&x, graph, 0);
+    if (graph) cudaGraphDestroy(graph);
+    if (st != QRL_OK || e != cudaSuccess) {
+        cudaGetLastError(); /* clear the (non-sticky) error the failed capture left */
+        f->graphs_off = true;
+        QRL_LOG_WARN("cuda", "decode step graph capture failed (rows=%d len=%d): %s; decoding "
+                     "eagerly from now on", rows, len,
+                     st != QRL_OK ? cap_err.msg : cudaGetErrorString(e));
+        return QRL_OK;
+    }
+    if (victim->rows) cudaGraphExecDestroy(victim->exec);
+    *victim = (graph_slot){.rows = rows, .len = len, .exec = x, .used = ++f->graph_clock};
+    f->graph_captures++;
+    *exec = x;
     return QRL_OK;
 }
 
@@ -567,7 +694,21 @@ static qrl_status decode_rows(qrl_cuda_forward *f, const int *seqs, const int32_
         f->h_meta[2 * R + i] = f->seq_len[seqs[i]];
         if (f->seq_len[seqs[i]] + 1 > max_len) max_len = f->seq_len[seqs[i]] + 1;
     }
-    return run_rows(f, batch, max_len, 0, err);
+    max_len = len_bucket(f, max_len);
+    int rows = f->graphs_off ? batch : graph_rows(f, batch);
+    for (int i = batch; i < rows; i++) { /* padding: position 0 of the internal sequence */
+        f->h_meta[i] = 0;
+        f->h_meta[R + i] = f->pad_seq;
+        f->h_meta[2 * R + i] = 0;
+    }
+    int n_runs = 0;
+    QRL_TRY(upload_rows(f, rows, &n_runs, err));
+    cudaGraphExec_t exec = NULL;
+    if (!f->graphs_off && n_runs == 0) QRL_TRY(graph_get(f, rows, max_len, &exec, err));
+    if (exec) QRL_TRY(cuda_st(cudaGraphLaunch(exec, f->stream), "graph launch", err));
+    else QRL_TRY(launch_rows(f, rows, max_len, 0, n_runs, err));
+    mark_calibrated(f, rows);
+    return QRL_OK;
 }
 
 qrl_status qrl_cuda_forward_decode(qrl_cuda_forward *f, const int *seqs, const int32_t *tokens,

@@ -47,6 +47,10 @@ typedef struct qrl_cuda_forward_desc {
      * E4M3 projections, w4a16-nvfp4 / w4a16-mxfp4 FP4 projections (the model given to
      * _upload must be quantized to it); w4a4-nvfp4 is UNSUPPORTED. */
     qrl_precision precision;
+    /* Decode steps run their kernels one launch at a time (vLLM's enforce_eager) instead of
+     * replaying a CUDA graph captured per (padded batch, context bucket); false (what a
+     * zeroed desc holds) uses graphs.  See qrl_cuda_forward_decode. */
+    bool eager;
 } qrl_cuda_forward_desc;
 
 /* Allocate weights (uninitialized), KV pool, tables and activations on the current device
@@ -94,7 +98,18 @@ qrl_status qrl_cuda_forward_prefill(qrl_cuda_forward *f, int seq, const int32_t 
 
 /* Batched decode, as qrl_forward_decode.  logits: host F32 [batch, vocab] or NULL.
  * greedy_tokens / greedy_logprob: host [batch] or NULL: argmax on the device and its
- * log-softmax at T = 1 (qrl_cuda_greedy).  Returns after the results are on the host. */
+ * log-softmax at T = 1 (qrl_cuda_greedy).  Returns after the results are on the host.
+ *
+ * CUDA graphs (unless desc.eager): the step from the embedding to the LM head is captured
+ * once per (rows, context bucket) and replayed.  rows is the batch padded up to 1, 2, 4,
+ * then a multiple of 8 (at most max_rows; the padding rows decode an internal sequence,
+ * as vLLM pads to its capture sizes); the attention plans its flash-decoding splits for
+ * the longest row's length rounded up to a bucket (a multiple of 64 and of 1/16 of its
+ * power of two), eager steps too, so a step's real rows get the same values with or
+ * without graphs when batch is already a padded size.  At most QRL_CUDA_GRAPH_SLOTS
+ * graphs are kept (least recently used evicted).  A step whose fp8 sequences still need
+ * their scales calibrated runs eagerly; a capture that fails turns graphs off for the
+ * engine (logged once) and the step runs eagerly. */
 qrl_status qrl_cuda_forward_decode(qrl_cuda_forward *f, const int *seqs, const int32_t *tokens,
                                    int batch, float *logits, int32_t *greedy_tokens,
                                    float *greedy_logprob, qrl_error *err);
@@ -114,6 +129,9 @@ qrl_status qrl_cuda_forward_decode_sample(qrl_cuda_forward *f, const int *seqs,
                                           const int32_t *tokens, int batch,
                                           const qrl_sample_draw *draws, qrl_sample *out,
                                           qrl_error *row_err, qrl_error *err);
+
+/* Decode steps served by capturing a new CUDA graph, and by replaying a kept one. */
+void qrl_cuda_forward_graph_stats(const qrl_cuda_forward *f, long *captures, long *replays);
 
 /* The cudaStream_t all work runs on (benchmarks record events on it). */
 void *qrl_cuda_forward_stream(const qrl_cuda_forward *f);

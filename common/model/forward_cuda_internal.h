@@ -36,10 +36,27 @@ typedef struct layer_dev {
     qlin_dev qkv, o, gu, down; /* w8a8, w4a16 (the BF16 projections and biases are NULL) */
 } layer_dev;
 
+/* One captured decode step (CUDA graph), for a padded row count and a context bucket. */
+typedef struct graph_slot {
+    int rows, len;                  /* rows = 0: empty */
+    cudaGraphExec_t exec;
+    unsigned long long used;        /* LRU clock */
+} graph_slot;
+#define QRL_CUDA_GRAPH_SLOTS 48
+
 struct qrl_cuda_forward {
     qrl_model_config cfg;
     qrl_cuda_forward_desc d;
     int max_blocks;                 /* per sequence */
+    /* Internally one more sequence slot and one more KV block than d says: slot pad_seq
+     * (= d.max_seqs) owns that block and is the sequence of the padding rows a CUDA-graph
+     * decode step adds to reach its captured row count (their K/V land there, never in a
+     * caller's sequence). */
+    int slots, pool_blocks, pad_seq;
+    graph_slot graphs[QRL_CUDA_GRAPH_SLOTS];
+    unsigned long long graph_clock;
+    bool graphs_off;                /* d.eager, or a capture failed (then eager for good) */
+    long graph_captures, graph_replays;
     cudaStream_t stream;
     qrl_cuda_gemm *gemm;
     uint16_t *warena;               /* every weight, BF16 (qproj: all but the projections) */

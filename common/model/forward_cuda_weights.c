@@ -217,13 +217,13 @@ qrl_status qrl_cuda_forward_init_random(qrl_cuda_forward *f, uint64_t seed, qrl_
         QRL_TRY(qrl_cuda_fill_random_bf16(f->kv, (size_t)c->n_layers * 2 * f->kv_layer_elems,
                                           seed + 99, 0.0f, 1.0f, f->stream, err));
     } else {
-        size_t recs = (size_t)f->d.n_blocks * f->d.block_size * c->n_kv_heads;
-        size_t side = (size_t)f->d.max_seqs * (f->kvq[0].sink + f->kvq[0].ring) * c->n_kv_heads;
+        size_t recs = (size_t)f->pool_blocks * f->d.block_size * c->n_kv_heads;
+        size_t side = (size_t)f->slots * (f->kvq[0].sink + f->kvq[0].ring) * c->n_kv_heads;
         for (int l = 0; l < c->n_layers; l++)
-            QRL_TRY(qrl_cuda_kvq_fill_random(&f->kvq[l], recs, side, f->d.max_seqs, seed + 99 + l,
+            QRL_TRY(qrl_cuda_kvq_fill_random(&f->kvq[l], recs, side, f->slots, seed + 99 + l,
                                              f->stream, err));
         /* the random head scales stand: decode does not recalibrate them */
-        memset(f->fp8_ready, 1, (size_t)f->d.max_seqs);
+        memset(f->fp8_ready, 1, (size_t)f->slots);
     }
     float *inv = malloc(c->head_dim / 2 * sizeof(float));
     if (!inv) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: inv_freq");

@@ -212,15 +212,16 @@ static qrl_status gpu_open(qrl_scheduler *s, const qrl_model *model, int n_block
         .max_rows = rows, .max_ctx = s->ctx_len, .block_size = cfg->kv_block_size,
         .n_blocks = n_blocks, .max_seqs = cfg->max_slots, .kv_format = cfg->kv_format,
         .protected_sink = cfg->kv_sink, .protected_recent = cfg->kv_recent,
-        .precision = model->precision};
+        .precision = model->precision, .eager = cfg->eager};
     QRL_TRY(qrl_cuda_forward_new(&model->cfg, &d, &s->gpu, err));
     s->be = &GPU_BACKEND;
     QRL_TRY(qrl_cuda_forward_upload(s->gpu, model, err));
     QRL_LOG_INFO("sched", "engine device=cuda:%d weights=%s kv=%s blocks=%d weight_bytes=%zu "
-                 "kv_bytes_per_pos=%zu", cfg->device,
+                 "kv_bytes_per_pos=%zu cuda_graphs=%s", cfg->device,
                  qrl_precision_name(qrl_cuda_forward_precision(s->gpu)),
                  qrl_kv_format_name(qrl_cuda_forward_kv_format(s->gpu)), n_blocks,
-                 qrl_cuda_forward_weight_bytes(s->gpu), qrl_cuda_forward_kv_bytes_per_pos(s->gpu));
+                 qrl_cuda_forward_weight_bytes(s->gpu), qrl_cuda_forward_kv_bytes_per_pos(s->gpu),
+                 cfg->eager ? "off" : "on");
     return QRL_OK;
 }
 #else

@@ -69,6 +69,9 @@ typedef struct qrl_scheduler_config {
                                token on the CPU from its prefill logits */
     bool host_sampling;     /* CUDA engine: copy every decode step's logits to the host and
                                sample there instead (default false; tests compare the two) */
+    bool eager;             /* CUDA engine: launch each decode step's kernels one by one
+                               instead of replaying CUDA graphs (vLLM's enforce_eager;
+                               default false) */
 } qrl_scheduler_config;
 
 /* Fill *c with the defaults above. */

@@ -22,7 +22,16 @@ struct qrl_cuda_gemm {
     cublasLtHandle_t lt;
     lt_plan plans[LT_PLANS];
     int n_plans; /* made so far (slot n_plans % LT_PLANS is the next) */
+    void *ws;    /* cuBLAS workspace of WS_BYTES, ours so a CUDA graph capture allocates nothing */
 };
+
+#define WS_BYTES (32u << 20) /* what cuBLAS documents for Hopper */
+
+/* cublasSetStream resets the workspace to cuBLAS's pool: set ours again after it. */
+static void set_stream(qrl_cuda_gemm *g, void *stream) {
+    cublasSetStream(g->h, (cudaStream_t)stream);
+    cublasSetWorkspace(g->h, g->ws, WS_BYTES);
+}
 
 qrl_status qrl_cuda_gemm_new(qrl_cuda_gemm **out, qrl_error *err) {
     *out = NULL;
@@ -38,6 +47,12 @@ qrl_status qrl_cuda_gemm_new(qrl_cuda_gemm **out, qrl_error *err) {
         cublasDestroy(g->h);
         free(g);
         return qrl_error_set(err, QRL_STATUS_CUDA, "gemm: cublasLtCreate: %s", cublasGetStatusString(s));
+    }
+    cudaError_t e = cudaMalloc(&g->ws, WS_BYTES);
+    if (e != cudaSuccess) {
+        qrl_cuda_gemm_free(g);
+        return qrl_error_set(err, QRL_STATUS_CUDA, "gemm: cannot allocate the %u MiB cuBLAS "
+                             "workspace: %s", WS_BYTES >> 20, cudaGetErrorString(e));
     }
     *out = g;
     return QRL_OK;
@@ -56,6 +71,7 @@ void qrl_cuda_gemm_free(qrl_cuda_gemm *g) {
     for (int i = 0; i < LT_PLANS; i++) lt_plan_clear(&g->plans[i]);
     cublasLtDestroy(g->lt);
     cublasDestroy(g->h);
+    cudaFree(g->ws);
     free(g);
 }
 
@@ -63,7 +79,7 @@ qrl_status qrl_cuda_gemm_bf16(qrl_cuda_gemm *g, float *y, const uint16_t *x, con
                               int n, int k, int m, void *stream, qrl_error *err) {
     if (n <= 0 || k <= 0 || m <= 0)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "gemm: n=%d k=%d m=%d", n, k, m);
-    cublasSetStream(g->h, (cudaStream_t)stream);
+    set_stream(g, stream);
     /* Column-major view: y^T[m, n] = (w^T)^T[m, k] · x^T[k, n]. */
     const float one = 1.0f, zero = 0.0f;
     cublasStatus_t s = cublasGemmEx(g->h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w, CUDA_R_16BF,
@@ -81,7 +97,7 @@ qrl_status qrl_cuda_gemm_rm(qrl_cuda_gemm *g, int kind, void *C, int c_f32, cons
     if (T <= 0 || K <= 0 || N <= 0 || kind < QRL_GEMM_FWD || kind > QRL_GEMM_DW)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "gemm kind %d T=%d K=%d N=%d",
                              kind, T, K, N);
-    cublasSetStream(g->h, (cudaStream_t)stream);
+    set_stream(g, stream);
     const float one = 1.0f;
     cudaDataType ct = c_f32 ? CUDA_R_32F : CUDA_R_16BF;
     cublasStatus_t s;
@@ -111,7 +127,7 @@ qrl_status qrl_cuda_gemm_s8(qrl_cuda_gemm *g, int32_t *y, const int8_t *x, const
                             int k, int m, void *stream, qrl_error *err) {
     if (n <= 0 || k <= 0 || m <= 0 || k % 16)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "gemm s8: n=%d k=%d m=%d", n, k, m);
-    cublasSetStream(g->h, (cudaStream_t)stream);
+    set_stream(g, stream);
     const int32_t one = 1, zero = 0;
     cublasStatus_t s = cublasGemmEx(g->h, CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w, CUDA_R_8I,
                                     k, x, CUDA_R_8I, k, &zero, y, CUDA_R_32I, m,

@@ -607,6 +607,7 @@ int rd_daemon_run(qrl_config_t *cfg, const qrl_model *model, const qrl_tokenizer
     snprintf(d->device_name, sizeof d->device_name, "cpu");
     if (strcmp(qrl_config_get_string(cfg, "rollout.device"), "cuda") == 0) {
         sc.device = (int)qrl_config_get_int(cfg, "rollout.cuda_device");
+        sc.eager = qrl_config_get_bool(cfg, "rollout.enforce_eager");
         snprintf(d->device, sizeof d->device, "cuda:%d", sc.device);
 #ifdef QRL_HAVE_CUDA
         if (qrl_cuda_device_describe(sc.device, d->device_name, sizeof d->device_name, &err) != QRL_OK)

@@ -40,6 +40,9 @@ static const qrl_config_entry CONFIG[] = {
      "rows sampled on the GPU with the CPU sampler's keyed draws)"},
     {"rollout.cuda_device", QRL_CONFIG_TYPE_INT, "0", 0, 64, NULL, false,
      "CUDA device ordinal of the engine with rollout.device cuda"},
+    {"rollout.enforce_eager", QRL_CONFIG_TYPE_BOOL, "false", 0, 0, NULL, false,
+     "rollout.device cuda: launch each decode step's kernels one by one instead of replaying "
+     "CUDA graphs (as vLLM's enforce_eager)"},
     {"rollout.drain_timeout_ms", QRL_CONFIG_TYPE_INT, "0", 0, 86400000, NULL, false,
      "SIGTERM / learner SHUTDOWN drain: abort in-flight groups after this long (0 = wait for them)"},
     {"rollout.kv_sink", QRL_CONFIG_TYPE_INT, "16", 0, 1 << 20, NULL, false,

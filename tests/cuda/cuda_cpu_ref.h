@@ -29,4 +29,19 @@ static inline void cpu_logits_all(const qrl_model *m, qrl_kv_format fmt, int sin
     qrl_kv_cache_free(kv);
 }
 
+/* A random Qwen3-style model with head_dim 128 (the tensor-core attention path), weights
+ * rounded to BF16: dim 256, 2 layers, 8 q / 2 kv heads, vocab 300. */
+static inline qrl_model *ref_model_hd128(uint64_t seed, int max_seq_len) {
+    qrl_model_config c = {.arch = QRL_MODEL_ARCH_QWEN3, .dim = 256, .hidden_dim = 384, .n_layers = 2,
+                          .n_heads = 8, .n_kv_heads = 2, .head_dim = 128, .vocab_size = 300,
+                          .max_seq_len = max_seq_len, .norm_eps = 1e-6f, .qk_norm = true,
+                          .rope = {.theta = 1000000.0, .layout = QRL_ROPE_LAYOUT_HALF}};
+    qrl_model *m;
+    qrl_error err;
+    cr_assert_eq(qrl_model_new(&c, &m, &err), QRL_OK, "%s", err.msg);
+    qrl_model_init_random(m, seed);
+    qrl_model_round_bf16(m);
+    return m;
+}
+
 #endif

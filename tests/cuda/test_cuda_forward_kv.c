@@ -215,20 +215,6 @@ static qrl_model *stories(int32_t **ids, int *n, int *np) {
     return m;
 }
 
-/* A random Qwen3-style model with head_dim 128 (the tensor-core attention path). */
-static qrl_model *random_hd128(void) {
-    qrl_model_config c = {.arch = QRL_MODEL_ARCH_QWEN3, .dim = 256, .hidden_dim = 384, .n_layers = 2,
-                          .n_heads = 8, .n_kv_heads = 2, .head_dim = 128, .vocab_size = 300,
-                          .max_seq_len = 512, .norm_eps = 1e-6f, .qk_norm = true,
-                          .rope = {.theta = 1000000.0, .layout = QRL_ROPE_LAYOUT_HALF}};
-    qrl_model *m;
-    qrl_error err;
-    cr_assert_eq(qrl_model_new(&c, &m, &err), QRL_OK, "%s", err.msg);
-    qrl_model_init_random(m, 77);
-    qrl_model_round_bf16(m);
-    return m;
-}
-
 Test(cuda_forward_kv, stories260k_each_format) {
     require_gpu();
     int32_t *ids;
@@ -244,7 +230,7 @@ Test(cuda_forward_kv, stories260k_each_format) {
 
 Test(cuda_forward_kv, random_hd128_each_format) {
     require_gpu();
-    qrl_model *m = random_hd128();
+    qrl_model *m = ref_model_hd128(77, 512);
     int n = 200;
     int32_t *ids = malloc((size_t)n * 4);
     for (int i = 0; i < n; i++) ids[i] = (int32_t)((i * 37 + 11) % m->cfg.vocab_size);
@@ -265,7 +251,7 @@ Test(cuda_forward_kv, decode_vs_prefill_rescore) {
         free(ids);
         qrl_model_free(m);
     }
-    m = random_hd128();
+    m = ref_model_hd128(77, 512);
     int32_t prompt[40];
     for (int i = 0; i < 40; i++) prompt[i] = (int32_t)((i * 37 + 11) % m->cfg.vocab_size);
     for (int fi = 0; fi < N_FMT; fi++) rescore(m, "random-hd128", prompt, 40, fi);
