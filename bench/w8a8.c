@@ -11,7 +11,9 @@
  * step reads every layer's weights once, from HBM).  These tables set AUTO's thresholds.
  *
  * Decode: qrl_cuda_forward_decode at batch 1, 32, 128, 256, context 512, random weights and
- * KV (qrl_cuda_forward_init_random), weights bf16, w8a8-int8, w8a8-fp8 (KV bf16): WARMUP
+ * KV (qrl_cuda_forward_init_random), weights bf16, w8a8-int8, w8a8-fp8 (KV bf16), the w8a8
+ * engines as they run (quantization fused into the norms and SwiGLU) and with
+ * QRL_W8A8_UNFUSED=1 (a separate quantization launch before every projection): WARMUP
  * steps, then REPS steps timed one by one with events; the median and the ratio to bf16 at
  * the same batch in the same run.
  *
@@ -162,9 +164,13 @@ static void bench_gemm(void) {
 
 static const int BATCH[] = {1, 32, 128, 256};
 #define N_B 4
-static const qrl_precision PREC[] = {QRL_PRECISION_BF16, QRL_PRECISION_W8A8_INT8,
-                                     QRL_PRECISION_W8A8_FP8};
-#define N_P 3
+typedef struct dvar { const char *name; qrl_precision prec; int unfused; } dvar;
+static const dvar DV[] = {{"bf16", QRL_PRECISION_BF16, 0},
+                          {"w8a8-int8", QRL_PRECISION_W8A8_INT8, 0},
+                          {"w8a8-fp8", QRL_PRECISION_W8A8_FP8, 0},
+                          {"w8a8-int8-unfused", QRL_PRECISION_W8A8_INT8, 1},
+                          {"w8a8-fp8-unfused", QRL_PRECISION_W8A8_FP8, 1}};
+#define N_P (int)(sizeof DV / sizeof *DV)
 static double step_ms[N_P][N_B], weight_gb[N_P];
 
 static void bench_decode(void) {
@@ -173,21 +179,27 @@ static void bench_decode(void) {
         for (int bi = 0; bi < N_B; bi++) {
             int B = BATCH[bi];
             float ms[REPS];
-            decode_step_times(&c, PREC[pi], B, CTX, WARMUP, REPS, ms, &weight_gb[pi]);
+            if (DV[pi].unfused) setenv("QRL_W8A8_UNFUSED", "1", 1); /* read by forward_new */
+            else unsetenv("QRL_W8A8_UNFUSED");
+            decode_step_times(&c, DV[pi].prec, B, CTX, WARMUP, REPS, ms, &weight_gb[pi]);
             step_ms[pi][bi] = ms[REPS / 2];
             fprintf(stderr, "decode %s batch %d ctx %d: min %.3f median %.3f max %.3f ms\n",
-                    qrl_precision_name(PREC[pi]), B, CTX, ms[0], ms[REPS / 2], ms[REPS - 1]);
+                    DV[pi].name, B, CTX, ms[0], ms[REPS / 2], ms[REPS - 1]);
         }
+    unsetenv("QRL_W8A8_UNFUSED");
     printf("\ndecode step, Qwen2.5-1.5B shapes, context %d, KV bf16: median ms (speedup over bf16)\n%5s",
            CTX, "batch");
-    for (int pi = 0; pi < N_P; pi++) printf(" %10s (%.2f GB)   ", qrl_precision_name(PREC[pi]), weight_gb[pi]);
+    for (int pi = 0; pi < N_P; pi++) printf(" %19s", DV[pi].name);
     printf("\n");
     for (int bi = 0; bi < N_B; bi++) {
         printf("%5d", BATCH[bi]);
         for (int pi = 0; pi < N_P; pi++)
-            printf(" %10.3f (%5.2fx)        ", step_ms[pi][bi], step_ms[0][bi] / step_ms[pi][bi]);
+            printf("     %6.3f (%5.2fx)", step_ms[pi][bi], step_ms[0][bi] / step_ms[pi][bi]);
         printf("\n");
     }
+    printf("weights (GB):");
+    for (int pi = 0; pi < N_P; pi++) printf(" %s %.2f", DV[pi].name, weight_gb[pi]);
+    printf("\n");
 }
 
 static void write_json(const char *out, const char *dev, bool gemm, bool dec) {
@@ -210,13 +222,13 @@ static void write_json(const char *out, const char *dev, bool gemm, bool dec) {
     for (int bi = 0; dec && bi < N_B; bi++) {
         fprintf(f, "%s\n    {\"batch\": %d", bi ? "," : "", BATCH[bi]);
         for (int pi = 0; pi < N_P; pi++)
-            fprintf(f, ", \"%s_ms\": %.4f, \"%s_speedup_vs_bf16\": %.3f", qrl_precision_name(PREC[pi]),
-                    step_ms[pi][bi], qrl_precision_name(PREC[pi]), step_ms[0][bi] / step_ms[pi][bi]);
+            fprintf(f, ", \"%s_ms\": %.4f, \"%s_speedup_vs_bf16\": %.3f", DV[pi].name,
+                    step_ms[pi][bi], DV[pi].name, step_ms[0][bi] / step_ms[pi][bi]);
         fprintf(f, "}");
     }
     fprintf(f, "\n  ],\n  \"weight_gb\": {");
     for (int pi = 0; pi < N_P; pi++)
-        fprintf(f, "%s\"%s\": %.3f", pi ? ", " : "", qrl_precision_name(PREC[pi]), weight_gb[pi]);
+        fprintf(f, "%s\"%s\": %.3f", pi ? ", " : "", DV[pi].name, weight_gb[pi]);
     fprintf(f, "}}\n}\n");
     fclose(f);
 }

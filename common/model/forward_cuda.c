@@ -103,6 +103,8 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
     if (!f) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: out of memory");
     f->w8a8 = w8a8;
     f->fp8 = fp8;
+    const char *unfused = getenv("QRL_W8A8_UNFUSED");
+    f->fuse_q = w8a8 && !(unfused && !strcmp(unfused, "1"));
     f->fp4 = fp4;
     f->mx = mx;
     f->qproj = qproj;
@@ -433,9 +435,10 @@ qrl_status qrl_cuda_forward_seq_set_len_unwritten(qrl_cuda_forward *f, int seq, 
 
 /* y [n, m] F32 = a projection of x [n, k] (BF16): the BF16 GEMM, w8a8 (per-token INT8
  * or E4M3 quantization of x, the W8A8 GEMM with its epilogue and the F32 bias) or w4a16
- * (the FP4 GEMM on x as it is, row scale and F32 bias). */
+ * (the FP4 GEMM on x as it is, row scale and F32 bias).  xq_ready: w8a8 only, x's codes
+ * are already in f->xq / f->sx (written by the norm or SwiGLU, act_q) and x is unused. */
 static qrl_status project(qrl_cuda_forward *f, float *y, const uint16_t *x, const uint16_t *w,
-                          const qlin_dev *q, int n, int k, int m, qrl_error *err) {
+                          const qlin_dev *q, int n, int k, int m, bool xq_ready, qrl_error *err) {
     if (f->fp4) {
         qrl_cuda_fp4_gemm_args a = {.y = y, .x = x, .codes = q->codes, .scales = q->bscales,
                                     .row_scale = q->scales, .bias = q->bias, .T = n, .N = m,
@@ -446,13 +449,21 @@ static qrl_status project(qrl_cuda_forward *f, float *y, const uint16_t *x, cons
     }
     if (!f->w8a8) return qrl_cuda_gemm_bf16(f->gemm, y, x, w, n, k, m, f->stream, err);
     int ld = qrl_cuda_w8a8_ld(k);
-    if (f->fp8) QRL_TRY(qrl_cuda_fp8_quantize_rows(f->xq, f->sx, x, 1, n, k, ld, f->stream, err));
-    else QRL_TRY(qrl_cuda_int8_quantize_rows((int8_t *)f->xq, f->sx, x, 1, n, k, ld, f->stream, err));
+    if (!xq_ready && f->fp8)
+        QRL_TRY(qrl_cuda_fp8_quantize_rows(f->xq, f->sx, x, 1, n, k, ld, f->stream, err));
+    else if (!xq_ready)
+        QRL_TRY(qrl_cuda_int8_quantize_rows((int8_t *)f->xq, f->sx, x, 1, n, k, ld, f->stream, err));
     qrl_cuda_w8a8_gemm_args a = {.y = y, .xq = f->xq, .sx = f->sx, .wq = q->codes,
                                  .sw = q->scales, .bias = q->bias, .T = n, .N = m, .ld = ld,
                                  .fp8 = f->fp8, .kernel = QRL_CUDA_W8A8_AUTO, .work = f->gwork,
                                  .work_floats = f->gwork_floats, .blas = f->gemm};
     return qrl_cuda_w8a8_gemm(&a, f->stream, err);
+}
+
+/* Where the norm or SwiGLU before a projection of k inputs writes its codes when the w8a8
+ * quantization is fused (f->fuse_q; project's xq_ready). */
+static qrl_cuda_w8a8_act act_q(const qrl_cuda_forward *f, int k) {
+    return (qrl_cuda_w8a8_act){.q = f->xq, .scales = f->sx, .ld = qrl_cuda_w8a8_ld(k), .fp8 = f->fp8};
 }
 
 /* Upload the metadata of n rows described by h_meta (tokens, seqs, positions at [0, R),
@@ -497,12 +508,17 @@ static qrl_status launch_rows(qrl_cuda_forward *f, int n, int max_len, int from,
     void *s = f->stream;
     const int32_t *tok = f->d_meta, *rseq = f->d_meta + n, *rpos = f->d_meta + 2 * n;
     QRL_TRY(qrl_cuda_embed(f->x, f->embed, tok, n, D, s, err));
+    /* fused w8a8: the norms and SwiGLU write only codes (no BF16 rows) */
+    bool fq = f->fuse_q;
+    qrl_cuda_w8a8_act aq_d = act_q(f, D), aq_f = act_q(f, F);
+    const qrl_cuda_w8a8_act *qd = fq ? &aq_d : NULL, *qf = fq ? &aq_f : NULL;
+    uint16_t *xb = fq ? NULL : f->xb;
     for (int l = 0; l < c->n_layers; l++) {
         const layer_dev *w = &f->layers[l];
         uint16_t *kc = f->kv + (size_t)l * 2 * f->kv_layer_elems, *vc = kc + f->kv_layer_elems;
-        QRL_TRY(qrl_cuda_rmsnorm(f->xb, f->x, l ? f->proj : NULL, NULL, w->attn_norm, n, D,
-                                 c->norm_eps, s, err));
-        QRL_TRY(project(f, f->proj, f->xb, w->wqkv, &w->qkv, n, D, Q + 2 * KV, err));
+        QRL_TRY(qrl_cuda_rmsnorm_w8a8(xb, f->x, l ? f->proj : NULL, NULL, w->attn_norm, n, D,
+                                      c->norm_eps, qd, s, err));
+        QRL_TRY(project(f, f->proj, f->xb, w->wqkv, &w->qkv, n, D, Q + 2 * KV, fq, err));
         qrl_cuda_rope_kv_args ra = {
             .qkv = f->proj, .bias = w->bqkv, .q_norm = w->q_norm, .k_norm = w->k_norm,
             .eps = c->norm_eps, .cos_tab = f->cos_tab, .sin_tab = f->sin_tab,
@@ -527,12 +543,12 @@ static qrl_status launch_rows(qrl_cuda_forward *f, int n, int max_len, int from,
             .work_floats = f->work_floats};
         QRL_TRY(qrl_cuda_attention(&aa, s, err));
     post_attention:
-        QRL_TRY(project(f, f->proj, f->att, w->wo, &w->o, n, Q, D, err));
-        QRL_TRY(qrl_cuda_rmsnorm(f->xb, f->x, f->proj, w->bo, w->ffn_norm, n, D, c->norm_eps, s,
-                                 err));
-        QRL_TRY(project(f, f->proj, f->xb, w->wgu, &w->gu, n, D, 2 * F, err));
-        QRL_TRY(qrl_cuda_swiglu(f->xb, f->proj, n, F, s, err));
-        QRL_TRY(project(f, f->proj, f->xb, w->wdown, &w->down, n, F, D, err));
+        QRL_TRY(project(f, f->proj, f->att, w->wo, &w->o, n, Q, D, false, err));
+        QRL_TRY(qrl_cuda_rmsnorm_w8a8(xb, f->x, f->proj, w->bo, w->ffn_norm, n, D, c->norm_eps,
+                                      qd, s, err));
+        QRL_TRY(project(f, f->proj, f->xb, w->wgu, &w->gu, n, D, 2 * F, fq, err));
+        QRL_TRY(qrl_cuda_swiglu_w8a8(xb, f->proj, n, F, qf, s, err));
+        QRL_TRY(project(f, f->proj, f->xb, w->wdown, &w->down, n, F, D, fq, err));
     }
     QRL_TRY(qrl_cuda_rmsnorm(f->xb, f->x, f->proj, NULL, f->final_norm, n, D, c->norm_eps, s, err));
     if (from < n)

@@ -62,6 +62,8 @@ struct qrl_cuda_forward {
     uint16_t *warena;               /* every weight, BF16 (qproj: all but the projections) */
     size_t warena_elems;
     bool w8a8, fp8;                 /* w8a8-int8 or w8a8-fp8 projections (qarena) */
+    bool fuse_q;                    /* w8a8: the norms and SwiGLU write xq/sx (off with
+                                     * QRL_W8A8_UNFUSED=1: separate quantization, A/B) */
     bool fp4, mx;                   /* w4a16-nvfp4 or w4a16-mxfp4 projections (qarena) */
     bool qproj;                     /* w8a8 || fp4: projections in qarena */
     uint16_t *fp4_work;             /* fp4 prefill (> 64 rows): one projection as BF16 */

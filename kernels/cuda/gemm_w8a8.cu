@@ -8,6 +8,7 @@
 
 #include "cpu/quant.h"
 #include "cuda/launch.cuh"
+#include "cuda/w8a8_dev.cuh"
 
 /* ---- activation quantization ------------------------------------------------------- */
 
@@ -17,71 +18,23 @@ template <> __device__ __forceinline__ float load_f<uint16_t>(const uint16_t *x,
     return qrl_bf16_ld_(x[i]);
 }
 
-/* qrl_int8_encode: RNE of the IEEE quotient, clamped; NaN or scale 0 -> 0. */
-static __device__ __forceinline__ uint8_t enc_int8(float v, float scale) {
-    int8_t c = 0;
-    if (!isnan(v) && scale != 0.0f) {
-        float qf = rintf(__fdiv_rn(v, scale)); /* RNE, as qrl_quant_round_half_even */
-        c = (int8_t)fminf(fmaxf(qf, -127.0f), 127.0f);
-    }
-    return (uint8_t)c;
-}
+/* A row of x as quantize_row_'s source: the F32 value, or a BF16 value's exact F32. */
+template <typename T> struct row_src {
+    const T *xr;
+    __device__ __forceinline__ float operator()(int i, bool) const { return load_f(xr, i); }
+};
 
-/* quant_rows.c's fp8_scaled: a zero scale keeps only the sign (NaN still encodes NaN). */
-static __device__ __forceinline__ uint8_t enc_fp8(float v, float scale) {
-    if (scale == 0.0f && !isnan(v)) return signbit(v) ? 0x80 : 0x00;
-    return (uint8_t)__nv_cvt_float_to_fp8(__fdiv_rn(v, scale), __NV_SATFINITE, __NV_E4M3);
-}
-
-/* One block of QB threads per row.  Thread i holds elements i + QB * j (j < J) in registers:
- * one pass over x (all loads in flight at once), the absmax, then the codes.  J = 0: rows
- * too long for registers read x twice.  The maximum is order-independent, so the block
- * reduction equals the CPU's sequential qrl_quant_absmax exactly.  Long rows get 1024
- * threads: with one row (decode batch 1) a block is alone on its SM. */
-
-template <bool FP8>
-static __device__ __forceinline__ uint8_t enc(float v, float scale) {
-    return FP8 ? enc_fp8(v, scale) : enc_int8(v, scale);
-}
-
+/* One block of QB threads per row (qrl_w8a8_quantize_row_): J values per thread in
+ * registers, one pass over x (all loads in flight at once); J = 0: rows too long for
+ * registers read x twice.  Long rows get 1024 threads: with one row (decode batch 1) a
+ * block is alone on its SM. */
 template <typename T, bool FP8, int J, int QB>
 static __global__ void __launch_bounds__(QB)
 quantize_rows_kernel(uint8_t *q, float *scales, const T *x, int K, int ld) {
     __shared__ float sh[32];
-    const T *xr = x + (size_t)blockIdx.x * K;
-    uint8_t *qr = q + (size_t)blockIdx.x * ld;
-    int tid = threadIdx.x;
-    float v[J > 0 ? J : 1];
-    float m = 0.0f;
-    if (J > 0) {
-#pragma unroll
-        for (int j = 0; j < J; j++) v[j] = tid + QB * j < K ? load_f(xr, tid + QB * j) : 0.0f;
-#pragma unroll
-        for (int j = 0; j < J; j++)
-            if (isfinite(v[j])) m = fmaxf(m, fabsf(v[j]));
-    } else {
-        for (int i = tid; i < K; i += QB) {
-            float a = fabsf(load_f(xr, i));
-            if (isfinite(a) && a > m) m = a;
-        }
-    }
-    for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    int w = tid >> 5, l = tid & 31;
-    if (l == 0) sh[w] = m;
-    __syncthreads();
-    m = l < QB / 32 ? sh[l] : 0.0f;
-    for (int o = 16; o; o >>= 1) m = fmaxf(m, __shfl_xor_sync(0xffffffffu, m, o));
-    float scale = __fdiv_rn(m, FP8 ? QRL_E4M3_MAX : 127.0f);
-    if (tid == 0) scales[blockIdx.x] = scale;
-    if (J > 0) {
-#pragma unroll
-        for (int j = 0; j < J; j++) {
-            int i = tid + QB * j;
-            if (i < ld) qr[i] = i < K ? enc<FP8>(v[j], scale) : 0;
-        }
-    } else {
-        for (int i = tid; i < ld; i += QB) qr[i] = i < K ? enc<FP8>(load_f(xr, i), scale) : 0;
-    }
+    row_src<T> src = {x + (size_t)blockIdx.x * K};
+    qrl_w8a8_quantize_row_<FP8, J>(src, K, ld, QB, q + (size_t)blockIdx.x * ld,
+                                   scales + blockIdx.x, sh);
 }
 
 template <typename T, bool FP8>

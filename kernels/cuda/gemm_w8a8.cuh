@@ -51,6 +51,18 @@ qrl_status qrl_cuda_int8_quantize_rows(int8_t *q, float *scales, const void *x, 
 qrl_status qrl_cuda_fp8_quantize_rows(uint8_t *q, float *scales, const void *x, int x_bf16,
                                       int T, int K, int ld, void *stream, qrl_error *err);
 
+/* Per-token codes written by a producer with the quantization fused in
+ * (qrl_cuda_rmsnorm_w8a8 in norm.cuh, qrl_cuda_swiglu_w8a8 in pointwise.cuh): for each of
+ * its rows of K BF16 outputs, the bytes qrl_cuda_{int8,fp8}_quantize_rows (x_bf16 = 1)
+ * writes for those BF16 values.  Device pointers: q [rows, ld] (INT8 or E4M3 codes, bytes
+ * [K, ld) 0), scales [rows]; ld a multiple of 16, >= K. */
+typedef struct qrl_cuda_w8a8_act {
+    void *q;
+    float *scales;
+    int ld;
+    bool fp8;
+} qrl_cuda_w8a8_act;
+
 typedef enum qrl_cuda_w8a8_kernel {
     QRL_CUDA_W8A8_AUTO = 0,     /* by T, N and the workspace (the measured thresholds) */
     QRL_CUDA_W8A8_DP4A,         /* INT8 only: __dp4a (one warp per weight row for T <= 64,

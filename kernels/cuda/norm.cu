@@ -3,6 +3,30 @@
 #include <cuda_bf16.h>
 
 #include "cuda/launch.cuh"
+#include "cuda/w8a8_dev.cuh"
+
+/* The residual add (in place, when add != NULL) and 1 / rms of row xr; every thread gets
+ * it.  The thread count and each thread's order of the sum of squares fix the result, so
+ * both kernels below run it with the same blockDim for a given d. */
+static __device__ __forceinline__ float rms_inv(float *xr, const float *addr, const uint16_t *bias,
+                                                int d, float eps, float *sh) {
+    float ss = 0.0f;
+    for (int i = threadIdx.x; i < d; i += blockDim.x) {
+        float v = xr[i];
+        if (addr) {
+            v += addr[i];
+            if (bias) v += qrl_bf16_ld_(bias[i]);
+            xr[i] = v;
+        }
+        ss += v * v;
+    }
+    ss = qrl_block_sum_(ss, sh);
+    return rsqrtf(ss / (float)d + eps);
+}
+
+static __device__ __forceinline__ uint16_t normed(float x, float inv, uint16_t w) {
+    return qrl_bf16_st_(x * inv * qrl_bf16_ld_(w));
+}
 
 /* One block per row; the row is read twice (sum of squares, then scale) from L1/L2. */
 static __global__ void rmsnorm_kernel(uint16_t *out, float *x, const float *add,
@@ -11,28 +35,70 @@ static __global__ void rmsnorm_kernel(uint16_t *out, float *x, const float *add,
     __shared__ float sh[32];
     size_t r = blockIdx.x;
     float *xr = x + r * d;
-    float ss = 0.0f;
-    for (int i = threadIdx.x; i < d; i += blockDim.x) {
-        float v = xr[i];
-        if (add) {
-            v += add[r * d + i];
-            if (bias) v += qrl_bf16_ld_(bias[i]);
-            xr[i] = v;
-        }
-        ss += v * v;
-    }
-    ss = qrl_block_sum_(ss, sh);
-    float inv = rsqrtf(ss / (float)d + eps);
-    for (int i = threadIdx.x; i < d; i += blockDim.x)
-        out[r * d + i] = qrl_bf16_st_(xr[i] * inv * qrl_bf16_ld_(weight[i]));
+    float inv = rms_inv(xr, add ? add + r * d : NULL, bias, d, eps, sh);
+    for (int i = threadIdx.x; i < d; i += blockDim.x) out[r * d + i] = normed(xr[i], inv, weight[i]);
 }
+
+/* The normed BF16 value i of a row as qrl_w8a8_quantize_row_'s source; stores it in outr
+ * (when given) on the first call.  Each thread reads back only the xr[i] it wrote. */
+struct norm_src {
+    const float *xr;
+    const uint16_t *weight;
+    uint16_t *outr;
+    float inv;
+    __device__ __forceinline__ float operator()(int i, bool first) const {
+        uint16_t h = normed(xr[i], inv, weight[i]);
+        if (first && outr) outr[i] = h;
+        return qrl_bf16_ld_(h);
+    }
+};
+
+/* rmsnorm_kernel, then the per-token quantization of its BF16 outputs by the same block:
+ * the row is read a third time for the codes (J = 0; it is in L1). */
+template <bool FP8>
+static __global__ void rmsnorm_q_kernel(uint16_t *out, float *x, const float *add,
+                                        const uint16_t *bias, const uint16_t *weight, int d,
+                                        float eps, uint8_t *q, float *scales, int ld) {
+    __shared__ float sh[32];
+    size_t r = blockIdx.x;
+    float *xr = x + r * d;
+    float inv = rms_inv(xr, add ? add + r * d : NULL, bias, d, eps, sh);
+    norm_src src = {xr, weight, out ? out + r * d : NULL, inv};
+    qrl_w8a8_quantize_row_<FP8, 0>(src, d, ld, blockDim.x, q + r * ld, scales + r, sh);
+}
+
+static int norm_threads(int d) { return d >= 1024 ? 1024 : ((d + 31) / 32) * 32; }
 
 qrl_status qrl_cuda_rmsnorm(uint16_t *out, float *x, const float *add, const uint16_t *bias,
                             const uint16_t *weight, int rows, int d, float eps, void *stream,
                             qrl_error *err) {
     if (rows <= 0 || d <= 0)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "rmsnorm: rows=%d d=%d", rows, d);
-    int threads = d >= 1024 ? 1024 : ((d + 31) / 32) * 32;
-    rmsnorm_kernel<<<rows, threads, 0, (cudaStream_t)stream>>>(out, x, add, bias, weight, d, eps);
+    rmsnorm_kernel<<<rows, norm_threads(d), 0, (cudaStream_t)stream>>>(out, x, add, bias, weight,
+                                                                       d, eps);
     return qrl_cuda_launch_status_("rmsnorm", err);
+}
+
+qrl_status qrl_cuda_rmsnorm_w8a8(uint16_t *out, float *x, const float *add, const uint16_t *bias,
+                                 const uint16_t *weight, int rows, int d, float eps,
+                                 const qrl_cuda_w8a8_act *q, void *stream, qrl_error *err) {
+    if (!q) {
+        if (!out)
+            return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                                 "rmsnorm w8a8: neither a BF16 output nor codes");
+        return qrl_cuda_rmsnorm(out, x, add, bias, weight, rows, d, eps, stream, err);
+    }
+    if (rows <= 0 || d <= 0 || q->ld < d || q->ld % 16)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "rmsnorm w8a8: rows=%d d=%d ld=%d (need rows, d > 0, ld >= d, "
+                             "ld %% 16 == 0)", rows, d, q->ld);
+    cudaStream_t s = (cudaStream_t)stream;
+    uint8_t *qc = (uint8_t *)q->q;
+    if (q->fp8)
+        rmsnorm_q_kernel<true><<<rows, norm_threads(d), 0, s>>>(out, x, add, bias, weight, d, eps,
+                                                                qc, q->scales, q->ld);
+    else
+        rmsnorm_q_kernel<false><<<rows, norm_threads(d), 0, s>>>(out, x, add, bias, weight, d, eps,
+                                                                 qc, q->scales, q->ld);
+    return qrl_cuda_launch_status_("rmsnorm w8a8", err);
 }

@@ -1,11 +1,14 @@
-/* RMSNorm with an optional fused residual add (host launchers only, STYLE 7).
- * Reference: qrl_cpu_rmsnorm + qrl_cpu_add (kernels/cpu/ops.h). */
+/* RMSNorm with an optional fused residual add, and optionally the per-token W8A8
+ * quantization of its output (host launchers only, STYLE 7).
+ * Reference: qrl_cpu_rmsnorm + qrl_cpu_add (kernels/cpu/ops.h), then
+ * qrl_cuda_{int8,fp8}_quantize_rows (gemm_w8a8.cuh). */
 #ifndef QRL_CUDA_NORM_CUH
 #define QRL_CUDA_NORM_CUH
 
 #include <stdint.h>
 
 #include "core/status.h"
+#include "cuda/gemm_w8a8.cuh"
 
 #ifdef __cplusplus
 extern "C" {
@@ -20,6 +23,17 @@ extern "C" {
 qrl_status qrl_cuda_rmsnorm(uint16_t *out, float *x, const float *add, const uint16_t *bias,
                             const uint16_t *weight, int rows, int d, float eps, void *stream,
                             qrl_error *err);
+
+/* qrl_cuda_rmsnorm, and when q != NULL the per-token codes of its BF16 output (INT8 or
+ * E4M3 as q->fp8) into q->q [rows, q->ld] and q->scales [rows], byte for byte what
+ * qrl_cuda_{int8,fp8}_quantize_rows(x_bf16 = 1) writes on `out` (issue 5: the W8A8
+ * activation quantization fused into the norm before the projection: one launch, no BF16
+ * round trip).  x and out are bit-identical to qrl_cuda_rmsnorm's.  out may be NULL when
+ * q != NULL (codes only); q == NULL is qrl_cuda_rmsnorm.  Errors: INVALID_ARGUMENT (rows or
+ * d <= 0, q->ld < d or not a multiple of 16, both out and q NULL), CUDA (launch). */
+qrl_status qrl_cuda_rmsnorm_w8a8(uint16_t *out, float *x, const float *add, const uint16_t *bias,
+                                 const uint16_t *weight, int rows, int d, float eps,
+                                 const qrl_cuda_w8a8_act *q, void *stream, qrl_error *err);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "cuda/launch.cuh"
+#include "cuda/w8a8_dev.cuh"
 
 static __global__ void embed_kernel(float *x, const uint16_t *table, const int32_t *tokens,
                                     int d) {
@@ -20,12 +21,14 @@ qrl_status qrl_cuda_embed(float *x, const uint16_t *table, const int32_t *tokens
     return qrl_cuda_launch_status_("embed", err);
 }
 
+static __device__ __forceinline__ uint16_t silu_mul(float g, float u) {
+    return qrl_bf16_st_(g / (1.0f + expf(-g)) * u);
+}
+
 static __global__ void swiglu_kernel(uint16_t *out, const float *gu, int f) {
     size_t r = blockIdx.y;
-    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < f; j += gridDim.x * blockDim.x) {
-        float g = gu[r * 2 * f + j], u = gu[r * 2 * f + f + j];
-        out[r * f + j] = qrl_bf16_st_(g / (1.0f + expf(-g)) * u);
-    }
+    for (int j = blockIdx.x * blockDim.x + threadIdx.x; j < f; j += gridDim.x * blockDim.x)
+        out[r * f + j] = silu_mul(gu[r * 2 * f + j], gu[r * 2 * f + f + j]);
 }
 
 qrl_status qrl_cuda_swiglu(uint16_t *out, const float *gu, int n, int f, void *stream,
@@ -35,6 +38,58 @@ qrl_status qrl_cuda_swiglu(uint16_t *out, const float *gu, int n, int f, void *s
     dim3 grid((f + 255) / 256 < 64 ? (f + 255) / 256 : 64, n);
     swiglu_kernel<<<grid, 256, 0, (cudaStream_t)stream>>>(out, gu, f);
     return qrl_cuda_launch_status_("swiglu", err);
+}
+
+/* Output j of a SwiGLU row as qrl_w8a8_quantize_row_'s source; stores it in outr (when
+ * given) on the first call. */
+struct swiglu_src {
+    const float *gur;
+    uint16_t *outr;
+    int f;
+    __device__ __forceinline__ float operator()(int j, bool first) const {
+        uint16_t h = silu_mul(gur[j], gur[f + j]);
+        if (first && outr) outr[j] = h;
+        return qrl_bf16_ld_(h);
+    }
+};
+
+/* One block of QB threads per row: the SwiGLU outputs stay in registers (J per thread)
+ * between the absmax and the codes; J = 0 (rows longer than 12288) computes them twice. */
+template <bool FP8, int J, int QB>
+static __global__ void __launch_bounds__(QB)
+swiglu_q_kernel(uint16_t *out, const float *gu, int f, uint8_t *q, float *scales, int ld) {
+    __shared__ float sh[32];
+    size_t r = blockIdx.x;
+    swiglu_src src = {gu + r * 2 * f, out ? out + r * f : NULL, f};
+    qrl_w8a8_quantize_row_<FP8, J>(src, f, ld, QB, q + r * ld, scales + r, sh);
+}
+
+template <bool FP8>
+static void launch_swiglu_q(uint16_t *out, const float *gu, int n, int f, uint8_t *q,
+                            float *scales, int ld, cudaStream_t s) {
+    /* the (J, threads) table of gemm_w8a8.cu's launch_quantize */
+    if (ld <= 256 * 2) swiglu_q_kernel<FP8, 2, 256><<<n, 256, 0, s>>>(out, gu, f, q, scales, ld);
+    else if (ld <= 256 * 8) swiglu_q_kernel<FP8, 8, 256><<<n, 256, 0, s>>>(out, gu, f, q, scales, ld);
+    else if (ld <= 1024 * 12) swiglu_q_kernel<FP8, 12, 1024><<<n, 1024, 0, s>>>(out, gu, f, q, scales, ld);
+    else swiglu_q_kernel<FP8, 0, 1024><<<n, 1024, 0, s>>>(out, gu, f, q, scales, ld);
+}
+
+qrl_status qrl_cuda_swiglu_w8a8(uint16_t *out, const float *gu, int n, int f,
+                                const qrl_cuda_w8a8_act *q, void *stream, qrl_error *err) {
+    if (!q) {
+        if (!out)
+            return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                                 "swiglu w8a8: neither a BF16 output nor codes");
+        return qrl_cuda_swiglu(out, gu, n, f, stream, err);
+    }
+    if (n <= 0 || f <= 0 || q->ld < f || q->ld % 16)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "swiglu w8a8: n=%d f=%d ld=%d (need n, f > 0, ld >= f, ld %% 16 == 0)",
+                             n, f, q->ld);
+    cudaStream_t s = (cudaStream_t)stream;
+    if (q->fp8) launch_swiglu_q<true>(out, gu, n, f, (uint8_t *)q->q, q->scales, q->ld, s);
+    else launch_swiglu_q<false>(out, gu, n, f, (uint8_t *)q->q, q->scales, q->ld, s);
+    return qrl_cuda_launch_status_("swiglu w8a8", err);
 }
 
 /* (value, index) with the CPU's order: larger value wins, equal values the lower index,

@@ -1,11 +1,13 @@
-/* Embedding lookup, SwiGLU, greedy token choice (host launchers only, STYLE 7).
- * References: memcpy of a table row, qrl_cpu_silu_mul, qrl_cpu_argmax + log-softmax. */
+/* Embedding lookup, SwiGLU (optionally with the W8A8 quantization of its output), greedy
+ * token choice (host launchers only, STYLE 7).  References: memcpy of a table row,
+ * qrl_cpu_silu_mul (then qrl_cuda_{int8,fp8}_quantize_rows), qrl_cpu_argmax + log-softmax. */
 #ifndef QRL_CUDA_POINTWISE_CUH
 #define QRL_CUDA_POINTWISE_CUH
 
 #include <stdint.h>
 
 #include "core/status.h"
+#include "cuda/gemm_w8a8.cuh"
 
 #ifdef __cplusplus
 extern "C" {
@@ -20,6 +22,15 @@ qrl_status qrl_cuda_embed(float *x, const uint16_t *table, const int32_t *tokens
  * projection then the up projection per row ([n, 2f] F32); out [n, f] BF16. */
 qrl_status qrl_cuda_swiglu(uint16_t *out, const float *gu, int n, int f, void *stream,
                            qrl_error *err);
+
+/* qrl_cuda_swiglu (out may be NULL when q != NULL), and when q != NULL the per-token codes
+ * of its BF16 outputs into q->q [n, q->ld] and q->scales [n]: byte for byte what
+ * qrl_cuda_{int8,fp8}_quantize_rows(x_bf16 = 1) writes on qrl_cuda_swiglu's output (the
+ * W8A8 quantization before the down projection, fused).  q == NULL is qrl_cuda_swiglu.
+ * Errors: INVALID_ARGUMENT (n or f <= 0, q->ld < f or not a multiple of 16, both out and q
+ * NULL), CUDA (launch). */
+qrl_status qrl_cuda_swiglu_w8a8(uint16_t *out, const float *gu, int n, int f,
+                                const qrl_cuda_w8a8_act *q, void *stream, qrl_error *err);
 
 /* Greedy choice at T = 1 over logits [n, vocab] F32: tokens[r] = argmax (first index on
  * ties, NaN never wins) and logprob[r] = logits[r, tok] - logsumexp(logits[r, :]) (the
