@@ -164,27 +164,28 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
         int p = m.pos(*ok ? i : start);
         if (region) return kvq_side_rec(a.c, seq, kvq_side_slot(a.c, p), kvh);
         int bo = bs_shift >= 0 ? p & (a.c.block_size - 1) : p % a.c.block_size;
-        return ((size_t)tbr * a.c.block_size + bo) * KVH + kvh;
+        return ((size_t)tbr * KVH + kvh) * a.c.block_size + bo;
     };
     constexpr int RPI = 32 / NCH; /* records per instruction */
     constexpr int SP = SF > 1 ? SF / 4 : 1; /* int4: pieces of 16 bytes of F32 fields per record */
     int ch = lane % NCH;
     /* a tile's 16 positions in one block (block size a multiple of 16, aligned start): the
-     * records are base + row * KVH, one table entry for all */
+     * records are base + row (a block holds each kv head's positions contiguously), one
+     * table entry for all */
     bool blk16 = region == 0 && bs_shift >= 4 && (m.a & 15) == 0;
     auto issue = [&](int j, int tb) {
         if (j < my_tiles) {
             int i0 = start + (warp + j * WARPS) * TQ;
             unsigned char *st = stg + (j % STG) * RAW;
             float *sst = (float *)(st + 2 * TQ * CB);
-            /* the tile's records are rec0 + row * KVH: a main-store tile inside one block, or
+            /* the tile's records are rec0 + row * rs: a main-store tile inside one block, or
              * side-cache slots without a sink/ring boundary or a ring wrap inside the tile */
             bool fast = blk16;
             size_t rec0 = 0;
             if (blk16) {
                 int p0 = m.a + i0;
-                rec0 = ((size_t)__shfl_sync(0xffffffffu, tb, 0) * a.c.block_size +
-                        (p0 & (a.c.block_size - 1))) * KVH + kvh;
+                rec0 = ((size_t)__shfl_sync(0xffffffffu, tb, 0) * KVH + kvh) * a.c.block_size +
+                       (p0 & (a.c.block_size - 1));
             } else if (region) {
                 int slot0 = -1;
                 if (i0 + TQ <= m.a) slot0 = i0; /* sink positions: slot = position */
@@ -195,13 +196,15 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
                 fast = slot0 >= 0;
                 if (fast) rec0 = kvq_side_rec(a.c, seq, slot0, kvh);
             }
-            if (fast) { /* 32-bit offsets from the tile's first record, K and V alike */
+            if (fast) { /* 32-bit offsets from the tile's first record, K and V alike; rows
+                         * are rs records apart (main store: consecutive; side cache: KVH) */
+                const int rs = region ? KVH : 1;
                 const uint8_t *kb = region ? (const uint8_t *)a.c.side_codes[0] + rec0 * HD : a.c.codes[0] + rec0 * CB;
                 const uint8_t *vb = region ? (const uint8_t *)a.c.side_codes[1] + rec0 * HD : a.c.codes[1] + rec0 * CB;
                 uint32_t sb = qrl_smem_u32(st);
 #pragma unroll
                 for (int it = 0; it < TQ / RPI; it++) {
-                    int row = lane / NCH + RPI * it, go = row * KVH * CB + ch * 16;
+                    int row = lane / NCH + RPI * it, go = row * rs * CB + ch * 16;
                     uint32_t so = sb + row * CB + ((ch ^ swz<NCH>(row)) << 4);
                     bool ok = i0 + row < end;
                     qrl_cp_async16(so, kb + go, ok);
@@ -209,13 +212,13 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
                 }
                 if (SF == 1)
                     qrl_cp_async4(qrl_smem_u32(sst + lane),
-                                  (region ? a.c.side_scales[lane >> 4] : a.c.scales[lane >> 4]) + rec0 + crow * KVH,
+                                  (region ? a.c.side_scales[lane >> 4] : a.c.scales[lane >> 4]) + rec0 + crow * rs,
                                   i0 + crow < end);
 #pragma unroll
                 for (int it = 0; SF > 1 && it < SP; it++) {
                     int c = lane + 32 * it, rall = c / SP, pc = c % SP, row = rall % TQ;
                     qrl_cp_async16(qrl_smem_u32(sst + rall * SF + 4 * pc),
-                                   a.c.scales[rall / TQ] + rec0 * SF + row * KVH * SF + 4 * pc, i0 + row < end);
+                                   a.c.scales[rall / TQ] + rec0 * SF + row * rs * SF + 4 * pc, i0 + row < end);
                 }
             } else {
 #pragma unroll

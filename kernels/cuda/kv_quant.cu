@@ -86,7 +86,7 @@ static __global__ void kv_store_kernel(qrl_cuda_kvq_layer c, const float *kv, co
     }
     int seq = row_seq[r], pos = row_pos[r];
     int blk = c.block_tables[(size_t)seq * c.max_blocks_per_seq + pos / c.block_size];
-    size_t rec = ((size_t)blk * c.block_size + pos % c.block_size) * KVH + h;
+    size_t rec = ((size_t)blk * KVH + h) * c.block_size + pos % c.block_size;
     if (c.format == QRL_CUDA_KVQ_INT8) {
         store_int8(x, hd, lane, (int8_t *)c.codes[w] + rec * hd, c.scales[w] + rec);
         return;

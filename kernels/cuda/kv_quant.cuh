@@ -6,7 +6,9 @@
  *
  * Device layout of one layer (the values are the CPU records', the arrangement is the
  * GPU's: codes and F32 fields in separate arrays so code rows stay 16-byte aligned):
- *   codes[kv]   [n_blocks * block_size * n_kv_heads][cb]  (record rec = (blk*bs + off)*KVH + h)
+ *   codes[kv]   [n_blocks * n_kv_heads * block_size][cb]  (record rec = (blk*KVH + h)*bs + off:
+ *               a block holds each head's positions contiguously, so a 16-position tile of
+ *               one head is one run of 16 records, not 16 records KVH apart)
  *               cb = head_dim (int8: INT8 codes; fp8: E4M3 codes), head_dim/2 (int4: packed
  *               nibbles, element 2i in the low nibble)
  *   scales[kv]  [records][sf] F32: int8 sf = 1 (absmax/127); int4 sf = 2*ceil(hd/32): the

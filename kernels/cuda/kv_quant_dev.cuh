@@ -29,7 +29,7 @@ static __device__ __forceinline__ size_t kvq_rec(const qrl_cuda_kvq_layer &c, co
                                                  int p, int kvh, int bs_shift) {
     int bi = bs_shift >= 0 ? p >> bs_shift : p / c.block_size;
     int bo = bs_shift >= 0 ? p & (c.block_size - 1) : p % c.block_size;
-    return ((size_t)table[bi] * c.block_size + bo) * c.n_kv_heads + kvh;
+    return ((size_t)table[bi] * c.n_kv_heads + kvh) * c.block_size + bo;
 }
 
 static __device__ __forceinline__ size_t kvq_side_rec(const qrl_cuda_kvq_layer &c, int seq,

@@ -173,7 +173,7 @@ static void kv_case(qrl_kv_format fmt, int H, int KVH, int hd, int bs, int n_seq
             int row = 0;
             for (int p = 0; p < lens[s]; p++) {
                 int blk = tables[(size_t)s * mb + p / bs];
-                size_t rec = ((size_t)blk * bs + p % bs) * KVH + h;
+                size_t rec = ((size_t)blk * KVH + h) * bs + p % bs;
                 int64_t slot = prot ? qrl_kv_protected_slot(p, lens[s], sink, recent) : -1;
                 for (int w = 0; w < 2; w++) {
                     const float *x = data[s] + (size_t)p * 2 * KV + (size_t)w * KV + (size_t)h * hd;
