@@ -507,8 +507,8 @@ static int device_sms(void) {
     return sms[dev];
 }
 
-/* AUTO's shape, from bench/fp4.c's sweep on an H200 (bench/results/fp4-h200.json, --sweep):
- *  - 4 warps: 2 are within 3% up to 16 tokens (slower for gate_up), 8 slower everywhere
+/* AUTO's shape, from bench/fp4.c's sweep on an H200 (bench/results/fp4-h200-sweep.txt):
+ *  - 4 warps: 2 are within 5% up to 16 tokens (slower for gate_up), 8 slower everywhere
  *    (fewer blocks; at 64 tokens one 162-register block per SM);
  *  - splits until the grid holds about 16 warps per SM at 8 tokens, 8 from 9 tokens: the
  *    next super-chunk's loads are in flight only one step ahead, so short chains stream
