@@ -5,9 +5,14 @@
 #include <cuda_fp16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
+#include <cooperative_groups.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cuda/launch.cuh"
 #include "cuda/ptx.cuh"
+
+namespace cg = cooperative_groups;
 
 #define SK_WARPS 8   /* warps per skinny block, each on its own 64-element K chunks */
 #define CHUNK 64     /* K elements per warp step: 4 mma k16 steps, 8 code bytes per thread */
@@ -260,6 +265,184 @@ fp4_skinny_kernel(fp4_params p) {
             }
 }
 
+/* ---- splitk: weight rows over warps, K over a cluster of blocks --------------------------
+ * Warp w of a block owns 16 weight rows (row0 + 16w ..) and every token of the block's
+ * 8 * NF token tile; all warps walk the same super-chunks (SC = 256 elements: 128 code
+ * bytes of a row) of the block's K split.  Thread (g = lane / 4, c = lane % 4) holds, per
+ * row g and g + 8, the 16-byte pieces [64h + 16c, +16) (h = 0, 1) of the row's 128 bytes,
+ * so each load instruction reads 64 contiguous bytes per row; the next super-chunk's
+ * codes and scales are loaded into registers while this one is decoded.  Decoded once per
+ * (row tile, k16 step), each weight fragment feeds the NF token fragments, whose
+ * activations the block stages in shared memory (cp.async, two stages, XOR-swizzled
+ * 16-byte units: a quarter-warp's reads hit 8 distinct bank groups).  K order inside a
+ * 16-element group is permuted as in fp4_skinny_kernel (fp4_pair), the same for both
+ * operands.  gridDim.z = S blocks split K and form one thread block cluster: each writes its
+ * F32 sums to its shared memory, and after a cluster barrier every block adds the S
+ * partials of its 1/S share of the outputs in rank order (deterministic, no workspace,
+ * no second launch). */
+#define SC 256       /* K elements per super-chunk */
+#define SC_BYTES 512 /* BF16 activations of one token and super-chunk in shared memory */
+
+typedef struct fp4_wbuf {
+    uint4 w[2][2];     /* [row g / g + 8][piece h] 32 codes each */
+    uint32_t s[2][2];  /* raw scales: NVFP4 2 bytes (blocks 8h + 2c, +1), MXFP4 1 (4h + c) */
+} fp4_wbuf;
+
+template <bool MX>
+static __device__ __forceinline__ void fp4_load_sc(fp4_wbuf &b, const uint8_t *const cr[2],
+                                                   const uint8_t *const sr[2], const bool rok[2],
+                                                   int sc, int c, int K) {
+#pragma unroll
+    for (int h = 0; h < 2; h++) {
+        bool kin = sc * SC + 128 * h + 32 * c < K; /* K % 64 == 0: whole pieces */
+#pragma unroll
+        for (int rr = 0; rr < 2; rr++) {
+            bool ok = kin && rok[rr];
+            b.w[rr][h] = ok ? __ldg((const uint4 *)(cr[rr] + (size_t)sc * 128 + 64 * h + 16 * c))
+                            : make_uint4(0, 0, 0, 0);
+            if (MX) b.s[rr][h] = ok ? __ldg(sr[rr] + (size_t)sc * 8 + 4 * h + c) : 0u;
+            else b.s[rr][h] = ok ? __ldg((const unsigned short *)(sr[rr] + (size_t)sc * 16 + 8 * h + 2 * c)) : 0u;
+        }
+    }
+}
+
+/* Swizzled 16-byte unit of token row t's unit u (0..31) in a stage. */
+static __device__ __forceinline__ int fp4_xunit(int t, int u) {
+    return u ^ (((u >> 3) & 1) | ((t & 1) << 1));
+}
+
+/* Stage the activations of super-chunk sc (8 * NF tokens from tok0; zero past T or K). */
+template <int NF>
+static __device__ __forceinline__ void fp4_fill_x(uint8_t *xs, const uint16_t *x, int tok0, int T,
+                                                  int K, int sc, int nthreads) {
+    for (int i = threadIdx.x; i < 8 * NF * 32; i += nthreads) {
+        int t = i >> 5, u = i & 31, k = sc * SC + 8 * u;
+        bool ok = tok0 + t < T && k < K;
+        const uint16_t *src = ok ? x + (size_t)(tok0 + t) * K + k : x;
+        qrl_cp_async16(qrl_smem_u32(xs + t * SC_BYTES + fp4_xunit(t, u) * 16), src, ok);
+    }
+}
+
+template <int NF, bool MX>
+static __device__ __forceinline__ void fp4_mma_sc(float (&acc)[NF][4], const fp4_wbuf &b,
+                                                  const uint8_t *xs, int g, int c) {
+    int key = (c >> 1) | ((g & 1) << 1); /* fp4_xunit's XOR for this thread's units */
+#pragma unroll
+    for (int h = 0; h < 2; h++)
+#pragma unroll
+        for (int q = 0; q < 2; q++) { /* 16-element group 128h + 32c + 16q */
+            uint32_t s0 = scale_word<MX, true>((uint8_t)(MX ? b.s[0][h] : b.s[0][h] >> (8 * q))),
+                     s1 = scale_word<MX, true>((uint8_t)(MX ? b.s[1][h] : b.s[1][h] >> (8 * q)));
+            uint32_t w0a = q ? b.w[0][h].z : b.w[0][h].x, w0b = q ? b.w[0][h].w : b.w[0][h].y,
+                     w1a = q ? b.w[1][h].z : b.w[1][h].x, w1b = q ? b.w[1][h].w : b.w[1][h].y;
+            uint32_t A[4][4];
+#pragma unroll
+            for (int j = 0; j < 4; j++) {
+                A[j][0] = fp4_pair<MX>(w0a, j, s0);
+                A[j][1] = fp4_pair<MX>(w1a, j, s1);
+                A[j][2] = fp4_pair<MX>(w0b, j, s0);
+                A[j][3] = fp4_pair<MX>(w1b, j, s1);
+            }
+            int u = 16 * h + 4 * c + 2 * q;
+#pragma unroll
+            for (int f = 0; f < NF; f++) {
+                const uint8_t *row = xs + (8 * f + g) * SC_BYTES;
+                uint4 v0 = *(const uint4 *)(row + (u ^ key) * 16),
+                      v1 = *(const uint4 *)(row + ((u + 1) ^ key) * 16);
+                uint32_t X[8] = {v0.x, v0.y, v0.z, v0.w, v1.x, v1.y, v1.z, v1.w};
+#pragma unroll
+                for (int j = 0; j < 4; j++) {
+                    uint32_t sel = j & 1 ? 0x7632u : 0x5410u;
+                    qrl_mma_bf16(acc[f], A[j], __byte_perm(X[j >> 1], X[(j >> 1) + 2], sel),
+                                 __byte_perm(X[4 + (j >> 1)], X[6 + (j >> 1)], sel));
+                }
+            }
+        }
+}
+
+/* Output value: the sums times 2^7 (NVFP4, fp4_pair), the row scale, the bias. */
+template <bool MX>
+static __device__ __forceinline__ float fp4_out(float v, const fp4_params &p, int r) {
+    if (!MX) v = __fmul_rn(v, 128.0f);
+    if (p.rs) v = __fmul_rn(v, p.rs[r]);
+    if (p.bias) v = __fadd_rn(v, p.bias[r]);
+    return v;
+}
+
+template <int NF, int RW, bool MX>
+static __global__ void __launch_bounds__(RW * 32, (NF >= 8 ? 12 : 16) / RW)
+fp4_splitk_kernel(fp4_params p, int scs) {
+    extern __shared__ __align__(16) uint8_t sm[];
+    constexpr int STAGE = 8 * NF * SC_BYTES;
+    int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, c = lane & 3;
+    int row0 = (blockIdx.x * RW + warp) * 16, tok0 = blockIdx.y * 8 * NF;
+    int nsc = (p.K + SC - 1) / SC, sc0 = blockIdx.z * scs, sc1 = min(nsc, sc0 + scs);
+    const uint8_t *cr[2], *sr[2];
+    bool rok[2];
+#pragma unroll
+    for (int rr = 0; rr < 2; rr++) {
+        int r = row0 + 8 * rr + g;
+        rok[rr] = r < p.N;
+        cr[rr] = p.codes + (size_t)(rok[rr] ? r : 0) * p.cb;
+        sr[rr] = p.scales + (size_t)(rok[rr] ? r : 0) * p.nb;
+    }
+    float acc[NF][4];
+#pragma unroll
+    for (int f = 0; f < NF; f++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) acc[f][i] = 0.0f;
+    fp4_wbuf cur = {}, nxt = {};
+    if (sc0 < sc1) {
+        fp4_load_sc<MX>(cur, cr, sr, rok, sc0, c, p.K);
+        fp4_fill_x<NF>(sm, p.x, tok0, p.T, p.K, sc0, RW * 32);
+    }
+    qrl_cp_async_commit();
+    for (int sc = sc0; sc < sc1; sc++) {
+        int st = (sc - sc0) & 1;
+        if (sc + 1 < sc1) { /* next super-chunk in flight during this one's math */
+            fp4_load_sc<MX>(nxt, cr, sr, rok, sc + 1, c, p.K);
+            fp4_fill_x<NF>(sm + (st ^ 1) * STAGE, p.x, tok0, p.T, p.K, sc + 1, RW * 32);
+        }
+        qrl_cp_async_commit();
+        qrl_cp_async_wait<1>();
+        __syncthreads(); /* stage st landed for every thread */
+        fp4_mma_sc<NF, MX>(acc, cur, sm + st * STAGE, g, c);
+        __syncthreads(); /* stage st read before it is refilled */
+        cur = nxt;
+    }
+    if (gridDim.z == 1) {
+#pragma unroll
+        for (int f = 0; f < NF; f++)
+#pragma unroll
+            for (int i = 0; i < 4; i++) {
+                int r = row0 + g + 8 * (i >> 1), t = tok0 + 8 * f + 2 * c + (i & 1);
+                if (r < p.N && t < p.T) p.y[(size_t)t * p.N + r] = fp4_out<MX>(acc[f][i], p, r);
+            }
+        return;
+    }
+    qrl_cp_async_wait<0>();
+    float *part = (float *)sm; /* [RW][NF][4][32]: fits in the two stages */
+#pragma unroll
+    for (int f = 0; f < NF; f++)
+#pragma unroll
+        for (int i = 0; i < 4; i++) part[((warp * NF + f) * 4 + i) * 32 + lane] = acc[f][i];
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync();
+    constexpr int TOTAL = RW * NF * 4 * 32;
+    int S = (int)gridDim.z, z = (int)cl.block_rank(), per = (TOTAL + S - 1) / S;
+    int e1 = min(TOTAL, (z + 1) * per);
+    for (int e = z * per + (int)threadIdx.x; e < e1; e += RW * 32) {
+        int l = e & 31, i = (e >> 5) & 3, f = (e >> 7) % NF, w = (e >> 7) / NF;
+        int r = (blockIdx.x * RW + w) * 16 + (l >> 2) + 8 * (i >> 1),
+            t = tok0 + 8 * f + 2 * (l & 3) + (i & 1);
+        if (r >= p.N || t >= p.T) continue;
+        float s = *cl.map_shared_rank(part + e, 0);
+        for (int q = 1; q < S; q++) s = __fadd_rn(s, *cl.map_shared_rank(part + e, q));
+        p.y[(size_t)t * p.N + r] = fp4_out<MX>(s, p, r);
+    }
+    cl.sync(); /* the other blocks' reads of this block's sums are done */
+}
+
 /* w [N, K] BF16 = decoded codes times block scales: one thread per code byte. */
 template <bool MX>
 static __global__ void fp4_dequant_kernel(uint16_t *w, const uint8_t *codes, const uint8_t *scales,
@@ -286,7 +469,7 @@ static __global__ void fp4_epilogue_kernel(float *y, const float *rs, const floa
 }
 
 extern "C" const char *qrl_cuda_fp4_kernel_name(qrl_cuda_fp4_kernel k) {
-    static const char *names[] = {"auto", "skinny", "dequant", "skinny-f32", "auto-f32"};
+    static const char *names[] = {"auto", "skinny", "dequant", "skinny-f32", "auto-f32", "splitk"};
     return (unsigned)k < QRL_CUDA_FP4_KERNEL_COUNT_ ? names[k] : "?";
 }
 
@@ -308,6 +491,100 @@ template <bool VEC, bool FAST> static void run_skinny(const fp4_params &p, bool 
 
 static bool al16(const void *p) { return ((uintptr_t)p & 15) == 0; }
 
+static int cdiv(int a, int b) { return (a + b - 1) / b; }
+
+#define SPLITK_MAX 16  /* blocks per cluster (above 8, the non-portable sizes Hopper allows) */
+
+/* Token fragments of 8 per block: one tile of up to 64 tokens (grid y beyond). */
+static int splitk_nf(int T) { return T <= 8 ? 1 : T <= 16 ? 2 : T <= 32 ? 4 : 8; }
+
+static int device_sms(void) {
+    static int sms[16];
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 16) return 132;
+    if (!sms[dev] && cudaDeviceGetAttribute(&sms[dev], cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        sms[dev] = 132;
+    return sms[dev];
+}
+
+/* AUTO's shape, from bench/fp4.c's sweep on an H200 (bench/results/fp4-h200-sweep.txt):
+ *  - 4 warps: 2 are within 5% up to 16 tokens (slower for gate_up), 8 slower everywhere
+ *    (fewer blocks; at 64 tokens one 162-register block per SM);
+ *  - splits until the grid holds about 16 warps per SM at 8 tokens, 8 from 9 tokens: the
+ *    next super-chunk's loads are in flight only one step ahead, so short chains stream
+ *    best (qkv, o: one super-chunk per warp, 6 splits; down: 12), while splitting gate_up,
+ *    whose rows alone fill the GPU, pays at 8 tokens (2 splits) and costs from 16 (1);
+ *  - the split count rounds up to the next that leaves no split empty (down: 11 -> 12). */
+static int splitk_target_warps(int nf) { return (nf == 1 ? 16 : 8) * device_sms(); }
+
+extern "C" void qrl_cuda_fp4_splitk_plan(int T, int N, int K, int *warps, int *splits) {
+    int nf = splitk_nf(T), nsc = cdiv(K, SC), rw = *warps, s = *splits, max = SPLITK_MAX;
+    if (rw != 2 && rw != 4 && rw != 8) rw = 4;
+    if (rw == 2 && nf >= 4) rw = 4;
+    if (max > nsc) max = nsc;
+    if (s <= 0) { /* auto: round up */
+        s = cdiv(splitk_target_warps(nf), cdiv(N, 16) * cdiv(T, 8 * nf));
+        if (s > max) s = max;
+        int scs = nsc / s;
+        while (cdiv(nsc, scs) > max) scs++;
+        s = cdiv(nsc, scs);
+    } else { /* a request: at most that many */
+        if (s > max) s = max;
+        s = cdiv(nsc, cdiv(nsc, s)); /* no empty split */
+    }
+    *warps = rw, *splits = s;
+}
+
+template <int NF, int RW>
+static cudaError_t launch_splitk(const fp4_params &p, bool mx, int S, cudaStream_t s) {
+    static bool raised[2][16]; /* the attributes below, per kernel and device */
+    void (*kern)(fp4_params, int) = mx ? fp4_splitk_kernel<NF, RW, true> : fp4_splitk_kernel<NF, RW, false>;
+    int smem = 2 * 8 * NF * SC_BYTES, dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess || dev < 0 || dev >= 16) dev = 0;
+    if (!raised[mx][dev]) {
+        cudaError_t e = cudaFuncSetAttribute(kern, cudaFuncAttributeNonPortableClusterSizeAllowed, 1);
+        if (e == cudaSuccess && smem > 48 * 1024)
+            e = cudaFuncSetAttribute(kern, cudaFuncAttributeMaxDynamicSharedMemorySize, smem);
+        if (e != cudaSuccess) return e;
+        raised[mx][dev] = true;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim = dim3(cdiv(p.N, 16 * RW), cdiv(p.T, 8 * NF), S);
+    cfg.blockDim = dim3(RW * 32);
+    cfg.dynamicSmemBytes = smem;
+    cfg.stream = s;
+    cudaLaunchAttribute at[1];
+    at[0].id = cudaLaunchAttributeClusterDimension;
+    at[0].val.clusterDim.x = 1;
+    at[0].val.clusterDim.y = 1;
+    at[0].val.clusterDim.z = S;
+    cfg.attrs = at;
+    cfg.numAttrs = S > 1 ? 1 : 0;
+    return cudaLaunchKernelEx(&cfg, kern, p, cdiv(cdiv(p.K, SC), S));
+}
+
+static cudaError_t run_splitk(const fp4_params &p, bool mx, int rw, int S, cudaStream_t s) {
+    switch (splitk_nf(p.T) * 16 + rw) {
+    case 1 * 16 + 2: return launch_splitk<1, 2>(p, mx, S, s);
+    case 1 * 16 + 4: return launch_splitk<1, 4>(p, mx, S, s);
+    case 1 * 16 + 8: return launch_splitk<1, 8>(p, mx, S, s);
+    case 2 * 16 + 2: return launch_splitk<2, 2>(p, mx, S, s);
+    case 2 * 16 + 4: return launch_splitk<2, 4>(p, mx, S, s);
+    case 2 * 16 + 8: return launch_splitk<2, 8>(p, mx, S, s);
+    case 4 * 16 + 4: return launch_splitk<4, 4>(p, mx, S, s);
+    case 4 * 16 + 8: return launch_splitk<4, 8>(p, mx, S, s);
+    case 8 * 16 + 4: return launch_splitk<8, 4>(p, mx, S, s);
+    default: return launch_splitk<8, 8>(p, mx, S, s);
+    }
+}
+
+/* QRL_FP4_NO_SPLITK set (and not "0"): AUTO keeps the SKINNY kernel (A/B in bench/fp4.c);
+ * read on every call so one process can measure both. */
+static bool no_splitk(void) {
+    const char *e = getenv("QRL_FP4_NO_SPLITK");
+    return e && *e && strcmp(e, "0") != 0;
+}
+
 extern "C" qrl_status qrl_cuda_fp4_dequantize(uint16_t *w, const uint8_t *codes,
                                               const uint8_t *scales, int N, int K, bool mx,
                                               void *stream, qrl_error *err) {
@@ -328,18 +605,42 @@ extern "C" qrl_status qrl_cuda_fp4_gemm(const qrl_cuda_fp4_gemm_args *a, void *s
                              a->N, a->K);
     qrl_cuda_fp4_kernel k = a->kernel;
     bool have_work = a->work && a->blas && a->work_elems >= (size_t)a->N * a->K;
-    if (k == QRL_CUDA_FP4_AUTO) k = a->T > 64 && have_work ? QRL_CUDA_FP4_DEQUANT : QRL_CUDA_FP4_SKINNY;
+    bool splitk_ok = a->K % 64 == 0 && al16(a->x) && al16(a->codes) && ((uintptr_t)a->scales & 1) == 0;
+    if (k == QRL_CUDA_FP4_AUTO)
+        k = a->T > 64 && have_work        ? QRL_CUDA_FP4_DEQUANT
+            : splitk_ok && !no_splitk()   ? QRL_CUDA_FP4_SPLITK
+                                          : QRL_CUDA_FP4_SKINNY;
     if (k == QRL_CUDA_FP4_AUTO_F32) k = QRL_CUDA_FP4_SKINNY_F32;
+    if (k == QRL_CUDA_FP4_SPLITK && !splitk_ok) k = QRL_CUDA_FP4_SKINNY;
     if (k == QRL_CUDA_FP4_DEQUANT && !have_work)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "fp4 gemm: dequant kernel needs a cuBLAS handle and %zu workspace "
                              "elements (have %zu)", (size_t)a->N * a->K, a->work ? a->work_elems : 0);
-    if (k != QRL_CUDA_FP4_SKINNY && k != QRL_CUDA_FP4_SKINNY_F32 && k != QRL_CUDA_FP4_DEQUANT)
+    if (k != QRL_CUDA_FP4_SKINNY && k != QRL_CUDA_FP4_SKINNY_F32 && k != QRL_CUDA_FP4_DEQUANT &&
+        k != QRL_CUDA_FP4_SPLITK)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "fp4 gemm: bad kernel %d", (int)k);
     if (a->ran) *a->ran = k;
     cudaStream_t s = (cudaStream_t)stream;
     fp4_params p = {a->y, a->x, a->codes, a->scales, a->row_scale, a->bias, a->T, a->N, a->K,
                     qrl_cuda_fp4_code_bytes(a->K), qrl_cuda_fp4_scale_bytes(a->K, a->mx)};
+    if (k == QRL_CUDA_FP4_SPLITK) {
+        int rw = a->warps, S = a->splits;
+        qrl_cuda_fp4_splitk_plan(a->T, a->N, a->K, &rw, &S);
+        cudaError_t e = run_splitk(p, a->mx, rw, S, s);
+        if (e != cudaSuccess && S > 8) { /* no room for a non-portable cluster: 8 blocks */
+            (void)cudaGetLastError();
+            S = 8;
+            qrl_cuda_fp4_splitk_plan(a->T, a->N, a->K, &rw, &S);
+            e = run_splitk(p, a->mx, rw, S, s);
+        }
+        if (a->ran_splits) *a->ran_splits = S;
+        if (e != cudaSuccess) {
+            (void)cudaGetLastError();
+            return qrl_error_set(err, QRL_STATUS_CUDA, "fp4 gemm splitk (T=%d N=%d K=%d, %d warps, "
+                                 "%d splits) launch: %s", a->T, a->N, a->K, rw, S, cudaGetErrorString(e));
+        }
+        return qrl_cuda_launch_status_("fp4 gemm splitk", err);
+    }
     if (k != QRL_CUDA_FP4_DEQUANT) {
         bool vec = a->K % CHUNK == 0 && al16(a->x) && al16(a->codes), fast = k == QRL_CUDA_FP4_SKINNY;
         if (vec && fast) run_skinny<true, true>(p, a->mx, s);

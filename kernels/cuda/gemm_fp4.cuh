@@ -31,7 +31,10 @@ extern "C" {
 #endif
 
 typedef enum qrl_cuda_fp4_kernel {
-    QRL_CUDA_FP4_AUTO = 0,     /* SKINNY for T <= 64 or without a workspace, else DEQUANT */
+    QRL_CUDA_FP4_AUTO = 0,     /* DEQUANT for T > 64 with a workspace; else SPLITK where it
+                                * applies (K % 64 == 0, 16-byte aligned x and codes, 2-byte
+                                * aligned scales), else SKINNY.  Env QRL_FP4_NO_SPLITK=1: the
+                                * SKINNY choice of before SPLITK existed (A/B) */
     QRL_CUDA_FP4_SKINNY,       /* 16 or 32 weight rows x up to 64 tokens per block, K split
                                 * over 8 warps in 64-element chunks, codes decoded in
                                 * registers into mma.sync m16n8k16 BF16 (any T: the grid's y
@@ -42,10 +45,16 @@ typedef enum qrl_cuda_fp4_kernel {
     QRL_CUDA_FP4_SKINNY_F32,   /* SKINNY with the reference decoder (each code through an F32
                                 * table lookup and multiply: ~3x the ALU work per weight) */
     QRL_CUDA_FP4_AUTO_F32,     /* SKINNY_F32 for every T (no workspace needed) */
+    QRL_CUDA_FP4_SPLITK,       /* 16 weight rows per warp, `warps` warps per block sharing
+                                * 8-64 tokens staged in shared memory, K in 256-element steps
+                                * split over `splits` blocks of a thread block cluster whose
+                                * partial sums meet in distributed shared memory in rank order
+                                * (deterministic, no workspace); the fp4_pair decoder.  Where
+                                * it does not apply (see AUTO) SKINNY runs instead */
     QRL_CUDA_FP4_KERNEL_COUNT_
 } qrl_cuda_fp4_kernel;
 
-/* "auto", "skinny", "dequant", "skinny-f32", "auto-f32"; "?" if out of range. */
+/* "auto", "skinny", "dequant", "skinny-f32", "auto-f32", "splitk"; "?" if out of range. */
 const char *qrl_cuda_fp4_kernel_name(qrl_cuda_fp4_kernel k);
 
 /* Bytes per row of the packed codes and block scales per row for K inputs. */
@@ -67,7 +76,15 @@ typedef struct qrl_cuda_fp4_gemm_args {
     size_t work_elems;
     qrl_cuda_gemm *blas;       /* DEQUANT: cuBLAS handle */
     qrl_cuda_fp4_kernel *ran;  /* out, optional: the kernel that ran */
+    int warps, splits;         /* SPLITK tuning, 0 = qrl_cuda_fp4_splitk_plan's choice */
+    int *ran_splits;           /* out, optional: SPLITK's splits (a cluster of more than 8
+                                * blocks the device cannot place runs as 8) */
 } qrl_cuda_fp4_gemm_args;
+
+/* SPLITK's block shape for T x N x K: *warps (in: 0 or a request; out: 2, 4 or 8, 16 rows
+ * each; 2 only up to 16 tokens) and *splits (in: 0 or a request; out: 1..16 blocks along K,
+ * every split non-empty).  The automatic choice follows bench/fp4.c's sweep on an H200. */
+void qrl_cuda_fp4_splitk_plan(int T, int N, int K, int *warps, int *splits);
 
 /* Run a->kernel on `stream`.  Vector loads when K is a multiple of 64 and the pointers are
  * 16-byte aligned, byte loads otherwise.  Errors: INVALID_ARGUMENT (non-positive sizes,
