@@ -1,6 +1,7 @@
-/* Shared by the CUDA benchmarks (bench/w8a8.c, bench/fp4.c, bench/decode.c, bench/graphs.c):
- * error exits, the float comparator for medians, the Qwen2.5-1.5B and Qwen3-4B shapes, and
- * timed decode steps of the CUDA forward.  Include only under QRL_HAVE_CUDA. */
+/* Shared by the CUDA benchmarks (bench/w8a8.c, bench/fp4.c, bench/decode.c, bench/graphs.c,
+ * bench/gemm_bf16.c): error exits, the float comparator for medians, the copy bandwidth, the
+ * Qwen2.5-1.5B and Qwen3-4B shapes, and timed decode steps of the CUDA forward.  Include
+ * only under QRL_HAVE_CUDA. */
 #ifndef QRL_BENCH_CUDA_BENCH_H
 #define QRL_BENCH_CUDA_BENCH_H
 
@@ -18,6 +19,32 @@
 static int cmp_f(const void *a, const void *b) {
     float x = *(const float *)a, y = *(const float *)b;
     return x < y ? -1 : x > y;
+}
+
+/* Device-to-device copy bandwidth, bytes read + written per second (median of 10). */
+static inline double copy_bandwidth(void) {
+    size_t bytes = (size_t)2 << 30;
+    void *a, *b;
+    CK(cudaMalloc(&a, bytes));
+    CK(cudaMalloc(&b, bytes));
+    CK(cudaMemset(a, 0x5a, bytes));
+    cudaEvent_t e0, e1;
+    CK(cudaEventCreate(&e0));
+    CK(cudaEventCreate(&e1));
+    float ms[10];
+    for (int i = -2; i < 10; i++) {
+        CK(cudaEventRecord(e0, 0));
+        CK(cudaMemcpy(i & 1 ? a : b, i & 1 ? b : a, bytes, cudaMemcpyDeviceToDevice));
+        CK(cudaEventRecord(e1, 0));
+        CK(cudaEventSynchronize(e1));
+        if (i >= 0) CK(cudaEventElapsedTime(&ms[i], e0, e1));
+    }
+    qsort(ms, 10, sizeof *ms, cmp_f);
+    cudaFree(a);
+    cudaFree(b);
+    cudaEventDestroy(e0);
+    cudaEventDestroy(e1);
+    return 2.0 * bytes / (ms[5] * 1e-3);
 }
 
 /* Qwen2.5-1.5B: hidden 1536, 28 layers, 12 q / 2 kv heads, head_dim 128, QKV bias, tied

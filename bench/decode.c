@@ -55,34 +55,6 @@ static shape SHAPES[] = {
 static const char *const FMT_NAMES[] = {"bf16", "int8", "fp8", "int4", "int4-protected"};
 #define N_FMTS 5
 
-
-
-/* Device-to-device copy bandwidth, bytes read + written per second (median of 10). */
-static double copy_bandwidth(void) {
-    size_t bytes = (size_t)2 << 30;
-    void *a, *b;
-    CK(cudaMalloc(&a, bytes));
-    CK(cudaMalloc(&b, bytes));
-    CK(cudaMemset(a, 0x5a, bytes));
-    cudaEvent_t e0, e1;
-    CK(cudaEventCreate(&e0));
-    CK(cudaEventCreate(&e1));
-    float ms[10];
-    for (int i = -2; i < 10; i++) {
-        CK(cudaEventRecord(e0, 0));
-        CK(cudaMemcpy(i & 1 ? a : b, i & 1 ? b : a, bytes, cudaMemcpyDeviceToDevice));
-        CK(cudaEventRecord(e1, 0));
-        CK(cudaEventSynchronize(e1));
-        if (i >= 0) CK(cudaEventElapsedTime(&ms[i], e0, e1));
-    }
-    qsort(ms, 10, sizeof *ms, cmp_f);
-    cudaFree(a);
-    cudaFree(b);
-    cudaEventDestroy(e0);
-    cudaEventDestroy(e1);
-    return 2.0 * bytes / (ms[5] * 1e-3);
-}
-
 /* Where the step time goes: the step's GEMMs alone (same shapes, back to back) and the
  * attention launcher alone (one layer's K/V of `batch` x `ctx` positions, run n_layers
  * times), each timed with events, median of 5. */

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "cuda/gemm_bf16_skinny.cuh"
 #include "cuda/launch.cuh"
 
 /* cuBLASLt descriptors and the heuristic's algorithm for one FP8 shape, made on first use
@@ -22,10 +23,28 @@ struct qrl_cuda_gemm {
     cublasLtHandle_t lt;
     lt_plan plans[LT_PLANS];
     int n_plans; /* made so far (slot n_plans % LT_PLANS is the next) */
-    void *ws;    /* cuBLAS workspace of WS_BYTES, ours so a CUDA graph capture allocates nothing */
+    void *ws;    /* cuBLAS workspace of WS_BYTES, ours so a CUDA graph capture allocates nothing;
+                  * also the skinny GEMM's split-K partials (same stream, never both at once) */
+    unsigned *counters; /* SK_COUNTERS tile counters of the skinny GEMM, zero between launches */
+    qrl_cuda_gemm_bf16_kernel bf16_kernel;
+    int skinny_max_n;          /* AUTO's rule: skinny for n <= this ... */
+    double skinny_max_bytes;   /* ... weights of at most this many bytes ... */
+    int sms;                   /* ... and at least a block per SM */
 };
 
 #define WS_BYTES (32u << 20) /* what cuBLAS documents for Hopper */
+#define SK_COUNTERS 4096
+/* AUTO takes the skinny kernel up to SKINNY_MAX_N rows, for weights of at most
+ * SKINNY_MAX_MB MB whose grid has a block for every SM, and cuBLAS otherwise.  From
+ * bench/gemm_bf16.c on an H200 (bench/results/gemm-bf16-h200.json, docs/performance.md):
+ * the skinny kernel beats cuBLAS only on Qwen3-4B's o projection (2560 x 4096, 140 blocks)
+ * at <= 16 rows (1.2-1.6x), loses elsewhere, and a grid smaller than the GPU (Qwen2.5-1.5B's
+ * qkv and o: 36-48 blocks) made the decode step 2-5% slower.  1, 2, 4 or a multiple of 8:
+ * a decode batch and the one the CUDA graph pads it to (1, 2, 4, 8k rows) take the same
+ * kernel.  QRL_GEMM_BF16_SKINNY_MAX_N / _MAX_MB override the limits when a handle is made
+ * (bench). */
+#define SKINNY_MAX_N 8
+#define SKINNY_MAX_MB 24.0
 
 /* cublasSetStream resets the workspace to cuBLAS's pool: set ours again after it. */
 static void set_stream(qrl_cuda_gemm *g, void *stream) {
@@ -49,11 +68,27 @@ qrl_status qrl_cuda_gemm_new(qrl_cuda_gemm **out, qrl_error *err) {
         return qrl_error_set(err, QRL_STATUS_CUDA, "gemm: cublasLtCreate: %s", cublasGetStatusString(s));
     }
     cudaError_t e = cudaMalloc(&g->ws, WS_BYTES);
+    if (e == cudaSuccess) e = cudaMalloc((void **)&g->counters, SK_COUNTERS * sizeof(unsigned));
+    if (e == cudaSuccess) e = cudaMemset(g->counters, 0, SK_COUNTERS * sizeof(unsigned));
     if (e != cudaSuccess) {
         qrl_cuda_gemm_free(g);
         return qrl_error_set(err, QRL_STATUS_CUDA, "gemm: cannot allocate the %u MiB cuBLAS "
                              "workspace: %s", WS_BYTES >> 20, cudaGetErrorString(e));
     }
+    qrl_status st = qrl_cuda_gemm_bf16_skinny_prepare(err);
+    if (st != QRL_OK) {
+        qrl_cuda_gemm_free(g);
+        return st;
+    }
+    const char *ab = getenv("QRL_GEMM_BF16_CUBLAS"), *mn = getenv("QRL_GEMM_BF16_SKINNY_MAX_N"),
+               *mb = getenv("QRL_GEMM_BF16_SKINNY_MAX_MB");
+    g->bf16_kernel = ab && *ab && strcmp(ab, "0") ? QRL_CUDA_GEMM_BF16_CUBLAS : QRL_CUDA_GEMM_BF16_AUTO;
+    g->skinny_max_n = mn && *mn ? atoi(mn) : SKINNY_MAX_N;
+    g->skinny_max_bytes = (mb && *mb ? atof(mb) : SKINNY_MAX_MB) * 1e6;
+    int dev = 0;
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&g->sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)
+        g->sms = 132;
     *out = g;
     return QRL_OK;
 }
@@ -72,13 +107,31 @@ void qrl_cuda_gemm_free(qrl_cuda_gemm *g) {
     cublasLtDestroy(g->lt);
     cublasDestroy(g->h);
     cudaFree(g->ws);
+    cudaFree(g->counters);
     free(g);
+}
+
+void qrl_cuda_gemm_set_bf16_kernel(qrl_cuda_gemm *g, qrl_cuda_gemm_bf16_kernel k) {
+    g->bf16_kernel = k;
+}
+
+int qrl_cuda_gemm_bf16_picks_skinny(const qrl_cuda_gemm *g, const uint16_t *x, const uint16_t *w,
+                                    int n, int k, int m) {
+    if (g->bf16_kernel != QRL_CUDA_GEMM_BF16_AUTO) return g->bf16_kernel == QRL_CUDA_GEMM_BF16_SKINNY;
+    return n <= g->skinny_max_n && 2.0 * m * k <= g->skinny_max_bytes &&
+           qrl_cuda_gemm_bf16_skinny_blocks(n, k, m) >= g->sms && qrl_cuda_gemm_bf16_skinny_ok(x, w, k);
 }
 
 qrl_status qrl_cuda_gemm_bf16(qrl_cuda_gemm *g, float *y, const uint16_t *x, const uint16_t *w,
                               int n, int k, int m, void *stream, qrl_error *err) {
     if (n <= 0 || k <= 0 || m <= 0)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "gemm: n=%d k=%d m=%d", n, k, m);
+    if (qrl_cuda_gemm_bf16_picks_skinny(g, x, w, n, k, m)) {
+        qrl_cuda_bf16_skinny_args a = {.y = y, .x = x, .w = w, .n = n, .k = k, .m = m,
+                                       .work = (float *)g->ws, .work_floats = WS_BYTES / 4,
+                                       .counters = g->counters, .n_counters = SK_COUNTERS};
+        return qrl_cuda_gemm_bf16_skinny(&a, stream, err);
+    }
     set_stream(g, stream);
     /* Column-major view: y^T[m, n] = (w^T)^T[m, k] · x^T[k, n]. */
     const float one = 1.0f, zero = 0.0f;

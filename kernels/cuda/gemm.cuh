@@ -17,10 +17,31 @@ qrl_status qrl_cuda_gemm_new(qrl_cuda_gemm **out, qrl_error *err);
 void qrl_cuda_gemm_free(qrl_cuda_gemm *g);
 
 /* y[n, m] = x[n, k] · w[m, k]^T: x and w BF16 (w in nn.Linear [out, in] layout), y F32,
- * F32 accumulation (cublasGemmEx, CUBLAS_COMPUTE_32F).  Device pointers; runs on
- * `stream`.  Errors: INVALID_ARGUMENT (non-positive sizes), CUDA (cuBLAS status). */
+ * F32 accumulation.  Device pointers; runs on `stream`.  The kernel is g's bf16 kernel
+ * (qrl_cuda_gemm_set_bf16_kernel): AUTO takes the skinny kernel (gemm_bf16_skinny.cuh,
+ * with g's workspace and counters) where qrl_cuda_gemm_bf16_picks_skinny says so, else
+ * cuBLAS (cublasGemmEx, CUBLAS_COMPUTE_32F).  Errors: INVALID_ARGUMENT (non-positive
+ * sizes), UNSUPPORTED (SKINNY forced on operands it does not take), CUDA (cuBLAS status,
+ * launch). */
 qrl_status qrl_cuda_gemm_bf16(qrl_cuda_gemm *g, float *y, const uint16_t *x, const uint16_t *w,
                               int n, int k, int m, void *stream, qrl_error *err);
+
+/* Which kernel qrl_cuda_gemm_bf16 runs.  qrl_cuda_gemm_new sets AUTO, or CUBLAS when the
+ * environment has QRL_GEMM_BF16_CUBLAS set (not "0"): the A/B switch of the benchmarks. */
+typedef enum {
+    QRL_CUDA_GEMM_BF16_AUTO = 0,
+    QRL_CUDA_GEMM_BF16_CUBLAS = 1,
+    QRL_CUDA_GEMM_BF16_SKINNY = 2,
+} qrl_cuda_gemm_bf16_kernel;
+void qrl_cuda_gemm_set_bf16_kernel(qrl_cuda_gemm *g, qrl_cuda_gemm_bf16_kernel k);
+
+/* Whether qrl_cuda_gemm_bf16 on g runs the skinny kernel for these operands: SKINNY forced,
+ * or AUTO with n <= 8 rows, weights of <= 24 MB (m k 2 bytes), a grid of at least one
+ * block per SM (qrl_cuda_gemm_bf16_skinny_blocks) and operands it takes (k % 8 == 0,
+ * 16-byte aligned x and w).  The limits come from gemm.cu (measured on an H200) or, when
+ * the handle was made, QRL_GEMM_BF16_SKINNY_MAX_N / QRL_GEMM_BF16_SKINNY_MAX_MB. */
+int qrl_cuda_gemm_bf16_picks_skinny(const qrl_cuda_gemm *g, const uint16_t *x, const uint16_t *w,
+                                    int n, int k, int m);
 
 /* Row-major GEMMs of the training engine's linear layers (y = x W^T + b with W [N, K] as
  * nn.Linear), BF16 inputs, F32 accumulation (CUBLAS_COMPUTE_32F), C = A op B + beta C:

@@ -23,6 +23,18 @@ static __device__ __forceinline__ void qrl_cp_async4(uint32_t dst, const void *s
     asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;\n" ::"r"(dst), "l"(src),
                  "r"(ok ? 4 : 0));
 }
+/* An L2 policy that evicts the lines it tags first (data read once: streamed weights), and
+ * qrl_cp_async16 with that policy, so the stream does not push reused data out of L2. */
+static __device__ __forceinline__ uint64_t qrl_l2_evict_first(void) {
+    uint64_t p;
+    asm volatile("createpolicy.fractional.L2::evict_first.b64 %0, 1.0;\n" : "=l"(p));
+    return p;
+}
+static __device__ __forceinline__ void qrl_cp_async16_hint(uint32_t dst, const void *src, bool ok,
+                                                           uint64_t policy) {
+    asm volatile("cp.async.cg.shared.global.L2::cache_hint [%0], [%1], 16, %2, %3;\n" ::"r"(dst),
+                 "l"(src), "r"(ok ? 16 : 0), "l"(policy));
+}
 /* Close the current cp.async group / wait until at most N groups are in flight. */
 static __device__ __forceinline__ void qrl_cp_async_commit(void) {
     asm volatile("cp.async.commit_group;\n" ::);
