@@ -67,6 +67,14 @@ static inline qrl_model_config qwen3_4b(void) {
                               .qk_norm = true, .tie_embeddings = true};
 }
 
+/* Qwen3-8B: hidden 4096, 36 layers, 32 q / 8 kv heads, head_dim 128, intermediate 12288,
+ * QK-norm, separate LM head. */
+static inline qrl_model_config qwen3_8b(void) {
+    qrl_model_config c = qwen3_4b();
+    c.dim = 4096, c.hidden_dim = 12288, c.tie_embeddings = false;
+    return c;
+}
+
 /* Decode step of a random-weight model of shape c at weight precision prec, batch B, every
  * row at context ctx (BF16 paged KV, block 16), CUDA graphs unless eager: `warmup` untimed
  * steps, then `reps` steps timed with CUDA events on the engine's stream (greedy tokens back

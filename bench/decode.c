@@ -1,6 +1,7 @@
 /* CUDA decode step against the HBM floor (SPEC §10), per KV cache format: a random-weight
  * Qwen3-4B-shaped model (hidden 2560, 36 layers, 32 q / 8 kv heads, head_dim 128,
- * intermediate 9728, vocab 151936, tied LM head, QK-norm), BF16 weights, paged KV (block
+ * intermediate 9728, vocab 151936, tied LM head, QK-norm; --model qwen3-8b: hidden 4096,
+ * intermediate 12288, separate LM head, the rest equal), BF16 weights, paged KV (block
  * 16) in bf16, int8, fp8, int4 and int4-protected (sink 16, recent 128) with random
  * contents, at KV4-RL's replay shapes for Qwen3-4B (early / mid / late, 5 phases each)
  * and batch 1/8/64 x context 1K/8K/32K.  A shape whose BF16 cache does not fit the GPU
@@ -134,10 +135,12 @@ static long shape_blocks(const shape *s) {
     return (long)s->batch * ((s->ctx + WARMUP + REPEATS + 1 + BS - 1) / BS);
 }
 
+static qrl_model_config (*MODEL)(void) = qwen3_4b; /* --model */
+
 /* Time shapes [s0, s1) with one engine of format fmt; res[s] filled. */
 static void run_format(qrl_kv_format fmt, int s0, int s1, double bw, result *res) {
     qrl_error err;
-    qrl_model_config cfg = qwen3_4b();
+    qrl_model_config cfg = MODEL();
     int max_rows = 0, max_ctx = 0;
     long blocks = 0;
     for (int s = s0; s < s1; s++) {
@@ -210,7 +213,16 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--formats") && i + 1 < argc) fmts = argv[++i];
         else if (!strcmp(argv[i], "--grid") && i + 1 < argc) grid = atoi(argv[++i]);
-        else if (!strcmp(argv[i], "--breakdown")) bd = 1;
+        else if (!strcmp(argv[i], "--breakdown")) bd = 1; /* Qwen3-4B GEMM/attention split */
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc) {
+            const char *m = argv[++i];
+            if (!strcmp(m, "qwen3-4b")) MODEL = qwen3_4b;
+            else if (!strcmp(m, "qwen3-8b")) MODEL = qwen3_8b;
+            else {
+                fprintf(stderr, "decode: --model: '%s' is not qwen3-4b or qwen3-8b\n", m);
+                return 2;
+            }
+        }
         else if (!strcmp(argv[i], "--from") && i + 1 < argc) from = atoi(argv[++i]); /* first replay shape */
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) { /* one BxC shape only (profiling) */
             int b = 0, c = 0, n = 0;
@@ -223,7 +235,7 @@ int main(int argc, char **argv) {
         } else {
             fprintf(stderr, "decode: unknown or incomplete argument '%s'\nusage: decode [--out FILE] "
                     "[--formats bf16,int8,fp8,int4,int4-protected] [--grid 0|1] [--breakdown] [--from N] "
-                    "[--shape BxC]\n", argv[i]);
+                    "[--shape BxC] [--model qwen3-4b|qwen3-8b]\n", argv[i]);
             return 2;
         }
     }
@@ -252,6 +264,7 @@ int main(int argc, char **argv) {
     struct cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     double bw = copy_bandwidth();
+    printf("model: %s shapes, random BF16 weights\n", MODEL == qwen3_8b ? "Qwen3-8B" : "Qwen3-4B");
     printf("device: %s, %d SMs, %.1f GiB; copy bandwidth (read+write) %.0f GB/s\n", prop.name,
            prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, bw / 1e9);
     /* halve a shape's batch until its BF16 cache fits next to the weights and activations */
@@ -261,9 +274,14 @@ int main(int argc, char **argv) {
     for (int s = 0; s < N_SHAPES; s++) {
         requested[s] = SHAPES[s].batch;
         for (;;) {
-            double kv = (double)shape_blocks(&SHAPES[s]) * BS * 36 * 2 * 8 * 128 * 2;
+            qrl_model_config mc = MODEL();
+            double kv = (double)shape_blocks(&SHAPES[s]) * BS * mc.n_layers * 2 * mc.n_kv_heads * mc.head_dim * 2;
             double rows = SHAPES[s].batch, ctx = SHAPES[s].ctx + 16;
-            double act = 8.1e9 + rows * (151936.0 * 4 + 32 * 130 * 4 * (ctx / 64 + 2)) + 1.0e9;
+            double wgt = 2.0 * ((double)mc.vocab_size * mc.dim * (mc.tie_embeddings ? 1 : 2) +
+                                (double)mc.n_layers * mc.dim *
+                                    (3.0 * mc.hidden_dim + 2.0 * mc.n_heads * mc.head_dim +
+                                     2.0 * mc.n_kv_heads * mc.head_dim));
+            double act = wgt + rows * (mc.vocab_size * 4.0 + mc.n_heads * 130 * 4 * (ctx / 64 + 2)) + 1.0e9;
             if (kv + act + 3.0 * (1 << 30) < (double)free_b || SHAPES[s].batch == 1) break;
             SHAPES[s].batch /= 2;
         }
@@ -303,10 +321,10 @@ int main(int argc, char **argv) {
             }
     FILE *jf = fopen(out, "w");
     if (jf) {
-        qrl_model_config cfg = qwen3_4b();
-        fprintf(jf, "{\n  \"device\": \"%s\",\n  \"copy_bandwidth_gbps\": %.1f,\n  \"layers\": %d,\n"
+        qrl_model_config cfg = MODEL();
+        fprintf(jf, "{\n  \"device\": \"%s\",\n  \"model\": \"%s\",\n  \"copy_bandwidth_gbps\": %.1f,\n  \"layers\": %d,\n"
                 "  \"repeats\": %d,\n  \"block_size\": %d,\n  \"protected_sink\": %d,\n  \"protected_recent\": %d,\n"
-                "  \"shapes\": [\n", prop.name, bw / 1e9, cfg.n_layers, REPEATS, BS,
+                "  \"shapes\": [\n", prop.name, MODEL == qwen3_8b ? "qwen3-8b" : "qwen3-4b", bw / 1e9, cfg.n_layers, REPEATS, BS,
                 QRL_KV_PROTECTED_DEFAULT_SINK, QRL_KV_PROTECTED_DEFAULT_RECENT);
         bool first = true;
         for (int s = 0; s < N_SHAPES; s++) {
