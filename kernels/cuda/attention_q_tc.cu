@@ -16,8 +16,7 @@
  *     VB contiguous dims of positions 4t .. 4t + 3 and interleaves them in registers.
  * Formats: int8 K enters as exact codes biased by 1152 (f16 0x64uu trick, no subtraction:
  * the bias times sum(q) is taken off the score) with the token-head scale on the score;
- * int8 V the same way, its token-head scale folded into P (P' = p scale in F16) and
- * 1152 sum(P') taken off the output at the end; fp8 K/V as exact E4M3 values, the head
+ * int8 V as exact codes times its scale in F16; fp8 K/V as exact E4M3 values, the head
  * scales applied to the score and the output; int4 K/V dequantized to F16 (n s + z; a
  * lane's dims lie in one 32-dim group).  Q is F16 hi + lo (rows g and g + 8 of A). */
 #include <cuda_fp16.h>
@@ -98,7 +97,7 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
     typedef tc_geom<HD, FMT> GM;
     constexpr int CB = GM::CB, SF = GM::SF, NG = GM::NG, NCH = GM::NCH, RAW = GM::RAW;
     constexpr int NBK = GM::NBK, NBV = GM::NBV, KS = HD / 16, KB = HD / 4, VB = HD / 8;
-    const uint32_t M64 = 0x64646464u; /* f16 exponent byte of 1024 + code */
+    const uint32_t M64 = 0x64646464u, B1152 = 0x64806480u; /* f16 1152 twice */
     extern __shared__ __align__(16) unsigned char tq_sm[];
     int kvh = blockIdx.y, r = blockIdx.z;
     int H = a.n_heads, KVH = a.c.n_kv_heads, G = H / KVH;
@@ -248,9 +247,7 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
         qrl_cp_async_commit();
     };
 
-    /* int8: lv sums the F16 P' = p * vscale this lane fed the P V^T MMAs (head g), for the
-     * 1152 bias of the V codes taken off at the end */
-    float o[KS][4], mrun = -INFINITY, l = 0.0f, lv = 0.0f;
+    float o[KS][4], mrun = -INFINITY, l = 0.0f;
 #pragma unroll
     for (int mt = 0; mt < KS; mt++) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
 #pragma unroll
@@ -315,7 +312,6 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
             float mn = fmaxf(mrun, mx), cf = ex2(mrun - mn);
             mrun = mn;
             l *= cf;
-            if (FMT == F_INT8) lv *= cf;
             float ca = __shfl_sync(0xffffffffu, cf, 8 * t), cb = __shfl_sync(0xffffffffu, cf, 8 * t + 4);
 #pragma unroll
             for (int mt = 0; mt < KS; mt++) o[mt][0] *= ca, o[mt][1] *= cb, o[mt][2] *= ca, o[mt][3] *= cb;
@@ -324,24 +320,17 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
 #pragma unroll
         for (int i = 0; i < 4; i++) p[i] = g < G ? ex2(sc[i] - mrun) : 0.0f;
         l += (p[0] + p[1]) + (p[2] + p[3]);
-        uint32_t pb0, pb1;
-        if (FMT == F_INT8) { /* V's token-head scale folded into P: V enters as exact codes */
-            float4 v4 = *(const float4 *)(sst + TQ + 4 * t);
-            __half2 h01 = __floats2half2_rn(p[0] * v4.x, p[1] * v4.y),
-                    h23 = __floats2half2_rn(p[2] * v4.z, p[3] * v4.w);
-            pb0 = *(uint32_t *)&h01, pb1 = *(uint32_t *)&h23;
-            float2 f01 = __half22float2(h01), f23 = __half22float2(h23);
-            lv += (f01.x + f01.y) + (f23.x + f23.y);
-        } else {
-            pb0 = h2_bits(p[0], p[1]), pb1 = h2_bits(p[2], p[3]);
-        }
+        uint32_t pb0 = h2_bits(p[0], p[1]), pb1 = h2_bits(p[2], p[3]);
 
         /* V^T fragments: lane's dims [VB g, VB g + VB) of positions 4t .. 4t + 3 */
         uint32_t vw[4][NBV / 4];
 #pragma unroll
         for (int q = 0; q < 4; q++) lds_row<NCH, NBV>(st + (TQ + 4 * t + q) * CB, 4 * t + q, NBV * g, vw[q]);
-        uint32_t vs[2] = {0, 0}, vz[2] = {0, 0};
-        if (FMT == F_INT4) {
+        uint32_t vs[2], vz[2] = {0, 0};
+        if (FMT == F_INT8) {
+            float4 v4 = *(const float4 *)(sst + TQ + 4 * t);
+            vs[0] = h2_bits(v4.x, v4.y), vs[1] = h2_bits(v4.z, v4.w);
+        } else if (FMT == F_INT4) {
             int grp = (VB * g) / 32;
             const float *f0 = sst + (TQ + 4 * t) * SF;
             vs[0] = h2_bits(f0[grp], f0[SF + grp]), vs[1] = h2_bits(f0[2 * SF + grp], f0[3 * SF + grp]);
@@ -364,9 +353,10 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
                 } else {
                     int wi = mt >> 1;
                     uint32_t x = __byte_perm(w0[wi], w1[wi], (mt & 1) ? 0x7362u : 0x5140u);
-                    if (FMT == F_INT8) { /* code + 1152, exact */
+                    if (FMT == F_INT8) {
                         x ^= 0x80808080u;
-                        lo = __byte_perm(x, M64, 0x4140), hi = __byte_perm(x, M64, 0x4342);
+                        lo = qrl_hmul2(qrl_hsub2(__byte_perm(x, M64, 0x4140), B1152), vs[pr]);
+                        hi = qrl_hmul2(qrl_hsub2(__byte_perm(x, M64, 0x4342), B1152), vs[pr]);
                     } else {
                         lo = e4m3x2_h2(x), hi = e4m3x2_h2(x >> 16);
                     }
@@ -382,14 +372,6 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
     qrl_cp_async_wait<0>();
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
-    if (FMT == F_INT8) { /* o -= 1152 sum P' per head: heads 2t (o[.][0], [2]), 2t + 1 */
-        lv += __shfl_xor_sync(0xffffffffu, lv, 1);
-        lv += __shfl_xor_sync(0xffffffffu, lv, 2);
-        float ba = 1152.0f * __shfl_sync(0xffffffffu, lv, 8 * t),
-              bb = 1152.0f * __shfl_sync(0xffffffffu, lv, 8 * t + 4);
-#pragma unroll
-        for (int mt = 0; mt < KS; mt++) o[mt][0] -= ba, o[mt][2] -= ba, o[mt][1] -= bb, o[mt][3] -= bb;
-    }
     __syncthreads(); /* the stages become the merge area */
     float *sm_o = (float *)tq_sm;             /* [WARPS][8][HD] */
     float *sm_ml = sm_o + WARPS * 8 * HD;     /* [WARPS][8][2] */
