@@ -5,7 +5,13 @@
  *
  * Per case: WARMUP untimed steps (the first one captures the graph: its host wall time is
  * reported as "capture ms"), then REPS steps timed one by one with CUDA events; the median.
- * Speedup = eager ms / graph ms in the same run.  Prints a table, writes JSON.
+ * Speedup = eager ms / graph ms in the same run.
+ *
+ * Churn (does lazy capture pay for itself?): Qwen3-4B bf16, 64 sequences at contexts
+ * 512 + 8 i, all decoded every step, sequence i leaving after 32 + 3 i steps (the batch
+ * shrinks from 64 to 1, crossing row counts and context buckets as a rollout does): the
+ * host wall time of all steps, captures included, eager against graphs.
+ * Prints tables, writes JSON.
  *
  *   build/bench/graphs [--out FILE]     (GPU only) */
 #include <stdio.h>
@@ -33,6 +39,41 @@ static const int BATCH[] = {1, 8, 64, 256};
 #define N_B 4
 
 typedef struct row { double eager_ms, graph_ms, capture_ms, eager_first_ms; } row;
+
+/* The churn scenario above: total wall ms; *steps, *captures, *replays. */
+static double churn(bool eager, int *steps, long *captures, long *replays) {
+    enum { NS = 64 };
+    qrl_model_config c = qwen3_4b();
+    qrl_cuda_forward_desc d = {.max_rows = NS, .max_ctx = 2048, .block_size = 16,
+                               .n_blocks = NS * (2048 / 16), .max_seqs = NS, .eager = eager};
+    qrl_cuda_forward *f;
+    qrl_error err;
+    QK(qrl_cuda_forward_new(&c, &d, &f, &err));
+    QK(qrl_cuda_forward_init_random(f, 3, &err));
+    int seq[NS], left[NS], bs[NS];
+    int32_t tok[NS], gt[NS];
+    for (int i = 0; i < NS; i++) {
+        QK(qrl_cuda_forward_seq_new(f, &seq[i], &err));
+        QK(qrl_cuda_forward_seq_set_len_unwritten(f, seq[i], 512 + 8 * i, &err));
+        left[i] = 32 + 3 * i;
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    *steps = 0;
+    for (;;) {
+        int B = 0;
+        for (int i = 0; i < NS; i++)
+            if (left[i] > 0) bs[B] = seq[i], tok[B++] = (int32_t)((7 + 7919 * i) % c.vocab_size);
+        if (B == 0) break;
+        QK(qrl_cuda_forward_decode(f, bs, tok, B, NULL, gt, NULL, &err));
+        for (int i = 0; i < NS; i++) left[i]--;
+        (*steps)++;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    qrl_cuda_forward_graph_stats(f, captures, replays);
+    qrl_cuda_forward_free(f);
+    return (t1.tv_sec - t0.tv_sec) * 1e3 + (t1.tv_nsec - t0.tv_nsec) * 1e-6;
+}
 
 int main(int argc, char **argv) {
     const char *out = "bench/results/graphs-h200.json";
@@ -70,6 +111,10 @@ int main(int argc, char **argv) {
                         MODELS[mi].name, qrl_precision_name(PREC[pi]), BATCH[bi], r->eager_ms,
                         r->graph_ms, r->eager_first_ms, r->capture_ms);
             }
+    int ch_steps;
+    long ch_cap, ch_rep, e_cap, e_rep;
+    double ch_eager = churn(true, &ch_steps, &e_cap, &e_rep);
+    double ch_graph = churn(false, &ch_steps, &ch_cap, &ch_rep);
     FILE *jf = fopen(out, "w");
     if (jf) {
         fprintf(jf, "{\n  \"device\": \"%s\",\n  \"context\": %d,\n  \"reps\": %d,\n  \"kv\": \"bf16\",\n"
@@ -87,7 +132,9 @@ int main(int argc, char **argv) {
                             r->eager_first_ms, r->capture_ms);
                     first = false;
                 }
-        fprintf(jf, "\n  ]\n}\n");
+        fprintf(jf, "\n  ],\n  \"churn\": {\"model\": \"qwen3-4b\", \"weights\": \"bf16\", \"steps\": %d, "
+                "\"eager_total_ms\": %.1f, \"graph_total_ms\": %.1f, \"captures\": %ld, \"replays\": %ld}\n}\n",
+                ch_steps, ch_eager, ch_graph, ch_cap, ch_rep);
         fclose(jf);
     } else {
         fprintf(stderr, "cannot write %s\n", out);
@@ -103,6 +150,9 @@ int main(int argc, char **argv) {
                        qrl_precision_name(PREC[pi]), BATCH[bi], r->eager_ms, r->graph_ms,
                        r->eager_ms / r->graph_ms, r->eager_first_ms, r->capture_ms);
             }
+    printf("\nchurn (Qwen3-4B bf16, batch 64 -> 1 over %d steps, contexts 512-1300): eager %.1f ms, "
+           "graphs %.1f ms (%.2fx) with %ld captures and %ld replays\n", ch_steps, ch_eager, ch_graph,
+           ch_eager / ch_graph, ch_cap, ch_rep);
     return 0;
 }
 #endif

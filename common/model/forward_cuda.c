@@ -409,7 +409,15 @@ static qrl_status reserve(qrl_cuda_forward *f, int seq, int n, qrl_error *err) {
                    "block table upload", err);
 }
 
+/* A caller's sequence id: in range, in use (never the internal padding sequence). */
+static qrl_status check_seq(const qrl_cuda_forward *f, int seq, const char *what, qrl_error *err) {
+    if (seq < 0 || seq >= f->d.max_seqs || !f->seq_used[seq])
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "%s: sequence %d not in use", what, seq);
+    return QRL_OK;
+}
+
 qrl_status qrl_cuda_forward_seq_reserve(qrl_cuda_forward *f, int seq, int n, qrl_error *err) {
+    QRL_TRY(check_seq(f, seq, "seq_reserve", err));
     return reserve(f, seq, n, err);
 }
 
@@ -426,6 +434,7 @@ int qrl_cuda_forward_free_blocks(const qrl_cuda_forward *f) { return f->n_free; 
 
 qrl_status qrl_cuda_forward_seq_set_len_unwritten(qrl_cuda_forward *f, int seq, int len,
                                                   qrl_error *err) {
+    QRL_TRY(check_seq(f, seq, "seq_set_len_unwritten", err));
     QRL_TRY(reserve(f, seq, len, err));
     f->seq_len[seq] = len;
     return cuda_st(cudaStreamSynchronize(f->stream), "table sync", err);
@@ -471,8 +480,8 @@ static qrl_cuda_w8a8_act act_q(const qrl_cuda_forward *f, int k) {
  * head scales this pass calibrates (*n_runs of them). */
 static qrl_status upload_rows(qrl_cuda_forward *f, int n, int *n_runs_out, qrl_error *err) {
     int R = f->d.max_rows;
-    memcpy(f->h_meta + n, f->h_meta + R, (size_t)n * 4);       /* pack to [3, n] */
-    memcpy(f->h_meta + 2 * n, f->h_meta + 2 * R, (size_t)n * 4);
+    memmove(f->h_meta + n, f->h_meta + R, (size_t)n * 4);      /* pack to [3, n] (overlaps */
+    memmove(f->h_meta + 2 * n, f->h_meta + 2 * R, (size_t)n * 4); /* when n > R / 2) */
     QRL_TRY(cuda_st(cudaMemcpyAsync(f->d_meta, f->h_meta, (size_t)3 * n * 4,
                                     cudaMemcpyHostToDevice, f->stream), "meta upload", err));
     /* fp8: runs of rows of sequences without scales yet calibrate them (as the CPU's
@@ -609,11 +618,18 @@ static qrl_status graph_get(qrl_cuda_forward *f, int rows, int len, cudaGraphExe
     }
     cudaStream_t s = f->stream;
     cudaGraph_t graph = NULL;
-    QRL_TRY(cuda_st(cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal), "graph capture",
-                    err));
     qrl_error cap_err;
-    qrl_status st = launch_rows(f, rows, len, 0, 0, &cap_err);
-    cudaError_t e = cudaStreamEndCapture(s, &graph);
+    qrl_status st = QRL_OK;
+    cudaError_t e = cudaStreamBeginCapture(s, cudaStreamCaptureModeThreadLocal);
+    if (e != cudaSuccess) {
+        cudaGetLastError();
+        f->graphs_off = true;
+        QRL_LOG_WARN("cuda", "cannot begin a decode step graph capture: %s; decoding eagerly from "
+                     "now on", cudaGetErrorString(e));
+        return QRL_OK;
+    }
+    st = launch_rows(f, rows, len, 0, 0, &cap_err);
+    e = cudaStreamEndCapture(s, &graph);
     cudaGraphExec_t x = NULL;
     if (st == QRL_OK && e == cudaSuccess) e = cudaGraphInstantiate(&x, graph, 0);
     if (graph) cudaGraphDestroy(graph);
@@ -721,8 +737,15 @@ static qrl_status decode_rows(qrl_cuda_forward *f, const int *seqs, const int32_
     QRL_TRY(upload_rows(f, rows, &n_runs, err));
     cudaGraphExec_t exec = NULL;
     if (!f->graphs_off && n_runs == 0) QRL_TRY(graph_get(f, rows, max_len, &exec, err));
-    if (exec) QRL_TRY(cuda_st(cudaGraphLaunch(exec, f->stream), "graph launch", err));
-    else QRL_TRY(launch_rows(f, rows, max_len, 0, n_runs, err));
+    if (exec && cudaGraphLaunch(exec, f->stream) != cudaSuccess) {
+        cudaError_t e = cudaGetLastError(); /* a sticky error fails the eager launches too */
+        graphs_drop(f);
+        f->graphs_off = true;
+        QRL_LOG_WARN("cuda", "decode step graph launch failed: %s; decoding eagerly from now on",
+                     cudaGetErrorString(e));
+        exec = NULL;
+    }
+    if (!exec) QRL_TRY(launch_rows(f, rows, max_len, 0, n_runs, err));
     mark_calibrated(f, rows);
     return QRL_OK;
 }

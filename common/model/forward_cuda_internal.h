@@ -77,7 +77,7 @@ struct qrl_cuda_forward {
     layer_dev *layers;
     uint16_t *embed, *final_norm, *lm_head;
     float *cos_tab, *sin_tab;       /* [max_ctx, head_dim / 2] */
-    uint16_t *kv;                   /* bf16: [layers][2][n_blocks, bs, KVH, hd]; quantized: the
+    uint16_t *kv;                   /* bf16: [layers][2][pool_blocks, bs, KVH, hd]; quantized: the
                                      * arena of kvq's arrays */
     size_t kv_layer_elems;          /* bf16: one of K or V for one layer */
     bool quant;                     /* a quantized KV format (kvq, kv_quant.cuh) */
@@ -85,8 +85,8 @@ struct qrl_cuda_forward {
     size_t kv_pool_bytes;
     float *kvf;                     /* [max_rows, 2 KV] F32 K/V rows before quantization */
     int32_t *d_runs;                /* [3, max_rows] fp8 calibration runs */
-    unsigned char *fp8_ready;       /* [max_seqs] host: the sequence's fp8 scales are set */
-    int32_t *d_tables;              /* [max_seqs, max_blocks] */
+    unsigned char *fp8_ready;       /* [slots] host: the sequence's fp8 scales are set */
+    int32_t *d_tables;              /* [slots, max_blocks] */
     int32_t *d_meta;                /* [3, max_rows]: tokens, row_seq, row_pos */
     int32_t *d_tok;                 /* [max_rows] greedy outputs */
     float *d_lp;

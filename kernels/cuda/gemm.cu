@@ -70,6 +70,8 @@ qrl_status qrl_cuda_gemm_new(qrl_cuda_gemm **out, qrl_error *err) {
     cudaError_t e = cudaMalloc(&g->ws, WS_BYTES);
     if (e == cudaSuccess) e = cudaMalloc((void **)&g->counters, SK_COUNTERS * sizeof(unsigned));
     if (e == cudaSuccess) e = cudaMemset(g->counters, 0, SK_COUNTERS * sizeof(unsigned));
+    /* the memset runs on the legacy stream; the kernels on non-blocking ones: finish it */
+    if (e == cudaSuccess) e = cudaDeviceSynchronize();
     if (e != cudaSuccess) {
         qrl_cuda_gemm_free(g);
         return qrl_error_set(err, QRL_STATUS_CUDA, "gemm: cannot allocate the %u MiB cuBLAS "

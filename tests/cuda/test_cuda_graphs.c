@@ -229,3 +229,24 @@ Test(cuda_graphs, lru_eviction) {
     free(gl); free(el);
     qrl_model_free(m);
 }
+
+/* The internal padding sequence (id max_seqs) and unused ids are refused by the public
+ * sequence calls, not taken as a caller's. */
+Test(cuda_graphs, padding_sequence_not_public) {
+    require_gpu();
+    qrl_model *m = ref_model_hd128(34, 64);
+    qrl_cuda_forward *f = engine(m, QRL_KV_FORMAT_BF16, false, 4);
+    qrl_error err;
+    int free0 = qrl_cuda_forward_free_blocks(f);
+    cr_assert_eq(free0, 8 * (64 / 16 + 1), "the padding block is not a caller's (%d free)", free0);
+    int bad[] = {8, -1, 3};
+    for (int i = 0; i < 3; i++) {
+        cr_assert_eq(qrl_cuda_forward_seq_reserve(f, bad[i], 16, &err), QRL_STATUS_INVALID_ARGUMENT);
+        cr_assert(strstr(err.msg, "not in use"), "%s", err.msg);
+        cr_assert_eq(qrl_cuda_forward_seq_set_len_unwritten(f, bad[i], 16, &err),
+                     QRL_STATUS_INVALID_ARGUMENT);
+    }
+    cr_assert_eq(qrl_cuda_forward_free_blocks(f), free0);
+    qrl_cuda_forward_free(f);
+    qrl_model_free(m);
+}
