@@ -75,6 +75,24 @@ static inline qrl_model_config qwen3_8b(void) {
     return c;
 }
 
+/* The "rows" list and the "weight_gb" object of a decode section of a benchmark's JSON,
+ * closing the section and the file's object: one row per batch[b] with "<name>_ms" and
+ * "<name>_speedup_vs_bf16" (variant 0 is the BF16 reference) per variant p, from
+ * ms[p * n_b + b]; weight_gb[p] per variant. */
+static inline void json_decode_rows(FILE *f, int n_p, const char *const *names, int n_b,
+                                    const int *batch, const double *ms, const double *weight_gb) {
+    for (int bi = 0; bi < n_b; bi++) {
+        fprintf(f, "%s\n    {\"batch\": %d", bi ? "," : "", batch[bi]);
+        for (int pi = 0; pi < n_p; pi++)
+            fprintf(f, ", \"%s_ms\": %.4f, \"%s_speedup_vs_bf16\": %.3f", names[pi],
+                    ms[pi * n_b + bi], names[pi], ms[bi] / ms[pi * n_b + bi]);
+        fprintf(f, "}");
+    }
+    fprintf(f, "\n  ],\n  \"weight_gb\": {");
+    for (int pi = 0; pi < n_p; pi++) fprintf(f, "%s\"%s\": %.3f", pi ? ", " : "", names[pi], weight_gb[pi]);
+    fprintf(f, "}}\n}\n");
+}
+
 /* Decode step of a random-weight model of shape c at weight precision prec, batch B, every
  * row at context ctx (BF16 paged KV, block 16), CUDA graphs unless eager: `warmup` untimed
  * steps, then `reps` steps timed with CUDA events on the engine's stream (greedy tokens back

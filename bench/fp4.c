@@ -249,17 +249,9 @@ static void write_json(const char *out, const char *dev) {
             fprintf(f, ", \"splitk_warps\": %d, \"splitk_splits\": %d}", plan_w[pi][ti], plan_s[pi][ti]);
         }
     fprintf(f, "\n  ],\n  \"decode\": {\"context\": %d, \"kv\": \"bf16\", \"graphs\": true, \"rows\": [", CTX);
-    for (int bi = 0; bi < N_B; bi++) {
-        fprintf(f, "%s\n    {\"batch\": %d", bi ? "," : "", BATCH[bi]);
-        for (int pi = 0; pi < N_P; pi++)
-            fprintf(f, ", \"%s_ms\": %.4f, \"%s_speedup_vs_bf16\": %.3f", DV[pi].name,
-                    step_ms[pi][bi], DV[pi].name, step_ms[0][bi] / step_ms[pi][bi]);
-        fprintf(f, "}");
-    }
-    fprintf(f, "\n  ],\n  \"weight_gb\": {");
-    for (int pi = 0; pi < N_P; pi++)
-        fprintf(f, "%s\"%s\": %.3f", pi ? ", " : "", DV[pi].name, weight_gb[pi]);
-    fprintf(f, "}}\n}\n");
+    const char *names[N_P];
+    for (int pi = 0; pi < N_P; pi++) names[pi] = DV[pi].name;
+    json_decode_rows(f, N_P, names, N_B, BATCH, &step_ms[0][0], weight_gb);
     fclose(f);
 }
 

@@ -143,6 +143,47 @@ done:
     return st;
 }
 
+/* Benchmarks' quantized projections: uniform codes (INT8, E4M3 values, or FP4 code bytes
+ * with unit block scales), row scales giving the BF16 path's std (E2M1 over uniform codes
+ * has RMS sqrt(68.5 / 8)), zero biases.  Runs on f->stream and waits for it. */
+static qrl_status random_qproj(qrl_cuda_forward *f, uint64_t seed, float std, qrl_error *err) {
+    const qrl_model_config *c = &f->cfg;
+    QRL_TRY(cuda_st(cudaMemsetAsync(f->qarena, 0, f->qarena_bytes, f->stream), "memset", err));
+    int rows[4], ins[4];
+    qlin_shapes(c, rows, ins);
+    size_t smax = 0;
+    for (int i = 0; i < 4; i++) smax = max_sz(smax, (size_t)rows[i]);
+    float *h = malloc(smax * sizeof(float));
+    if (!h) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: projection scales");
+    float scale = f->fp4 ? std / sqrtf(68.5f / 8.0f)
+                         : std * sqrtf(3.0f) / (f->fp8 ? QRL_E4M3_MAX : 127.0f);
+    for (size_t i = 0; i < smax; i++) h[i] = scale;
+    qrl_status st = QRL_OK;
+    for (int l = 0; l < c->n_layers && st == QRL_OK; l++) {
+        const qlin_dev *ql[4] = {&f->layers[l].qkv, &f->layers[l].o, &f->layers[l].gu,
+                                 &f->layers[l].down};
+        for (int i = 0; i < 4 && st == QRL_OK; i++) {
+            uint64_t sd = seed + 1000 + 4 * l + i;
+            size_t n = (size_t)rows[i] * (f->fp4 ? (size_t)qrl_cuda_fp4_code_bytes(ins[i])
+                                                 : (size_t)qrl_cuda_w8a8_ld(ins[i]));
+            st = f->fp8 ? qrl_cuda_fill_random_fp8(ql[i]->codes, n, sd, f->stream, err)
+                        : qrl_cuda_fill_random_int8((int8_t *)ql[i]->codes, n, sd, f->stream, err);
+            if (st == QRL_OK && f->fp4)
+                st = cuda_st(cudaMemsetAsync(ql[i]->bscales, f->mx ? 127 : 0x38,
+                                             (size_t)rows[i] * qrl_cuda_fp4_scale_bytes(ins[i], f->mx),
+                                             f->stream), "fp4 block scales", err);
+            /* on the stream: after the arena's memset above, which a legacy-stream copy could
+             * overtake */
+            if (st == QRL_OK)
+                st = cuda_st(cudaMemcpyAsync(ql[i]->scales, h, (size_t)rows[i] * 4,
+                                             cudaMemcpyHostToDevice, f->stream), "row scales", err);
+        }
+    }
+    cudaError_t se = cudaStreamSynchronize(f->stream); /* the copies read h */
+    free(h);
+    return st != QRL_OK ? st : cuda_st(se, "projection scales", err);
+}
+
 qrl_status qrl_cuda_forward_init_random(qrl_cuda_forward *f, uint64_t seed, qrl_error *err) {
     const qrl_model_config *c = &f->cfg;
     float std = 0.02f * sqrtf(768.0f / (float)c->dim);
@@ -156,63 +197,7 @@ qrl_status qrl_cuda_forward_init_random(qrl_cuda_forward *f, uint64_t seed, qrl_
             QRL_TRY(qrl_cuda_fill_random_bf16(f->layers[l].q_norm, 2 * (size_t)c->head_dim,
                                               seed + 7 * l, 1.0f, 0.1f, f->stream, err));
     }
-    if (f->w8a8) { /* uniform codes (INT8) or values (E4M3); scales giving the BF16 path's
-                    * std, zero biases */
-        QRL_TRY(cuda_st(cudaMemsetAsync(f->qarena, 0, f->qarena_bytes, f->stream), "memset", err));
-        int rows[4], ins[4];
-        qlin_shapes(c, rows, ins);
-        size_t smax = 0;
-        for (int i = 0; i < 4; i++) smax = max_sz(smax, (size_t)rows[i]);
-        float *h = malloc(smax * sizeof(float));
-        if (!h) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: w8a8 scales");
-        for (size_t i = 0; i < smax; i++) h[i] = std * sqrtf(3.0f) / (f->fp8 ? QRL_E4M3_MAX : 127.0f);
-        qrl_status st = QRL_OK;
-        for (int l = 0; l < c->n_layers && st == QRL_OK; l++) {
-            const qlin_dev *ql[4] = {&f->layers[l].qkv, &f->layers[l].o, &f->layers[l].gu,
-                                     &f->layers[l].down};
-            for (int i = 0; i < 4 && st == QRL_OK; i++) {
-                size_t n = (size_t)rows[i] * qrl_cuda_w8a8_ld(ins[i]);
-                uint64_t sd = seed + 1000 + 4 * l + i;
-                st = f->fp8 ? qrl_cuda_fill_random_fp8(ql[i]->codes, n, sd, f->stream, err)
-                            : qrl_cuda_fill_random_int8((int8_t *)ql[i]->codes, n, sd, f->stream, err);
-                if (st == QRL_OK)
-                    st = cuda_st(cudaMemcpy(ql[i]->scales, h, (size_t)rows[i] * 4,
-                                            cudaMemcpyHostToDevice), "w8a8 scales", err);
-            }
-        }
-        free(h);
-        QRL_TRY(st);
-    }
-    if (f->fp4) { /* random code bytes, unit block scales, row scales giving the BF16 path's
-                   * std (E2M1 over uniform codes has RMS sqrt(68.5 / 8)), zero biases */
-        QRL_TRY(cuda_st(cudaMemsetAsync(f->qarena, 0, f->qarena_bytes, f->stream), "memset", err));
-        int rows[4], ins[4];
-        qlin_shapes(c, rows, ins);
-        size_t smax = 0;
-        for (int i = 0; i < 4; i++) smax = max_sz(smax, (size_t)rows[i]);
-        float *h = malloc(smax * sizeof(float));
-        if (!h) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: fp4 scales");
-        for (size_t i = 0; i < smax; i++) h[i] = std / sqrtf(68.5f / 8.0f);
-        qrl_status st = QRL_OK;
-        for (int l = 0; l < c->n_layers && st == QRL_OK; l++) {
-            const qlin_dev *ql[4] = {&f->layers[l].qkv, &f->layers[l].o, &f->layers[l].gu,
-                                     &f->layers[l].down};
-            for (int i = 0; i < 4 && st == QRL_OK; i++) {
-                size_t n = (size_t)rows[i] * qrl_cuda_fp4_code_bytes(ins[i]),
-                       nb = (size_t)rows[i] * qrl_cuda_fp4_scale_bytes(ins[i], f->mx);
-                st = qrl_cuda_fill_random_int8((int8_t *)ql[i]->codes, n, seed + 1000 + 4 * l + i,
-                                               f->stream, err);
-                if (st == QRL_OK)
-                    st = cuda_st(cudaMemsetAsync(ql[i]->bscales, f->mx ? 127 : 0x38, nb, f->stream),
-                                 "fp4 block scales", err);
-                if (st == QRL_OK)
-                    st = cuda_st(cudaMemcpy(ql[i]->scales, h, (size_t)rows[i] * 4,
-                                            cudaMemcpyHostToDevice), "fp4 row scales", err);
-            }
-        }
-        free(h);
-        QRL_TRY(st);
-    }
+    if (f->qproj) QRL_TRY(random_qproj(f, seed, std, err));
     if (!f->quant) {
         QRL_TRY(qrl_cuda_fill_random_bf16(f->kv, (size_t)c->n_layers * 2 * f->kv_layer_elems,
                                           seed + 99, 0.0f, 1.0f, f->stream, err));

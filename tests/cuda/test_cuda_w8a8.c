@@ -134,16 +134,3 @@ Test(cuda_w8a8, forward_fp8_random_hd128) {
     require_gpu();
     forward_random_hd128(QRL_PRECISION_W8A8_FP8);
 }
-
-Test(cuda_w8a8, engine_refuses_other_quantized_precisions) {
-    require_gpu();
-    qrl_model_config c = {.dim = 64, .hidden_dim = 96, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2,
-                          .head_dim = 32, .vocab_size = 50, .max_seq_len = 32, .norm_eps = 1e-5f};
-    qrl_cuda_forward_desc d = {.max_rows = 4, .max_ctx = 32, .block_size = 8, .n_blocks = 8,
-                               .max_seqs = 2, .precision = QRL_PRECISION_W4A4_NVFP4};
-    qrl_cuda_forward *f = NULL;
-    qrl_error err;
-    cr_assert_eq(qrl_cuda_forward_new(&c, &d, &f, &err), QRL_STATUS_UNSUPPORTED);
-    cr_assert(strstr(err.msg, "w4a4-nvfp4"), "%s", err.msg);
-    cr_assert_null(f);
-}
