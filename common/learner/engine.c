@@ -165,6 +165,15 @@ qrl_status qrl_learner_engine_flush(qrl_learner_engine *e, qrl_error *err) {
     return QRL_OK;
 }
 
+const float *qrl_learner_engine_device_params(qrl_learner_engine *e, int *device) {
+#ifdef QRL_HAVE_CUDA
+    if (e->gtr) return qrl_model_train_cuda_params_device(e->gtr, device);
+#endif
+    (void)e;
+    *device = -1;
+    return NULL;
+}
+
 qrl_status qrl_learner_engine_sync_host(qrl_learner_engine *e, qrl_error *err) {
 #ifdef QRL_HAVE_CUDA
     if (e->gtr) {

@@ -58,6 +58,8 @@ qrl_status qrl_learner_engine_step(qrl_learner_engine *e, const qrl_adamw_config
                                    double lr, qrl_adamw_step_info *info, qrl_error *err);
 /* GPU: copy the parameters into m's arena if a step changed them.  Errors: CUDA. */
 qrl_status qrl_learner_engine_flush(qrl_learner_engine *e, qrl_error *err);
+/* GPU: the device F32 parameters (arena layout) and their device; NULL on the CPU. */
+const float *qrl_learner_engine_device_params(qrl_learner_engine *e, int *device);
 /* GPU: flush, and copy the AdamW state into the host optimizer (before a checkpoint). */
 qrl_status qrl_learner_engine_sync_host(qrl_learner_engine *e, qrl_error *err);
 /* GPU: upload m's weights and the host optimizer state (after a checkpoint was loaded). */

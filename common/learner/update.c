@@ -191,6 +191,14 @@ qrl_status qrl_learner_sync_host(qrl_learner_t *l, qrl_error *err) {
     return qrl_learner_engine_sync_host(&l->e, err);
 }
 
+qrl_status qrl_learner_flush(qrl_learner_t *l, qrl_error *err) {
+    return qrl_learner_engine_flush(&l->e, err);
+}
+
+const float *qrl_learner_device_params(qrl_learner_t *l, int *device) {
+    return qrl_learner_engine_device_params(&l->e, device);
+}
+
 qrl_status qrl_learner_sync_device(qrl_learner_t *l, qrl_error *err) {
     return qrl_learner_engine_sync_device(&l->e, err);
 }
@@ -642,7 +650,7 @@ qrl_status qrl_learner_update(qrl_learner_t *l, const qrl_learner_group *groups,
 finish:
     /* GPU: the model's arena gets the new parameters once per update (weight broadcast,
      * checkpoints), not once per optimizer step */
-    QRL_TRY_GOTO(qrl_learner_engine_flush(&l->e, err), done);
+    if (!l->cfg.device_weights) QRL_TRY_GOTO(qrl_learner_engine_flush(&l->e, err), done);
     l->updates++;
     S.time_total_s = now_s() - t0;
     QRL_LOG_INFO("learner",

@@ -86,6 +86,11 @@ typedef struct qrl_learner_config {
                                       engine (model_train_cuda.h) on that GPU, BF16 compute:
                                       the F32 parameters are copied back into the model after
                                       every optimizer step */
+    bool device_weights;           /* CUDA engine: leave the new parameters on the device
+                                      after an update (qrl_learner_device_params reads them
+                                      there); the model's arena is refreshed only by
+                                      qrl_learner_flush / qrl_learner_sync_host.  Default
+                                      false: copied back after every update */
     qrl_adamw_config adamw;        /* qrl_adamw_config_default (clip 1.0) */
     qrl_lr_schedule lr;            /* constant 1e-6, no warmup */
     float accuracy_threshold;      /* a response is correct when reward >= this; 1.0 */
@@ -127,6 +132,12 @@ qrl_status qrl_learner_sync_host(qrl_learner_t *l, qrl_error *err);
 /* CUDA engine: upload the model's weights and the host optimizer state to the GPU.  No-op
  * on the CPU engine.  Errors: CUDA. */
 qrl_status qrl_learner_sync_device(qrl_learner_t *l, qrl_error *err);
+/* CUDA engine: the F32 parameters on the device (layout of the model's arena) and their
+ * device ordinal; NULL on the CPU engine.  Borrowed; valid until the learner is freed. */
+const float *qrl_learner_device_params(qrl_learner_t *l, int *device);
+/* CUDA engine: copy the parameters into the model's arena if an update changed them since
+ * the last copy (needed with device_weights before reading the model).  Errors: CUDA. */
+qrl_status qrl_learner_flush(qrl_learner_t *l, qrl_error *err);
 /* Updates run so far (each call of qrl_learner_update that returned OK, even one whose
  * optimizer steps were all skipped); keys the shuffle RNG together with the seed. */
 uint64_t qrl_learner_updates(const qrl_learner_t *l);

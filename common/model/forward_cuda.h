@@ -68,6 +68,26 @@ void qrl_cuda_forward_free(qrl_cuda_forward *f);
  * layers, heads, ...).  Errors: INVALID_ARGUMENT (config or precision mismatch), CUDA. */
 qrl_status qrl_cuda_forward_upload(qrl_cuda_forward *f, const qrl_model *m, qrl_error *err);
 
+/* One tensor of a BF16 weight stream already in device memory (the CUDA IPC weight path,
+ * weights/wipc.h): its manifest name and numel BF16 values (device pointer). */
+typedef struct qrl_cuda_stream_tensor {
+    const char *name;
+    const uint16_t *bf16;
+    uint64_t numel;
+} qrl_cuda_stream_tensor;
+
+/* Replace the engine's weights with a device BF16 stream's (issue 18): BF16 weights copied
+ * device to device; a w8a8 engine's projections quantized on the device per output
+ * channel (qrl_cuda_{int8,fp8}_quantize_rows on the BF16 values: the codes and scales
+ * qrl_model_quantize gives for those values on the CPU, bit for bit), biases widened to
+ * F32.  The result equals qrl_cuda_forward_upload of a host model holding the stream's
+ * values.  `like` (the engine's model, any precision) names each weight: every tensor of
+ * like->tensors must appear in t[n] with its element count.  The rope tables are kept.
+ * Runs on the engine's stream and waits for it.  Errors: INVALID_ARGUMENT (a tensor missing
+ * or of another size, config mismatch), UNSUPPORTED (w4a16 engines: use _upload), CUDA. */
+qrl_status qrl_cuda_forward_upload_stream(qrl_cuda_forward *f, const qrl_model *like,
+                                          const qrl_cuda_stream_tensor *t, size_t n, qrl_error *err);
+
 /* Benchmarks: deterministic random weights (as qrl_model_init_random's scales) and random
  * KV pool contents, generated on the device; rope tables from cfg.rope. */
 qrl_status qrl_cuda_forward_init_random(qrl_cuda_forward *f, uint64_t seed, qrl_error *err);

@@ -4,6 +4,8 @@
 #ifdef QRL_HAVE_CUDA
 #include "model/forward_cuda_internal.h"
 
+#include "cuda/convert.cuh"
+
 /* F32 host -> BF16 device, through a host staging buffer. */
 static qrl_status put(uint16_t *dst, const float *src, size_t n, uint16_t *stage, qrl_error *err) {
     for (size_t i = 0; i < n; i++) stage[i] = qrl_cpu_bf16_store(src[i]);
@@ -141,6 +143,113 @@ qrl_status qrl_cuda_forward_upload(qrl_cuda_forward *f, const qrl_model *m, qrl_
 done:
     free(stage);
     return st;
+}
+
+/* ---- from a device BF16 stream (qrl_cuda_forward_upload_stream) --------------------- */
+
+typedef struct stream_src {
+    const qrl_model *like;
+    const qrl_cuda_stream_tensor *t;
+    size_t n;
+    qrl_error *err;
+} stream_src;
+
+/* The stream tensor holding like's weight `field` (numel elements); NULL with *err set. */
+static const uint16_t *src_of(const stream_src *s, const float *field, uint64_t numel) {
+    const char *name = NULL;
+    for (int i = 0; i < s->like->n_tensors && !name; i++)
+        if (s->like->tensors[i].data == field) name = s->like->tensors[i].name;
+    if (!name) {
+        qrl_error_set(s->err, QRL_STATUS_INTERNAL, "cuda forward upload_stream: a weight has no tensor name");
+        return NULL;
+    }
+    for (size_t i = 0; i < s->n; i++)
+        if (!strcmp(s->t[i].name, name)) {
+            if (s->t[i].numel == numel) return s->t[i].bf16;
+            qrl_error_set(s->err, QRL_STATUS_INVALID_ARGUMENT, "cuda forward upload_stream: tensor '%s' has %llu "
+                          "elements, the model %llu", name, (unsigned long long)s->t[i].numel,
+                          (unsigned long long)numel);
+            return NULL;
+        }
+    qrl_error_set(s->err, QRL_STATUS_INVALID_ARGUMENT, "cuda forward upload_stream: tensor '%s' is not in the "
+                  "stream", name);
+    return NULL;
+}
+
+static qrl_status d2d(qrl_cuda_forward *f, uint16_t *dst, const stream_src *s, const float *field, size_t numel) {
+    const uint16_t *src = src_of(s, field, numel);
+    if (!src) return s->err->status;
+    return cuda_st(cudaMemcpyAsync(dst, src, numel * 2, cudaMemcpyDeviceToDevice, f->stream), "d2d copy", s->err);
+}
+
+/* Rows [row0, row0 + N) of a w8a8 projection from BF16 weights W [N, K] (and bias [N]). */
+static qrl_status quant_rows(qrl_cuda_forward *f, const qlin_dev *g, int row0, const stream_src *s,
+                             const float *w, const float *b, int N, int K) {
+    qrl_error *err = s->err;
+    const uint16_t *src = src_of(s, w, (uint64_t)N * K);
+    if (!src) return s->err->status;
+    int ld = qrl_cuda_w8a8_ld(K);
+    uint8_t *codes = g->codes + (size_t)row0 * ld;
+    QRL_TRY(f->fp8 ? qrl_cuda_fp8_quantize_rows(codes, g->scales + row0, src, 1, N, K, ld, f->stream, s->err)
+                   : qrl_cuda_int8_quantize_rows((int8_t *)codes, g->scales + row0, src, 1, N, K, ld, f->stream,
+                                                 s->err));
+    if (!g->bias || !b) return QRL_OK;
+    const uint16_t *bs = src_of(s, b, (uint64_t)N);
+    if (!bs) return s->err->status;
+    return qrl_cuda_bf16_to_f32(bs, g->bias + row0, (size_t)N, f->stream, s->err);
+}
+
+qrl_status qrl_cuda_forward_upload_stream(qrl_cuda_forward *f, const qrl_model *like,
+                                          const qrl_cuda_stream_tensor *t, size_t n, qrl_error *err) {
+    const qrl_model_config *c = &f->cfg;
+    if (like->cfg.dim != c->dim || like->cfg.n_layers != c->n_layers || like->cfg.vocab_size != c->vocab_size ||
+        like->cfg.hidden_dim != c->hidden_dim)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "cuda forward upload_stream: model config differs from the engine's");
+    if (f->fp4)
+        return qrl_error_set(err, QRL_STATUS_UNSUPPORTED, "cuda forward upload_stream: %s projections are "
+                             "quantized on the host (qrl_cuda_forward_upload)",
+                             qrl_precision_name(qrl_cuda_forward_precision(f)));
+    stream_src s = {like, t, n, err};
+    size_t D = c->dim, F = c->hidden_dim, V = c->vocab_size, hd = c->head_dim,
+           Q = (size_t)c->n_heads * hd, KV = (size_t)c->n_kv_heads * hd;
+    QRL_TRY(d2d(f, f->embed, &s, like->tok_embedding, V * D));
+    QRL_TRY(d2d(f, f->final_norm, &s, like->final_norm, D));
+    if (!c->tie_embeddings) QRL_TRY(d2d(f, f->lm_head, &s, like->lm_head, V * D));
+    for (int l = 0; l < c->n_layers; l++) {
+        const qrl_layer_weights *w = &like->layers[l];
+        layer_dev *g = &f->layers[l];
+        QRL_TRY(d2d(f, g->attn_norm, &s, w->attn_norm, D));
+        QRL_TRY(d2d(f, g->ffn_norm, &s, w->ffn_norm, D));
+        if (c->qk_norm) {
+            QRL_TRY(d2d(f, g->q_norm, &s, w->q_norm, hd));
+            QRL_TRY(d2d(f, g->k_norm, &s, w->k_norm, hd));
+        }
+        if (f->w8a8) { /* fused as upload_qproj: q|k|v rows, gate|up rows */
+            QRL_TRY(quant_rows(f, &g->qkv, 0, &s, w->wq, w->bq, (int)Q, (int)D));
+            QRL_TRY(quant_rows(f, &g->qkv, (int)Q, &s, w->wk, w->bk, (int)KV, (int)D));
+            QRL_TRY(quant_rows(f, &g->qkv, (int)(Q + KV), &s, w->wv, w->bv, (int)KV, (int)D));
+            QRL_TRY(quant_rows(f, &g->o, 0, &s, w->wo, w->bo, (int)D, (int)Q));
+            QRL_TRY(quant_rows(f, &g->gu, 0, &s, w->w_gate, NULL, (int)F, (int)D));
+            QRL_TRY(quant_rows(f, &g->gu, (int)F, &s, w->w_up, NULL, (int)F, (int)D));
+            QRL_TRY(quant_rows(f, &g->down, 0, &s, w->w_down, NULL, (int)D, (int)F));
+            continue;
+        }
+        QRL_TRY(d2d(f, g->wqkv, &s, w->wq, Q * D));
+        QRL_TRY(d2d(f, g->wqkv + Q * D, &s, w->wk, KV * D));
+        QRL_TRY(d2d(f, g->wqkv + (Q + KV) * D, &s, w->wv, KV * D));
+        if (c->qkv_bias) {
+            QRL_TRY(d2d(f, g->bqkv, &s, w->bq, Q));
+            QRL_TRY(d2d(f, g->bqkv + Q, &s, w->bk, KV));
+            QRL_TRY(d2d(f, g->bqkv + Q + KV, &s, w->bv, KV));
+        }
+        QRL_TRY(d2d(f, g->wo, &s, w->wo, D * Q));
+        if (c->o_bias) QRL_TRY(d2d(f, g->bo, &s, w->bo, D));
+        QRL_TRY(d2d(f, g->wgu, &s, w->w_gate, F * D));
+        QRL_TRY(d2d(f, g->wgu + F * D, &s, w->w_up, F * D));
+        QRL_TRY(d2d(f, g->wdown, &s, w->w_down, D * F));
+    }
+    return cuda_st(cudaStreamSynchronize(f->stream), "upload_stream", err);
 }
 
 /* Benchmarks' quantized projections: uniform codes (INT8, E4M3 values, or FP4 code bytes

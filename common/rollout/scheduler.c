@@ -79,6 +79,9 @@ typedef struct qrl_sched_backend {
     qrl_status (*decode_sample)(qrl_scheduler *s, int b, qrl_error *err);
     /* weights: the workspace / device copy for `model` (new, or a sync-boundary swap) */
     qrl_status (*load)(qrl_scheduler *s, const qrl_model *model, qrl_error *err);
+    /* weights from a device BF16 stream (NULL: this engine cannot) */
+    qrl_status (*load_stream)(qrl_scheduler *s, const struct qrl_cuda_stream_tensor *t, size_t n,
+                              qrl_error *err);
     void (*close)(qrl_scheduler *s);
 } qrl_sched_backend;
 
@@ -165,12 +168,16 @@ static qrl_status gpu_load(qrl_scheduler *s, const qrl_model *model, qrl_error *
     QRL_TRY(gpu_check_precision(model, err));
     return qrl_cuda_forward_upload(s->gpu, model, err);
 }
+static qrl_status gpu_load_stream(qrl_scheduler *s, const struct qrl_cuda_stream_tensor *t, size_t n,
+                                  qrl_error *err) {
+    return qrl_cuda_forward_upload_stream(s->gpu, s->model, t, n, err);
+}
 static void gpu_close(qrl_scheduler *s) { qrl_cuda_forward_free(s->gpu); }
 static const qrl_sched_backend GPU_BACKEND = {
     .seq_new = gpu_seq_new, .seq_free = gpu_seq_free, .reserve = gpu_reserve,
     .clear = gpu_clear, .free_blocks = gpu_free_blocks, .prefill = gpu_prefill,
     .decode = gpu_decode, .decode_sample = gpu_decode_sample, .load = gpu_load,
-    .close = gpu_close};
+    .load_stream = gpu_load_stream, .close = gpu_close};
 
 /* cudaSetDevice is per thread, and the daemon makes the scheduler on one thread and steps
  * it on another: every entry point selects the device and restores the caller's. */
@@ -538,6 +545,8 @@ static bool same_arch(const qrl_model_config *a, const qrl_model_config *b) {
            a->max_seq_len == b->max_seq_len;
 }
 
+static qrl_status sync_boundary(qrl_scheduler *s, uint64_t version, qrl_error *err);
+
 static qrl_status swap_weights(qrl_scheduler *s, const qrl_model *model, uint64_t version,
                                qrl_error *err) {
     if (!same_arch(&s->model->cfg, &model->cfg))
@@ -550,6 +559,41 @@ static qrl_status swap_weights(qrl_scheduler *s, const qrl_model *model, uint64_
                              (unsigned long long)version, (unsigned long long)s->version);
     QRL_TRY(s->be->load(s, model, err));
     s->model = model;
+    return sync_boundary(s, version, err);
+}
+
+qrl_status qrl_scheduler_swap_weights(qrl_scheduler *s, const qrl_model *model,
+                                      uint64_t version, qrl_error *err) {
+    int prev = dev_enter(s);
+    qrl_status st = swap_weights(s, model, version, err);
+    dev_leave(s, prev);
+    return st;
+}
+
+bool qrl_scheduler_takes_stream(const qrl_scheduler *s) {
+    if (!s->be || !s->be->load_stream) return false;
+    qrl_precision p = s->model->precision;
+    return !qrl_precision_is_quantized(p) || p == QRL_PRECISION_W8A8_INT8 || p == QRL_PRECISION_W8A8_FP8;
+}
+
+qrl_status qrl_scheduler_swap_weights_stream(qrl_scheduler *s, const struct qrl_cuda_stream_tensor *t,
+                                             size_t n, uint64_t version, qrl_error *err) {
+    if (!qrl_scheduler_takes_stream(s))
+        return qrl_error_set(err, QRL_STATUS_UNSUPPORTED, "swap_weights_stream: this engine (%s, %s) takes host "
+                             "models only", s->gpu ? "cuda" : "cpu", qrl_precision_name(s->model->precision));
+    if (version <= s->version)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "swap_weights: version %llu is not newer than %llu",
+                             (unsigned long long)version, (unsigned long long)s->version);
+    int prev = dev_enter(s);
+    qrl_status st = s->be->load_stream(s, t, n, err);
+    if (st == QRL_OK) st = sync_boundary(s, version, err);
+    dev_leave(s, prev);
+    return st;
+}
+
+/* After new weights are in: every unfinished response restarts or is re-prefilled. */
+static qrl_status sync_boundary(qrl_scheduler *s, uint64_t version, qrl_error *err) {
     s->version = version;
     int restarted = 0, reprefilled = 0;
     for (int i = 0; i < s->n_slots; i++) {
@@ -577,12 +621,4 @@ static qrl_status swap_weights(qrl_scheduler *s, const qrl_model *model, uint64_
     QRL_LOG_INFO("sched", "sync boundary version=%llu reprefill=%d restart=%d",
                  (unsigned long long)version, reprefilled, restarted);
     return QRL_OK;
-}
-
-qrl_status qrl_scheduler_swap_weights(qrl_scheduler *s, const qrl_model *model,
-                                      uint64_t version, qrl_error *err) {
-    int prev = dev_enter(s);
-    qrl_status st = swap_weights(s, model, version, err);
-    dev_leave(s, prev);
-    return st;
 }

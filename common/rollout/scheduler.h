@@ -202,6 +202,19 @@ bool qrl_scheduler_idle(const qrl_scheduler *s);
 qrl_status qrl_scheduler_swap_weights(qrl_scheduler *s, const qrl_model *model,
                                       uint64_t version, qrl_error *err);
 
+/* Whether qrl_scheduler_swap_weights_stream works here: the CUDA engine with BF16/F32 or
+ * w8a8 weights (w4a16 projections are quantized on the host: use swap_weights). */
+bool qrl_scheduler_takes_stream(const qrl_scheduler *s);
+/* The sync boundary of qrl_scheduler_swap_weights with the weights taken from a BF16
+ * stream on the engine's device (model/forward_cuda.h qrl_cuda_forward_upload_stream;
+ * t[n] borrowed for the call): the device copy / quantization, then the same restarts and
+ * re-prefills.  The scheduler's model keeps naming the weights.  Errors: UNSUPPORTED
+ * (qrl_scheduler_takes_stream false), INVALID_ARGUMENT (version not increasing, a tensor
+ * missing or of another size), CUDA (the engine is unusable). */
+struct qrl_cuda_stream_tensor;
+qrl_status qrl_scheduler_swap_weights_stream(qrl_scheduler *s, const struct qrl_cuda_stream_tensor *t,
+                                             size_t n, uint64_t version, qrl_error *err);
+
 void qrl_scheduler_get_stats(const qrl_scheduler *s, qrl_scheduler_stats *out);
 
 #endif

@@ -601,6 +601,13 @@ qrl_status qrl_model_train_cuda_get_params(qrl_model_train_cuda_t *tr, float *ho
               err);
 }
 
+const float *qrl_model_train_cuda_params_device(qrl_model_train_cuda_t *tr, int *device) {
+    cudaSetDevice(tr->o.device);
+    cudaStreamSynchronize(tr->s);
+    *device = tr->o.device;
+    return tr->params;
+}
+
 qrl_status qrl_model_train_cuda_set_params(qrl_model_train_cuda_t *tr, const float *host,
                                            qrl_error *err) {
     QRL_TRY(cu(cudaSetDevice(tr->o.device), "cudaSetDevice", err));

@@ -95,6 +95,10 @@ qrl_status qrl_model_train_cuda_get_grads(qrl_model_train_cuda_t *tr, float *hos
                                           qrl_error *err);
 qrl_status qrl_model_train_cuda_get_params(qrl_model_train_cuda_t *tr, float *host,
                                            qrl_error *err);
+/* The F32 master parameters on the device (n_params floats in the layout of m->arena),
+ * borrowed: valid until the engine is destroyed, changed in place by every AdamW step.
+ * The engine's stream is synchronized first, so the values are those of the last step. */
+const float *qrl_model_train_cuda_params_device(qrl_model_train_cuda_t *tr, int *device);
 /* Replace the master parameters with host[n_params] (F32, the layout of m->arena) and
  * refresh the BF16 copy, e.g. after a checkpoint was loaded into the model.  Errors: CUDA. */
 qrl_status qrl_model_train_cuda_set_params(qrl_model_train_cuda_t *tr, const float *host,

@@ -238,6 +238,43 @@ qrl_status qrl_wsync_verify_stream(const Qrl__WeightManifest *mf, const uint8_t 
     return QRL_OK;
 }
 
+uint32_t qrl_wsync_whole_crc(uint64_t total, uint64_t bucket_bytes, const uint32_t *bucket_crc) {
+    uint32_t nb = qrl_wsync_bucket_count(total, bucket_bytes), whole = 0;
+    for (uint32_t i = 0; i < nb; i++) {
+        uint64_t off, size;
+        qrl_wsync_bucket_range(total, bucket_bytes, i, &off, &size);
+        whole = i ? qrl_wsync_crc32c_combine(whole, bucket_crc[i], size) : bucket_crc[0];
+    }
+    return whole;
+}
+
+qrl_status qrl_wsync_check_crcs(const Qrl__WeightManifest *mf, uint64_t total, const uint32_t *bucket_sent,
+                                const uint32_t *bucket_got, const uint32_t *tensor_got, qrl_error *err) {
+    if (mf->total_bytes != total)
+        return qrl_error_set(err, QRL_STATUS_CORRUPT, "stream of %llu bytes, manifest says %llu",
+                             (unsigned long long)total, (unsigned long long)mf->total_bytes);
+    for (size_t i = 0; i < mf->n_tensors; i++) {
+        const Qrl__TensorMeta *t = mf->tensors[i];
+        if (t->byte_offset > total || t->byte_size > total - t->byte_offset)
+            return qrl_error_set(err, QRL_STATUS_CORRUPT, "tensor '%s' [%llu, +%llu) runs past the "
+                                 "stream's %llu bytes", t->name, (unsigned long long)t->byte_offset,
+                                 (unsigned long long)t->byte_size, (unsigned long long)total);
+    }
+    if (mf->checksum_algorithm != QRL__CHECKSUM_ALGORITHM__CHECKSUM_ALGORITHM_CRC32C) return QRL_OK;
+    uint32_t nb = qrl_wsync_bucket_count(total, mf->bucket_bytes);
+    for (uint32_t i = 0; i < nb; i++)
+        if (bucket_got[i] != bucket_sent[i])
+            return qrl_error_set(err, QRL_STATUS_CORRUPT, "bucket %u CRC-32C mismatch (version %llu)", i,
+                                 (unsigned long long)mf->version);
+    if (qrl_wsync_whole_crc(total, mf->bucket_bytes, bucket_got) != (uint32_t)mf->checksum)
+        return qrl_error_set(err, QRL_STATUS_CORRUPT, "whole-stream CRC-32C mismatch (version %llu)",
+                             (unsigned long long)mf->version);
+    for (size_t i = 0; i < mf->n_tensors; i++)
+        if (tensor_got[i] != (uint32_t)mf->tensors[i]->checksum)
+            return qrl_error_set(err, QRL_STATUS_CORRUPT, "tensor '%s' CRC-32C mismatch", mf->tensors[i]->name);
+    return QRL_OK;
+}
+
 static size_t dtype_size(const char *d) {
     return !strcmp(d, "BF16") || !strcmp(d, "F16") ? 2 : !strcmp(d, "F32") ? 4 : 0;
 }
@@ -246,6 +283,14 @@ qrl_status qrl_wsync_manifest_encode(const qrl_wsync_tensor *t, size_t n, const 
                                      uint64_t total, uint64_t version, uint64_t sync_epoch,
                                      uint64_t bucket_bytes, uint8_t **out, size_t *out_len,
                                      qrl_error *err) {
+    return qrl_wsync_manifest_encode_crcs(t, n, stream, NULL, 0, total, version, sync_epoch, bucket_bytes,
+                                          out, out_len, err);
+}
+
+qrl_status qrl_wsync_manifest_encode_crcs(const qrl_wsync_tensor *t, size_t n, const uint8_t *stream,
+                                          const uint32_t *tensor_crc, uint32_t whole_crc, uint64_t total,
+                                          uint64_t version, uint64_t sync_epoch, uint64_t bucket_bytes,
+                                          uint8_t **out, size_t *out_len, qrl_error *err) {
     *out = NULL;
     if (bucket_bytes == 0) return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "bucket_bytes is 0");
     Qrl__TensorMeta *metas = calloc(n ? n : 1, sizeof *metas);
@@ -279,7 +324,7 @@ qrl_status qrl_wsync_manifest_encode(const qrl_wsync_tensor *t, size_t n, const 
         metas[i].n_shape = (size_t)t[i].ndim;
         metas[i].byte_offset = off;
         metas[i].byte_size = bytes;
-        metas[i].checksum = qrl_wire_crc32c(0, stream + off, bytes);
+        metas[i].checksum = stream ? qrl_wire_crc32c(0, stream + off, bytes) : tensor_crc[i];
         ptrs[i] = &metas[i];
         off += bytes;
     }
@@ -298,7 +343,7 @@ qrl_status qrl_wsync_manifest_encode(const qrl_wsync_tensor *t, size_t n, const 
     mf.total_bytes = total;
     mf.bucket_count = qrl_wsync_bucket_count(total, bucket_bytes);
     mf.checksum_algorithm = QRL__CHECKSUM_ALGORITHM__CHECKSUM_ALGORITHM_CRC32C;
-    mf.checksum = qrl_wire_crc32c(0, stream, total);
+    mf.checksum = stream ? qrl_wire_crc32c(0, stream, total) : whole_crc;
     mf.uaq_scale = 1.0f;
     QRL_TRY_GOTO(qrl_wire_weight_manifest_validate(&mf, err), done);
     QRL_TRY_GOTO(qrl_wire_encode_alloc(&mf.base, out, out_len, err), done);

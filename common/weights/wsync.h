@@ -99,6 +99,22 @@ qrl_status qrl_wsync_manifest_encode(const qrl_wsync_tensor *t, size_t n, const 
                                      uint64_t bucket_bytes, uint8_t **out, size_t *out_len,
                                      qrl_error *err);
 
+/* As qrl_wsync_manifest_encode, with the checksums computed elsewhere (on the device):
+ * stream NULL, tensor_crc[n] and whole_crc (CRC-32C of the whole stream) given instead.
+ * With stream non-NULL the CRCs are computed from it and tensor_crc/whole_crc ignored. */
+qrl_status qrl_wsync_manifest_encode_crcs(const qrl_wsync_tensor *t, size_t n, const uint8_t *stream,
+                                          const uint32_t *tensor_crc, uint32_t whole_crc, uint64_t total,
+                                          uint64_t version, uint64_t sync_epoch, uint64_t bucket_bytes,
+                                          uint8_t **out, size_t *out_len, qrl_error *err);
+/* CRC-32C of the whole stream folded from its bucket CRCs (crc32c_combine; no data pass). */
+uint32_t qrl_wsync_whole_crc(uint64_t total, uint64_t bucket_bytes, const uint32_t *bucket_crc);
+/* qrl_wsync_verify_stream's checks on checksums a receiver computed elsewhere (the device):
+ * bucket_got[i] against the sender's bucket_sent[i] (manifest.bucket_count of each), the
+ * whole stream (folded from bucket_got) and tensor_got[i] against each TensorMeta.checksum;
+ * tensors inside `total`.  CORRUPT naming the first bucket / tensor that differs. */
+qrl_status qrl_wsync_check_crcs(const Qrl__WeightManifest *mf, uint64_t total, const uint32_t *bucket_sent,
+                                const uint32_t *bucket_got, const uint32_t *tensor_got, qrl_error *err);
+
 /* ---- transport choice (learner `weights.transport`) ----------------------------------- */
 
 typedef enum qrl_wsync_mode {

@@ -48,6 +48,10 @@ typedef struct ld_daemon {
     ld_trainer trainer;
     ld_wserver ws;
     ld_nccl nccl;               /* weights.transport nccl|auto (ld_nccl.c) */
+    struct qrl_wipc_sender *ipc; /* weights.cuda_ipc on a CUDA learner (weights/wipc.h), or NULL */
+    char node_id[160];          /* qrl_wipc_node_id: replicas with the same one take CUDA IPC */
+    uint64_t ipc_version;       /* the version whose slot ipc_handle names (0: none) */
+    uint8_t ipc_handle[64];
     uint64_t run_id, seed, version, step, max_updates;
     uint32_t G, T;
     /* dispatch */

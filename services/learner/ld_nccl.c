@@ -57,6 +57,11 @@ static void run_job(ld_nccl *n, ld_nccl_job *j) {
         n->comm = c;
     }
     const ld_snapshot *s = j->snap;
+    if (ld_snapshot_fill(j->snap, &err) != QRL_OK) { /* a device version: its host copy */
+        QRL_LOG_ERROR("weights", "nccl version %" PRIu64 ": %s (it goes over TCP)", j->version, err.msg);
+        job_fail(n, j->version);
+        return;
+    }
     uint32_t nb = qrl_wsync_bucket_count(s->total, s->bucket_bytes);
     uint32_t *crc = malloc(((size_t)nb + 1) * sizeof *crc);
     if (!crc) {

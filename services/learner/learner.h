@@ -68,16 +68,27 @@ typedef struct ld_snapshot {
     uint64_t version;
     uint8_t *manifest;      /* encoded WeightManifest */
     size_t manifest_len;
-    uint8_t *stream;        /* every tensor, BF16, in table order */
+    uint8_t *stream;        /* every tensor, BF16, in table order; NULL until
+                               ld_snapshot_fill when the version lives on the device */
     size_t total;
     size_t bucket_bytes;
     int refs;               /* under the server's mutex */
+    struct qrl_wipc_sender *ipc; /* non-NULL: the version is in this sender's device slot */
+    pthread_mutex_t fill_mu;
 } ld_snapshot;
 
 /* Build the snapshot of `m` at `version`: BF16 of every tensor, CRC-32C per tensor and of
  * the whole stream, a validated manifest.  Errors: NOMEM, INTERNAL (manifest invalid). */
 qrl_status ld_snapshot_build(const qrl_model *m, uint64_t version, size_t bucket_bytes,
                              ld_snapshot **out, qrl_error *err);
+/* A snapshot of a version published on the device (weights/wipc.h): the manifest (ownership
+ * passes), no host stream until ld_snapshot_fill.  Errors: NOMEM. */
+qrl_status ld_snapshot_device(struct qrl_wipc_sender *ipc, uint64_t version, size_t bucket_bytes,
+                              uint8_t *manifest, size_t manifest_len, size_t total, ld_snapshot **out,
+                              qrl_error *err);
+/* Make s->stream valid (copied once from the device slot; any thread).  Errors: NOT_FOUND
+ * (the slot was reused by a newer version: this one is no longer served), NOMEM, CUDA. */
+qrl_status ld_snapshot_fill(ld_snapshot *s, qrl_error *err);
 
 typedef struct ld_wserver {
     int lfd;
@@ -97,6 +108,9 @@ qrl_status ld_wserver_start(ld_wserver *w, const char *listen, qrl_error *err);
 void ld_wserver_publish(ld_wserver *w, ld_snapshot *s);
 /* Stop accepting, wait for the accept thread; streams in progress finish on their own. */
 void ld_wserver_stop(ld_wserver *w);
+/* Fault injection (weights.tcp_throttle_ms; tests): every stream sleeps `ms` before each
+ * bucket from now on, 0 = off.  Any thread. */
+void ld_wserver_set_throttle(int ms);
 /* The newest snapshot with a reference taken (NULL before the first update); give it back
  * with ld_snapshot_unref.  Any thread. */
 ld_snapshot *ld_wserver_current(ld_wserver *w);
@@ -116,7 +130,9 @@ typedef struct ld_job {
     char error[512];
     qrl_learner_stats stats;
     double update_s;        /* the update */
-    double snapshot_s;      /* building the BF16 snapshot */
+    double snapshot_s;      /* building the BF16 snapshot (device: cast + checksums) */
+    bool ipc;               /* published on the device: ipc_handle names the slot */
+    uint8_t ipc_handle[64];
     struct ld_ckpt_job *ckpt; /* non-NULL: a checkpoint instead of an update (checkpoint.c) */
 } ld_job;
 
@@ -132,11 +148,14 @@ typedef struct ld_trainer {
     qrl_model *m;
     ld_wserver *ws;
     size_t bucket_bytes;
+    struct qrl_wipc_sender *ipc; /* lc->device_weights: versions published on the device */
 } ld_trainer;
 
+/* ipc: the device-slot sender used when lc->device_weights (borrowed; outlives the
+ * weight server), else NULL. */
 qrl_status ld_trainer_start(ld_trainer *t, qrl_model *m, const qrl_learner_config *lc,
-                            ld_wserver *ws, size_t bucket_bytes, uv_async_t *done_async,
-                            qrl_error *err);
+                            ld_wserver *ws, struct qrl_wipc_sender *ipc, size_t bucket_bytes,
+                            uv_async_t *done_async, qrl_error *err);
 /* Hand a job over (the trainer must be idle: one at a time). */
 void ld_trainer_submit(ld_trainer *t, ld_job *j);
 /* The finished job, or NULL. */

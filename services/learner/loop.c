@@ -18,6 +18,7 @@
 #include "kafka/offsets.h"
 #include "daemon.h"
 #include "ld_nccl.h"
+#include "weights/wipc.h"
 #include "metrics.h"
 #include "rpc/rpc.h"
 #include "verify/verify.h"
@@ -340,6 +341,12 @@ static void maybe_train(ld_daemon *d) {
     dispatch(d); /* the quota left the window: refill it */
 }
 
+/* Whether r takes versions by CUDA IPC: the learner publishes on the device and r runs a
+ * CUDA engine on this node (ReplicaInfo.node_id equal to ours). */
+static bool replica_ipc(const ld_daemon *d, const ld_replica *r) {
+    return d->ipc && d->node_id[0] && r->info && r->info->node_id && !strcmp(r->info->node_id, d->node_id);
+}
+
 static void push_event(ld_daemon *d, ld_replica *r, Qrl__VersionEventKind kind) {
     if (!r->watch) return;
     Qrl__VersionEvent ev = QRL__VERSION_EVENT__INIT;
@@ -349,6 +356,12 @@ static void push_event(ld_daemon *d, ld_replica *r, Qrl__VersionEventKind kind) 
     ev.transport = QRL__WEIGHT_TRANSPORT__WEIGHT_TRANSPORT_TCP;
     ev.weight_addr = d->ws.addr;
     ld_nccl_fill_event(&d->nccl, r->id, &ev); /* NCCL fields inside an NCCL announcement */
+    if (kind == QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_NEW_VERSION && d->ipc_version == d->version &&
+        replica_ipc(d, r)) { /* same node: the device slot (the TCP address stays as fallback) */
+        ev.transport = QRL__WEIGHT_TRANSPORT__WEIGHT_TRANSPORT_CUDA_IPC;
+        ev.ipc_handle.data = d->ipc_handle;
+        ev.ipc_handle.len = sizeof d->ipc_handle;
+    }
     ev.sent_unix_ms = unix_ms();
     qrl_error err;
     if (qrl_rpc_call_push(r->watch, &ev.base, &err) != QRL_OK) {
@@ -363,8 +376,9 @@ static void push_event(ld_daemon *d, ld_replica *r, Qrl__VersionEventKind kind) 
 static void plan_transport(ld_daemon *d) {
     const char *ids[LD_MAX_REPLICAS];
     size_t n = 0;
-    for (int i = 0; i < d->members.n; i++)
-        if (d->members.r[i].watch && !d->members.r[i].lost) ids[n++] = d->members.r[i].id;
+    for (int i = 0; i < d->members.n; i++) /* CUDA IPC replicas are not in the NCCL group */
+        if (d->members.r[i].watch && !d->members.r[i].lost && !replica_ipc(d, &d->members.r[i]))
+            ids[n++] = d->members.r[i].id;
     ld_nccl_plan(&d->nccl, ids, n, d->version);
 }
 
@@ -421,6 +435,10 @@ static void on_trained(uv_async_t *h) {
     }
     d->step++;
     d->version = j->version;
+    if (j->ipc) {
+        d->ipc_version = j->version;
+        memcpy(d->ipc_handle, j->ipc_handle, sizeof d->ipc_handle);
+    }
     const qrl_learner_stats *s = &j->stats;
     d->last_reward = s->reward_mean;
     d->last_accuracy = s->accuracy;
@@ -748,7 +766,13 @@ static qrl_status setup(ld_daemon *d, const qrl_learner_config *lc, qrl_error *e
     qrl_config_t *cfg = d->cfg;
     QRL_TRY(ld_wserver_start(&d->ws, qrl_config_get_string(cfg, "weights.listen"), err));
     QRL_TRY(ld_nccl_start(&d->nccl, cfg, &d->ws, err));
-    QRL_TRY(ld_trainer_start(&d->trainer, d->model, lc, &d->ws,
+    if (lc->device_weights) {
+        QRL_TRY(qrl_wipc_sender_new(lc->device, &d->ipc, err));
+        qrl_wipc_node_id(d->node_id);
+        QRL_LOG_INFO("weights", "versions are published on cuda:%d; replicas on node %s take them by CUDA IPC",
+                     lc->device, d->node_id);
+    }
+    QRL_TRY(ld_trainer_start(&d->trainer, d->model, lc, &d->ws, d->ipc,
                              (size_t)qrl_config_get_int(cfg, "weights.bucket_bytes"), &d->train_async, err));
     const char *bootstrap = qrl_config_get_string(cfg, "kafka.bootstrap");
     qrl_kafka_producer_opts po = {.bootstrap = bootstrap, .client_id = "qrl-learner", .linger_ms = 2,
@@ -853,6 +877,7 @@ int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok,
     ld_trainer_join(&d->trainer);
     ld_nccl_stop(&d->nccl);
     ld_wserver_stop(&d->ws);
+    qrl_wipc_sender_free(d->ipc); /* after the servers: their snapshots read its slots */
     qrl_kafka_consumer_close(d->consumer);
     int rc = qrl_kafka_producer_flush(d->producer, 10000, &err) == QRL_OK ? 0 : 1;
     if (rc) fprintf(stderr, "qrl-learner: error: %s\n", err.msg);

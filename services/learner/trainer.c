@@ -7,6 +7,7 @@
 
 #include "core/log.h"
 #include "learner.h"
+#include "weights/wipc.h"
 #include "wire/wire.h"
 
 static double now_s(void) {
@@ -66,6 +67,44 @@ static qrl_status batch_build(const ld_job *j, batch *b, qrl_error *err) {
     return QRL_OK;
 }
 
+/* The new version straight from the device parameters into a CUDA IPC slot (weights/wipc.h):
+ * BF16 cast and checksums on the GPU, no host copy; the TCP server copies the slot to the
+ * host only if a replica asks for it over TCP (ld_snapshot_fill). */
+static qrl_status publish_device(ld_trainer *t, ld_job *j, ld_snapshot **out, qrl_error *err) {
+    int dev;
+    const float *params = qrl_learner_device_params(t->l, &dev);
+    const qrl_model *m = t->m;
+    size_t n = (size_t)m->n_tensors;
+    qrl_wsync_tensor *ts = calloc(n ? n : 1, sizeof *ts);
+    const float **src = calloc(n ? n : 1, sizeof *src);
+    qrl_status st = QRL_OK;
+    if (!ts || !src) st = qrl_error_set(err, QRL_STATUS_NOMEM, "weight publish: %zu tensors", n);
+    if (st == QRL_OK && !params)
+        st = qrl_error_set(err, QRL_STATUS_INTERNAL, "weight publish: the training engine is not on a GPU");
+    for (size_t i = 0; i < n && st == QRL_OK; i++) {
+        const qrl_model_tensor *mt = &m->tensors[i];
+        ts[i] = (qrl_wsync_tensor){.name = mt->name, .dtype = "BF16", .ndim = mt->ndim,
+                                   .shape = {(uint64_t)mt->shape[0], mt->ndim == 2 ? (uint64_t)mt->shape[1] : 0}};
+        src[i] = params + (mt->data - m->arena); /* the device copy keeps the arena's layout */
+    }
+    qrl_wipc_published pub;
+    if (st == QRL_OK) st = qrl_wipc_publish(t->ipc, ts, src, n, j->version, t->bucket_bytes, &pub, err);
+    if (st == QRL_OK) {
+        st = ld_snapshot_device(t->ipc, j->version, t->bucket_bytes, pub.manifest, pub.manifest_len, pub.total,
+                                out, err);
+        if (st == QRL_OK) {
+            j->ipc = true;
+            memcpy(j->ipc_handle, pub.handle, sizeof j->ipc_handle);
+            QRL_LOG_INFO("weights", "version=%llu on the device bytes=%llu cast_ms=%.1f crc_ms=%.1f",
+                         (unsigned long long)j->version, (unsigned long long)pub.total, pub.cast_s * 1e3,
+                         pub.crc_s * 1e3);
+        }
+    }
+    free(ts);
+    free(src);
+    return st;
+}
+
 static void run_job(ld_trainer *t, ld_job *j) {
     if (j->ckpt) { /* between updates: the parameters are at rest */
         ld_ckpt_run(t, j);
@@ -87,7 +126,7 @@ static void run_job(ld_trainer *t, ld_job *j) {
     }
     t0 = now_s();
     ld_snapshot *s;
-    j->st = ld_snapshot_build(t->m, j->version, t->bucket_bytes, &s, &err);
+    j->st = t->ipc ? publish_device(t, j, &s, &err) : ld_snapshot_build(t->m, j->version, t->bucket_bytes, &s, &err);
     j->snapshot_s = now_s() - t0;
     if (j->st != QRL_OK) snprintf(j->error, sizeof j->error, "%s", err.msg);
     else ld_wserver_publish(t->ws, s); /* before the loop announces the version */
@@ -112,11 +151,12 @@ static void *trainer_main(void *arg) {
 }
 
 qrl_status ld_trainer_start(ld_trainer *t, qrl_model *m, const qrl_learner_config *lc,
-                            ld_wserver *ws, size_t bucket_bytes, uv_async_t *done_async,
-                            qrl_error *err) {
+                            ld_wserver *ws, struct qrl_wipc_sender *ipc, size_t bucket_bytes,
+                            uv_async_t *done_async, qrl_error *err) {
     QRL_TRY(qrl_learner_new(m, lc, &t->l, err));
     t->m = m;
     t->ws = ws;
+    t->ipc = lc->device_weights ? ipc : NULL;
     t->bucket_bytes = bucket_bytes;
     t->done_async = done_async;
     pthread_mutex_init(&t->mu, NULL);

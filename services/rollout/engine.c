@@ -244,6 +244,69 @@ static void swap_now(rd_engine *e, qrl_model *m, uint64_t version) {
     pthread_mutex_unlock(&e->mu);
 }
 
+/* A device-stream swap (rd_engine_swap_stream) on the engine thread. */
+static void swap_stream_now(rd_engine *e) {
+    pthread_mutex_lock(&e->mu);
+    const struct qrl_cuda_stream_tensor *t = e->swap_t;
+    size_t n = e->swap_n;
+    uint64_t version = e->swap_t_version;
+    pthread_mutex_unlock(&e->mu);
+    qrl_error err;
+    qrl_scheduler_stats before, after;
+    qrl_scheduler_get_stats(e->sched, &before);
+    double t0 = mono_s();
+    qrl_status st = qrl_scheduler_swap_weights_stream(e->sched, t, n, version, &err);
+    double dt = mono_s() - t0;
+    if (st == QRL_STATUS_CUDA) { /* as swap_now: never decode on half-copied weights */
+        QRL_LOG_ERROR("engine", "weights version=%llu: device swap failed: %s", (unsigned long long)version, err.msg);
+        abort();
+    }
+    qrl_scheduler_get_stats(e->sched, &after);
+    pthread_mutex_lock(&e->mu);
+    e->swap_t = NULL;
+    e->swap_t_s = dt;
+    e->swap_t_state = st == QRL_OK ? 2 : 3;
+    if (st != QRL_OK) snprintf(e->swap_t_error, sizeof e->swap_t_error, "%s", err.msg);
+    if (st == QRL_OK) {
+        e->version = version;
+        if (e->hold_until && e->hold_until <= version) {
+            QRL_LOG_INFO("engine", "hold released at version=%llu", (unsigned long long)version);
+            e->hold_until = 0;
+        }
+        e->stats.sched = after;
+    }
+    pthread_cond_broadcast(&e->cv);
+    pthread_mutex_unlock(&e->mu);
+    if (st == QRL_OK)
+        QRL_LOG_INFO("engine", "weights swapped version=%llu running=%d restarts=%llu swap_ms=%.2f (device)",
+                     (unsigned long long)version, after.running,
+                     (unsigned long long)(after.restarts - before.restarts), dt * 1e3);
+    else
+        QRL_LOG_ERROR("engine", "weights version=%llu refused: %s", (unsigned long long)version, err.msg);
+}
+
+bool rd_engine_takes_stream(const rd_engine *e) { return e->sched && qrl_scheduler_takes_stream(e->sched); }
+
+qrl_status rd_engine_swap_stream(rd_engine *e, const struct qrl_cuda_stream_tensor *t, size_t n,
+                                 uint64_t version, double *swap_s, qrl_error *err) {
+    pthread_mutex_lock(&e->mu);
+    e->swap_t = t;
+    e->swap_n = n;
+    e->swap_t_version = version;
+    e->swap_t_state = 1;
+    pthread_cond_broadcast(&e->cv);
+    while (e->swap_t_state == 1 && !e->stop) pthread_cond_wait(&e->cv, &e->mu);
+    int state = e->swap_t_state;
+    e->swap_t_state = 0;
+    e->swap_t = NULL;
+    *swap_s = e->swap_t_s;
+    qrl_status st = state == 2 ? QRL_OK
+                  : state == 3 ? qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "%s", e->swap_t_error)
+                               : qrl_error_set(err, QRL_STATUS_CANCELLED, "engine stopping");
+    pthread_mutex_unlock(&e->mu);
+    return st;
+}
+
 static void *engine_main(void *arg) {
     rd_engine *e = arg;
     /* OpenMP settings are per thread: this one runs the forward passes, so it takes the
@@ -254,10 +317,10 @@ static void *engine_main(void *arg) {
     double tps = 0;
     for (;;) {
         pthread_mutex_lock(&e->mu);
-        while (!e->stop && !e->in_head && !e->swap_model &&
+        while (!e->stop && !e->in_head && !e->swap_model && e->swap_t_state != 1 &&
                (e->paused || e->hold_until > e->version || qrl_scheduler_idle(e->sched)))
             pthread_cond_wait(&e->cv, &e->mu);
-        bool stop = e->stop, paused = e->paused;
+        bool stop = e->stop, paused = e->paused, swap_t = e->swap_t_state == 1;
         qrl_model *swap = e->swap_model;
         uint64_t swap_version = e->swap_version;
         e->swap_model = NULL;
@@ -272,6 +335,7 @@ static void *engine_main(void *arg) {
             in = next;
         }
         if (swap) swap_now(e, swap, swap_version);
+        if (swap_t && !stop) swap_stream_now(e);
         if (stop) break;
         pthread_mutex_lock(&e->mu);
         bool held = e->hold_until > e->version; /* after a swap that may have ended it */
@@ -333,21 +397,21 @@ void rd_engine_submit(rd_engine *e, rd_group *g) {
     if (e->in_tail) e->in_tail->next = g;
     else e->in_head = g;
     e->in_tail = g;
-    pthread_cond_signal(&e->cv);
+    pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
 }
 
 void rd_engine_hold_until(rd_engine *e, uint64_t version) {
     pthread_mutex_lock(&e->mu);
     e->hold_until = version;
-    pthread_cond_signal(&e->cv);
+    pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
 }
 
 void rd_engine_set_paused(rd_engine *e, bool paused) {
     pthread_mutex_lock(&e->mu);
     e->paused = paused;
-    pthread_cond_signal(&e->cv);
+    pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
 }
 
@@ -356,7 +420,7 @@ void rd_engine_swap(rd_engine *e, qrl_model *m, uint64_t version) {
     qrl_model *old = e->swap_model; /* a newer version replaces one not yet applied */
     e->swap_model = m;
     e->swap_version = version;
-    pthread_cond_signal(&e->cv);
+    pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
     qrl_model_free(old);
 }
@@ -388,7 +452,7 @@ void rd_engine_join(rd_engine *e) {
     if (!e->sched) return;
     pthread_mutex_lock(&e->mu);
     e->stop = true;
-    pthread_cond_signal(&e->cv);
+    pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
     pthread_join(e->thread, NULL);
     /* Groups the loop never took back (a drain that timed out abandons them; their

@@ -14,6 +14,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "rollout/gpu_memory.h"
 #ifdef QRL_HAVE_CUDA
 #include "cuda/runtime.cuh"
 #endif
@@ -554,6 +555,7 @@ static qrl_status setup(rd_daemon *d, qrl_error *err) {
         c->info.pid = (uint32_t)getpid();
         c->info.build = "qrl-rollout";
         rd_nccl_configure(c, cfg); /* ReplicaInfo.nccl and the NCCL transport's settings */
+        rd_ipc_configure(c, cfg);  /* ReplicaInfo.node_id: CUDA IPC from a learner on this node */
         c->engine = &d->engine;
         c->model = d->model;
         c->drain_async = &d->drain_async;
@@ -608,6 +610,11 @@ int rd_daemon_run(qrl_config_t *cfg, const qrl_model *model, const qrl_tokenizer
     if (strcmp(qrl_config_get_string(cfg, "rollout.device"), "cuda") == 0) {
         sc.device = (int)qrl_config_get_int(cfg, "rollout.cuda_device");
         sc.eager = qrl_config_get_bool(cfg, "rollout.enforce_eager");
+        double gmu = qrl_config_get_double(cfg, "rollout.gpu_memory_utilization");
+        if (gmu > 0 && qrl_scheduler_config_fit_gpu(&sc, model, gmu, &err) != QRL_OK) {
+            fprintf(stderr, "qrl-rollout: error: rollout.%s\n", err.msg);
+            return 1;
+        }
         snprintf(d->device, sizeof d->device, "cuda:%d", sc.device);
 #ifdef QRL_HAVE_CUDA
         if (qrl_cuda_device_describe(sc.device, d->device_name, sizeof d->device_name, &err) != QRL_OK)

@@ -55,7 +55,7 @@ typedef struct rd_engine_stats {
 typedef struct rd_engine {
     pthread_t thread;
     pthread_mutex_t mu;
-    pthread_cond_t cv;
+    pthread_cond_t cv;             /* broadcast: the engine thread and rd_engine_swap_stream wait on it */
     rd_group *in_head, *in_tail;   /* loop -> engine */
     rd_group *out_head, *out_tail; /* engine -> loop */
     rd_group *active;              /* engine thread: groups inside the scheduler */
@@ -67,6 +67,13 @@ typedef struct rd_engine {
     double last_step_s;            /* monotonic time of the last step's snapshot, under mu */
     qrl_model *swap_model;         /* weights to swap in at the next step boundary (owned) */
     uint64_t swap_version;
+    /* a device BF16 stream to swap in (rd_engine_swap_stream), under mu */
+    const struct qrl_cuda_stream_tensor *swap_t;
+    size_t swap_n;
+    uint64_t swap_t_version;
+    int swap_t_state;              /* 0 none, 1 waiting for the engine, 2 applied, 3 refused */
+    char swap_t_error[512];
+    double swap_t_s;               /* the swap's seconds on the engine thread */
     uv_async_t *done_async;        /* wakes the loop for out_* */
     /* engine thread only */
     qrl_scheduler *sched;
@@ -93,6 +100,14 @@ void rd_engine_set_step_delay(rd_engine *e, int ms);
 void rd_engine_hold_until(rd_engine *e, uint64_t version);
 /* Swap to `m` (ownership passes to the engine) at policy `version` between two steps. */
 void rd_engine_swap(rd_engine *e, qrl_model *m, uint64_t version);
+/* Whether the engine takes device streams (qrl_scheduler_takes_stream). */
+bool rd_engine_takes_stream(const rd_engine *e);
+/* Swap to the device BF16 stream t[n] (borrowed until this returns) at `version` at the
+ * next step boundary, and wait for it (any thread but the engine's).  *swap_s: the swap's
+ * seconds on the engine thread (the only pause of decoding).  Errors: those of
+ * qrl_scheduler_swap_weights_stream (the old weights stay), CANCELLED (engine stopping). */
+qrl_status rd_engine_swap_stream(rd_engine *e, const struct qrl_cuda_stream_tensor *t, size_t n,
+                                 uint64_t version, double *swap_s, qrl_error *err);
 /* Take every finished group (loop thread); returns the list (linked through next). */
 rd_group *rd_engine_take_done(rd_engine *e);
 void rd_engine_get_stats(rd_engine *e, rd_engine_stats *out);
@@ -109,7 +124,7 @@ void rd_group_free(rd_group *g);
 
 /* Receive one weight version from the TCP stream at `addr` (host:port; framing in
  * weights.c) into a new model shaped like `like`: manifest checked against the model,
- * buckets and tensors checked by CRC-32C.  Blocking (control thread).  *out owned by the
+ * buckets and tensors checked by CRC-32C.  Blocking (weights thread).  *out owned by the
  * caller.  Errors: NETWORK/TIMEOUT, INVALID_ARGUMENT (manifest does not fit the model),
  * CORRUPT (checksum, bucket order), PARSE/UNSUPPORTED (frames), NOMEM. */
 qrl_status rd_weights_receive(const char *addr, const qrl_model *like, uint64_t version,
@@ -132,7 +147,7 @@ typedef struct rd_nccl {
 bool rd_nccl_capable(void);
 /* Receive the version an NCCL NEW_VERSION event announces: joins the event's epoch first when
  * it differs from the one held (the old communicator is destroyed), then receives and
- * verifies (qrl_nccl_bcast_recv) and converts like rd_weights_receive.  Control thread.
+ * verifies (qrl_nccl_bcast_recv) and converts like rd_weights_receive.  Weights thread.
  * Errors: those of qrl_nccl_comm_init/qrl_nccl_bcast_recv/rd_weights_from_stream, and
  * INVALID_ARGUMENT for an event without a 128-byte unique id or a rank outside the world. */
 qrl_status rd_nccl_receive(rd_nccl *n, const Qrl__VersionEvent *ev, const qrl_model *like, qrl_model **out,
@@ -140,7 +155,7 @@ qrl_status rd_nccl_receive(rd_nccl *n, const Qrl__VersionEvent *ev, const qrl_mo
 void rd_nccl_close(rd_nccl *n);
 
 /* Registration with the learner, heartbeats and WatchVersions (control.c): a thread of
- * blocking gRPC client calls. */
+ * blocking gRPC client calls, and a weights thread that fetches the announced versions. */
 typedef struct rd_control {
     pthread_t thread;
     bool started;
@@ -156,13 +171,35 @@ typedef struct rd_control {
     qrl_rpc_client_t *client;     /* the learner's, made by rd_control_start */
     _Atomic int state;            /* Qrl__ServiceState the loop is in (for heartbeats) */
     _Atomic uint32_t max_concurrency; /* rollout.max_concurrency now (the loop copies it) */
-    rd_nccl nccl;                 /* NCCL transport state (control thread) */
+    rd_nccl nccl;                 /* NCCL transport state (weights thread) */
+    /* The weights thread (control.c): fetches what the control thread hands it, so a long
+     * transfer or quantization never delays a heartbeat. */
+    pthread_t weights_thread;
+    pthread_mutex_t weights_mu;   /* guards the three below; weights_cv signals a new pending */
+    pthread_cond_t weights_cv;
+    Qrl__VersionEvent *pending;   /* newest NEW_VERSION not started yet (a copy, owned; latest wins) */
+    uint64_t fetching;            /* version being fetched (0: idle) */
+    uint64_t fetched;             /* newest version handed to the engine */
+    struct rd_ipc {               /* CUDA IPC transport (rd_ipc.c; weights thread) */
+        int device;               /* -1: no CUDA engine, no IPC */
+        struct qrl_wipc_receiver *rx; /* made at the first IPC version */
+        char node_id[160];        /* ReplicaInfo.node_id */
+    } ipc;
 } rd_control;
 /* Make the learner client (errors: those of qrl_rpc_client_new, e.g. an unreadable
- * learner.tls_ca_file: IO) and start the thread (INTERNAL). */
+ * learner.tls_ca_file: IO) and start both threads (INTERNAL). */
 qrl_status rd_control_start(rd_control *c, qrl_error *err);
 /* Advertise the NCCL capability (c->info.nccl) and take rollout.nccl_* (rd_nccl.c). */
 void rd_nccl_configure(rd_control *c, qrl_config_t *cfg);
+/* With rollout.device cuda: advertise this node (ReplicaInfo.node_id) so a learner here
+ * sends versions by CUDA IPC (rd_ipc.c). */
+void rd_ipc_configure(rd_control *c, qrl_config_t *cfg);
+/* Take a CUDA_IPC VersionEvent's version: map the learner's slot, copy and verify it on
+ * this GPU, swap it into the engine (device-side; the host path for engines that cannot
+ * take a stream).  *ms: wall time until swapped.  Errors: those of qrl_wipc_receive and the
+ * swap; the caller falls back to TCP (ev->weight_addr). */
+qrl_status rd_ipc_fetch_apply(rd_control *c, const Qrl__VersionEvent *ev, qrl_error *err);
+void rd_ipc_close(rd_control *c);
 void rd_control_stop(rd_control *c);
 
 /* The daemon (loop.c). */
