@@ -127,6 +127,9 @@ static const qrl_config_entry CONFIG[] = {
      "NCCL: limit on joining an epoch and on one broadcast; past it the version goes over TCP"},
     {"weights.bucket_bytes", QRL_CONFIG_TYPE_INT, "1048576", 4096, 1 << 30, NULL, false,
      "bytes per CRC-32C-checked bucket of the stream"},
+    {"weights.tcp_throttle_ms", QRL_CONFIG_TYPE_INT, "0", 0, 10000, NULL, false,
+     "testing / fault injection only: sleep this long before each bucket of every TCP weight stream "
+     "(a slow link; 0 = off)"},
     {"learner.checkpoint_dir", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
      "checkpoint root: DIR/step-NNNNNNNN/ folders + DIR/latest (empty = no checkpoints; "
      "docs/learner-daemon.md)"},
@@ -283,6 +286,7 @@ int main(int argc, char **argv) {
         die("%s", err.msg);
     QRL_LOG_INFO("learner", "model loaded path=%s vocab=%d ctx=%d layers=%d tokenizer=%s dataset=%s prompts=%zu",
                  model_path, m->cfg.vocab_size, m->cfg.max_seq_len, m->cfg.n_layers, tpath, ds_path, ds.n);
+    ld_wserver_set_throttle((int)qrl_config_get_int(cfg, "weights.tcp_throttle_ms"));
     int rc = ld_daemon_run(cfg, m, tok, &ds, &lc);
     ld_dataset_free(&ds);
     qrl_tokenizer_free(tok);

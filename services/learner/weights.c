@@ -15,6 +15,7 @@
 #include <string.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "core/log.h"
@@ -133,6 +134,10 @@ static bool put_frame(int fd, const uint8_t *buf, size_t len) {
     return put_all(fd, l, 4) && put_all(fd, buf, len);
 }
 
+static _Atomic int throttle_ms; /* weights.tcp_throttle_ms: fault injection, 0 = off */
+
+void ld_wserver_set_throttle(int ms) { throttle_ms = ms; }
+
 typedef struct conn {
     ld_wserver *w;
     ld_snapshot *s;
@@ -147,6 +152,8 @@ static void *serve_conn(void *arg) {
     for (uint32_t i = 0; ok && i < count; i++) {
         size_t off = (size_t)i * s->bucket_bytes;
         size_t size = s->total - off < s->bucket_bytes ? s->total - off : s->bucket_bytes;
+        int nap = throttle_ms; /* a slow link on purpose (tests) */
+        if (nap > 0) nanosleep(&(struct timespec){nap / 1000, (long)(nap % 1000) * 1000000L}, NULL);
         Qrl__WeightBucketHeader h = QRL__WEIGHT_BUCKET_HEADER__INIT;
         h.version = s->version;
         h.bucket_index = i;

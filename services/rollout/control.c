@@ -1,9 +1,11 @@
 /* qrl-rollout control thread: registration with the learner, heartbeats, and the
  * WatchVersions stream that announces sync boundaries (SPEC §4.4, §8).  The rpc client
  * blocks, so this lives on its own thread, never the loop (STYLE 14).  A NEW_VERSION
- * event makes it read the weights (TCP: weights.c, NCCL: rd_nccl.c) and hand the new
- * model to the engine, which swaps at its next step boundary; SHUTDOWN asks the loop to
- * drain. */
+ * event goes to the weights thread (a copy; the newest not yet started wins), which reads
+ * the weights (TCP: weights.c, NCCL: rd_nccl.c), quantizes them and hands the new model
+ * to the engine, which swaps at its next step boundary: a transfer of any length never
+ * delays a heartbeat, so the learner never takes the replica for lost.  SHUTDOWN asks the
+ * loop to drain. */
 #include <inttypes.h>
 #include <stdlib.h>
 #include <string.h>
@@ -34,7 +36,6 @@ static uint64_t have_version(rd_control *c) {
 
 typedef struct session {
     uint32_t hb_interval_ms;
-    uint64_t announced;  /* newest version announced by the learner */
 } session;
 
 static qrl_status do_register(rd_control *c, qrl_rpc_client_t *cl, session *s, qrl_error *err) {
@@ -81,41 +82,107 @@ static qrl_status do_heartbeat(rd_control *c, qrl_rpc_client_t *cl, bool *known,
     return QRL_OK;
 }
 
-static void on_event(rd_control *c, const Qrl__VersionEvent *ev, session *s) {
-    switch (ev->kind) {
-    case QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_NEW_VERSION: {
-        if (ev->version <= have_version(c) || ev->version <= s->announced) return;
-        s->announced = ev->version;
-        bool nccl = ev->transport == QRL__WEIGHT_TRANSPORT__WEIGHT_TRANSPORT_NCCL; /* rd_nccl.c */
-        if (!nccl && (ev->transport != QRL__WEIGHT_TRANSPORT__WEIGHT_TRANSPORT_TCP || !*ev->weight_addr)) {
-            QRL_LOG_WARN("control", "version=%" PRIu64 ": unknown weight transport %d or no weight_addr",
-                         ev->version, (int)ev->transport);
-            return;
-        }
-        struct timespec t0, t1;
-        clock_gettime(CLOCK_MONOTONIC, &t0);
-        qrl_model *m;
-        qrl_error err;
-        if ((nccl ? rd_nccl_receive(&c->nccl, ev, c->model, &m, &err)
-                  : rd_weights_receive(ev->weight_addr, c->model, ev->version, &m, &err)) != QRL_OK) {
-            QRL_LOG_ERROR("control", "weights version=%" PRIu64 " not received: %s", ev->version, err.msg);
-            s->announced = ev->version - 1; /* a repeated announcement may try again */
-            return;
-        }
-        /* the replica's format (SPEC §3): the learner sends full-precision weights */
-        if (qrl_model_quantize(m, c->model->precision, &err) != QRL_OK) {
-            QRL_LOG_ERROR("control", "weights version=%" PRIu64 " not quantized: %s", ev->version, err.msg);
-            qrl_model_free(m);
-            s->announced = ev->version - 1;
-            return;
-        }
-        clock_gettime(CLOCK_MONOTONIC, &t1);
-        QRL_LOG_INFO("control", "weights received version=%" PRIu64 " from=%s ms=%.1f", ev->version,
-                     nccl ? "nccl" : ev->weight_addr, (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
-                     (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
-        rd_engine_swap(c->engine, m, ev->version);
+/* ---- weights thread ------------------------------------------------------------------ */
+
+/* The whole fetch of the version `ev` announces (weights thread): pick the transport,
+ * receive, quantize to the replica's format, hand the model to the engine.  Only a version
+ * handed to the engine counts as fetched (c->fetched); on any failure it does not, so a
+ * repeated announcement of it (the learner's TCP re-announcement after a failed NCCL
+ * broadcast, a reopened WatchVersions) tries again.  Every wait is bounded: TCP reads by
+ * their socket timeout, NCCL by rollout.nccl_timeout_ms. */
+static void fetch_apply(rd_control *c, const Qrl__VersionEvent *ev) {
+    bool nccl = ev->transport == QRL__WEIGHT_TRANSPORT__WEIGHT_TRANSPORT_NCCL; /* rd_nccl.c */
+    if (!nccl && (ev->transport != QRL__WEIGHT_TRANSPORT__WEIGHT_TRANSPORT_TCP || !*ev->weight_addr)) {
+        QRL_LOG_WARN("control", "version=%" PRIu64 ": unknown weight transport %d or no weight_addr",
+                     ev->version, (int)ev->transport);
         return;
     }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    qrl_model *m;
+    qrl_error err;
+    if ((nccl ? rd_nccl_receive(&c->nccl, ev, c->model, &m, &err)
+              : rd_weights_receive(ev->weight_addr, c->model, ev->version, &m, &err)) != QRL_OK) {
+        QRL_LOG_ERROR("control", "weights version=%" PRIu64 " not received: %s", ev->version, err.msg);
+        return; /* not fetched: a repeated announcement may try again */
+    }
+    if (c->stop) { /* the daemon is stopping: no quantization, no swap */
+        qrl_model_free(m);
+        return;
+    }
+    /* the replica's format (SPEC §3): the learner sends full-precision weights */
+    if (qrl_model_quantize(m, c->model->precision, &err) != QRL_OK) {
+        QRL_LOG_ERROR("control", "weights version=%" PRIu64 " not quantized: %s", ev->version, err.msg);
+        qrl_model_free(m);
+        return;
+    }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    QRL_LOG_INFO("control", "weights received version=%" PRIu64 " from=%s ms=%.1f", ev->version,
+                 nccl ? "nccl" : ev->weight_addr, (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+                 (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+    rd_engine_swap(c->engine, m, ev->version);
+    pthread_mutex_lock(&c->weights_mu);
+    if (ev->version > c->fetched) c->fetched = ev->version;
+    pthread_mutex_unlock(&c->weights_mu);
+}
+
+static void *weights_main(void *arg) {
+    rd_control *c = arg;
+    pthread_mutex_lock(&c->weights_mu);
+    while (!c->stop) {
+        Qrl__VersionEvent *ev = c->pending;
+        if (!ev) {
+            pthread_cond_wait(&c->weights_cv, &c->weights_mu);
+            continue;
+        }
+        c->pending = NULL;
+        bool stale = ev->version <= c->fetched; /* a repeat of the version just fetched */
+        pthread_mutex_unlock(&c->weights_mu);
+        if (!stale && ev->version > have_version(c)) fetch_apply(c, ev);
+        qrl_wire_free(&ev->base);
+        pthread_mutex_lock(&c->weights_mu);
+    }
+    pthread_mutex_unlock(&c->weights_mu);
+    return NULL;
+}
+
+/* Control thread: hand a NEW_VERSION to the weights thread and return at once.  Latest
+ * wins: a newer announcement replaces one not started yet; a repeat of the version being
+ * fetched waits as its retry (dropped if that fetch succeeds). */
+static void hand_off(rd_control *c, const Qrl__VersionEvent *ev) {
+    uint64_t have = have_version(c); /* the engine's lock, not under weights_mu */
+    pthread_mutex_lock(&c->weights_mu);
+    if (ev->version > have && ev->version > c->fetched &&
+        (!c->pending || ev->version >= c->pending->version)) {
+        ProtobufCMessage *copy = NULL;
+        size_t n = protobuf_c_message_get_packed_size(&ev->base);
+        uint8_t *buf = malloc(n ? n : 1);
+        if (buf) {
+            protobuf_c_message_pack(&ev->base, buf);
+            copy = protobuf_c_message_unpack(ev->base.descriptor, NULL, n, buf);
+            free(buf);
+        }
+        if (!copy) {
+            QRL_LOG_ERROR("control", "weights version=%" PRIu64 ": no memory for the event", ev->version);
+        } else {
+            if (c->pending && c->pending->version < ev->version)
+                QRL_LOG_INFO("control", "weights version=%" PRIu64 " replaces version=%" PRIu64
+                             " not fetched yet", ev->version, c->pending->version);
+            qrl_wire_free(c->pending ? &c->pending->base : NULL);
+            c->pending = (Qrl__VersionEvent *)copy;
+            pthread_cond_signal(&c->weights_cv);
+        }
+    }
+    pthread_mutex_unlock(&c->weights_mu);
+}
+
+/* ---- control thread ------------------------------------------------------------------ */
+
+static void on_event(rd_control *c, const Qrl__VersionEvent *ev) {
+    switch (ev->kind) {
+    case QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_NEW_VERSION:
+        hand_off(c, ev);
+        return;
     case QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_SHUTDOWN:
         QRL_LOG_INFO("control", "learner announced shutdown: draining");
         uv_async_send(c->drain_async);
@@ -164,7 +231,7 @@ static void *control_main(void *arg) {
         ProtobufCMessage *msg = NULL;
         qrl_status st = qrl_rpc_client_stream_next(watch, 200, &msg, &err);
         if (st == QRL_OK && msg) {
-            on_event(c, (const Qrl__VersionEvent *)msg, &s);
+            on_event(c, (const Qrl__VersionEvent *)msg);
             qrl_wire_free(msg);
         } else if (st != QRL_STATUS_TIMEOUT || qrl_rpc_client_stream_ended(watch)) {
             if (!c->stop) QRL_LOG_WARN("control", "WatchVersions ended: %s", st == QRL_OK ? "OK" : err.msg);
@@ -196,10 +263,25 @@ qrl_status rd_control_start(rd_control *c, qrl_error *err) {
                              .tls_ca_file = c->tls_ca, .tls_cert_file = c->tls_cert,
                              .tls_key_file = c->tls_key};
     QRL_TRY(qrl_rpc_client_new(&o, &c->client, err));
-    if (pthread_create(&c->thread, NULL, control_main, c) != 0) {
+    pthread_mutex_init(&c->weights_mu, NULL);
+    pthread_cond_init(&c->weights_cv, NULL);
+    c->pending = NULL;
+    c->fetched = 0;
+    c->stop = 0;
+    bool weights = pthread_create(&c->weights_thread, NULL, weights_main, c) == 0;
+    if (!weights || pthread_create(&c->thread, NULL, control_main, c) != 0) {
+        if (weights) {
+            pthread_mutex_lock(&c->weights_mu);
+            c->stop = 1;
+            pthread_cond_signal(&c->weights_cv);
+            pthread_mutex_unlock(&c->weights_mu);
+            pthread_join(c->weights_thread, NULL);
+        }
+        pthread_cond_destroy(&c->weights_cv);
+        pthread_mutex_destroy(&c->weights_mu);
         qrl_rpc_client_destroy(c->client);
         c->client = NULL;
-        return qrl_error_set(err, QRL_STATUS_INTERNAL, "control: cannot create the thread");
+        return qrl_error_set(err, QRL_STATUS_INTERNAL, "control: cannot create the threads");
     }
     c->started = true;
     return QRL_OK;
@@ -207,8 +289,19 @@ qrl_status rd_control_start(rd_control *c, qrl_error *err) {
 
 void rd_control_stop(rd_control *c) {
     if (!c->started) return;
+    pthread_mutex_lock(&c->weights_mu); /* under the mutex: the weights thread cannot miss it */
     c->stop = 1;
-    pthread_join(c->thread, NULL);
+    pthread_cond_signal(&c->weights_cv);
+    pthread_mutex_unlock(&c->weights_mu);
+    pthread_join(c->thread, NULL); /* at most one gRPC call's timeout */
+    /* a fetch in progress ends first: a TCP read waits at most its socket timeout (a live
+     * learner streams to the end), NCCL at most rollout.nccl_timeout_ms; the quantization
+     * and swap are skipped once stopping */
+    pthread_join(c->weights_thread, NULL);
+    qrl_wire_free(c->pending ? &c->pending->base : NULL);
+    c->pending = NULL;
+    pthread_cond_destroy(&c->weights_cv);
+    pthread_mutex_destroy(&c->weights_mu);
     rd_nccl_close(&c->nccl);
     c->started = false;
     qrl_rpc_client_destroy(c->client);

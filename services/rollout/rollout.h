@@ -175,11 +175,10 @@ typedef struct rd_control {
     /* The weights thread (control.c): fetches what the control thread hands it, so a long
      * transfer or quantization never delays a heartbeat. */
     pthread_t weights_thread;
-    pthread_mutex_t weights_mu;   /* guards the three below; weights_cv signals a new pending */
+    pthread_mutex_t weights_mu;   /* guards the two below; weights_cv signals a new pending or the stop */
     pthread_cond_t weights_cv;
     Qrl__VersionEvent *pending;   /* newest NEW_VERSION not started yet (a copy, owned; latest wins) */
-    uint64_t fetching;            /* version being fetched (0: idle) */
-    uint64_t fetched;             /* newest version handed to the engine */
+    uint64_t fetched;             /* newest version handed to the engine (a failed fetch leaves it) */
     struct rd_ipc {               /* CUDA IPC transport (rd_ipc.c; weights thread) */
         int device;               /* -1: no CUDA engine, no IPC */
         struct qrl_wipc_receiver *rx; /* made at the first IPC version */
