@@ -121,6 +121,10 @@ static const qrl_config_entry CONFIG[] = {
     {"weights.transport", QRL_CONFIG_TYPE_ENUM, "tcp", 0, 0, "tcp|nccl|auto", false,
      "weight broadcast: tcp stream; nccl (GPU learner, every replica with NCCL); auto = nccl when the "
      "learner has a GPU and every watching replica advertises NCCL, else tcp (docs/weight-sync.md)"},
+    {"weights.cuda_ipc", QRL_CONFIG_TYPE_BOOL, "true", 0, 0, NULL, false,
+     "learner.device cuda: publish each version in device memory (BF16 cast and CRC-32C on the GPU) and "
+     "send it to replicas on this node with a CUDA engine by CUDA IPC; others by weights.transport "
+     "(docs/weight-sync.md)"},
     {"weights.nccl_device", QRL_CONFIG_TYPE_INT, "0", 0, 64, NULL, false,
      "CUDA device of the learner's NCCL rank 0"},
     {"weights.nccl_timeout_ms", QRL_CONFIG_TYPE_INT, "60000", 1000, 3600000, NULL, false,
@@ -197,6 +201,7 @@ static void learner_config(const qrl_config_t *cfg, qrl_learner_config *lc) {
     lc->activation_recompute = qrl_config_get_bool(cfg, "learner.activation_recompute");
     lc->device = qrl_config_get_enum(cfg, "learner.device") == 1
                      ? (int)qrl_config_get_int(cfg, "learner.cuda_device") : -1;
+    lc->device_weights = lc->device >= 0 && qrl_config_get_bool(cfg, "weights.cuda_ipc");
     lc->adamw.beta1 = (float)qrl_config_get_double(cfg, "adamw.beta1");
     lc->adamw.beta2 = (float)qrl_config_get_double(cfg, "adamw.beta2");
     lc->adamw.eps = (float)qrl_config_get_double(cfg, "adamw.eps");

@@ -21,6 +21,7 @@
 #include "core/log.h"
 #include "core/tensor.h"
 #include "learner.h"
+#include "weights/wipc.h"
 #include "wire/wire.h"
 
 qrl_status ld_snapshot_build(const qrl_model *m, uint64_t version, size_t bucket_bytes,
@@ -86,6 +87,7 @@ qrl_status ld_snapshot_build(const qrl_model *m, uint64_t version, size_t bucket
     s->total = total;
     s->bucket_bytes = bucket_bytes;
     s->refs = 1;
+    pthread_mutex_init(&s->fill_mu, NULL);
     *out = s;
     s = NULL;
 done:
@@ -96,6 +98,34 @@ done:
     free(metas);
     free(ptrs);
     free(shapes);
+    return st;
+}
+
+qrl_status ld_snapshot_device(struct qrl_wipc_sender *ipc, uint64_t version, size_t bucket_bytes,
+                              uint8_t *manifest, size_t manifest_len, size_t total, ld_snapshot **out,
+                              qrl_error *err) {
+    *out = calloc(1, sizeof **out);
+    if (!*out) {
+        free(manifest);
+        return qrl_error_set(err, QRL_STATUS_NOMEM, "weight snapshot");
+    }
+    **out = (ld_snapshot){.version = version, .manifest = manifest, .manifest_len = manifest_len,
+                          .total = total, .bucket_bytes = bucket_bytes, .refs = 1, .ipc = ipc};
+    pthread_mutex_init(&(*out)->fill_mu, NULL);
+    return QRL_OK;
+}
+
+qrl_status ld_snapshot_fill(ld_snapshot *s, qrl_error *err) {
+    pthread_mutex_lock(&s->fill_mu);
+    qrl_status st = QRL_OK;
+    if (!s->stream) {
+        uint8_t *p = malloc(s->total ? s->total : 1);
+        st = p ? qrl_wipc_read_host(s->ipc, s->version, p, s->total, err)
+               : qrl_error_set(err, QRL_STATUS_NOMEM, "weight snapshot: %zu bytes", s->total);
+        if (st == QRL_OK) s->stream = p;
+        else free(p);
+    }
+    pthread_mutex_unlock(&s->fill_mu);
     return st;
 }
 
@@ -114,6 +144,7 @@ void ld_snapshot_unref(ld_wserver *w, ld_snapshot *s) {
     if (!last) return;
     free(s->manifest);
     free(s->stream);
+    pthread_mutex_destroy(&s->fill_mu);
     free(s);
 }
 
@@ -147,7 +178,10 @@ typedef struct conn {
 static void *serve_conn(void *arg) {
     conn *c = arg;
     const ld_snapshot *s = c->s;
-    bool ok = put_frame(c->fd, s->manifest, s->manifest_len);
+    qrl_error ferr;
+    bool ok = ld_snapshot_fill(c->s, &ferr) == QRL_OK; /* a device version: its host copy */
+    if (!ok) QRL_LOG_WARN("weights", "version %llu for TCP: %s", (unsigned long long)s->version, ferr.msg);
+    ok = ok && put_frame(c->fd, s->manifest, s->manifest_len);
     uint32_t count = (uint32_t)((s->total + s->bucket_bytes - 1) / s->bucket_bytes);
     for (uint32_t i = 0; ok && i < count; i++) {
         size_t off = (size_t)i * s->bucket_bytes;

@@ -90,9 +90,29 @@ static qrl_status do_heartbeat(rd_control *c, qrl_rpc_client_t *cl, bool *known,
  * repeated announcement of it (the learner's TCP re-announcement after a failed NCCL
  * broadcast, a reopened WatchVersions) tries again.  Every wait is bounded: TCP reads by
  * their socket timeout, NCCL by rollout.nccl_timeout_ms. */
+static void mark_fetched(rd_control *c, uint64_t version) {
+    pthread_mutex_lock(&c->weights_mu);
+    if (version > c->fetched) c->fetched = version;
+    pthread_mutex_unlock(&c->weights_mu);
+}
+
 static void fetch_apply(rd_control *c, const Qrl__VersionEvent *ev) {
     bool nccl = ev->transport == QRL__WEIGHT_TRANSPORT__WEIGHT_TRANSPORT_NCCL; /* rd_nccl.c */
-    if (!nccl && (ev->transport != QRL__WEIGHT_TRANSPORT__WEIGHT_TRANSPORT_TCP || !*ev->weight_addr)) {
+    if (ev->transport == QRL__WEIGHT_TRANSPORT__WEIGHT_TRANSPORT_CUDA_IPC) { /* rd_ipc.c */
+        qrl_error err;
+        if (rd_ipc_fetch_apply(c, ev, &err) == QRL_OK) {
+            mark_fetched(c, ev->version);
+            return;
+        }
+        if (c->stop || !*ev->weight_addr) {
+            QRL_LOG_ERROR("control", "weights version=%" PRIu64 " not received by cuda ipc: %s", ev->version,
+                          err.msg);
+            return;
+        }
+        QRL_LOG_WARN("control", "weights version=%" PRIu64 ": %s; falling back to TCP %s", ev->version,
+                     err.msg, ev->weight_addr);
+        nccl = false; /* the same version from the learner's TCP stream */
+    } else if (!nccl && (ev->transport != QRL__WEIGHT_TRANSPORT__WEIGHT_TRANSPORT_TCP || !*ev->weight_addr)) {
         QRL_LOG_WARN("control", "version=%" PRIu64 ": unknown weight transport %d or no weight_addr",
                      ev->version, (int)ev->transport);
         return;
@@ -117,13 +137,11 @@ static void fetch_apply(rd_control *c, const Qrl__VersionEvent *ev) {
         return;
     }
     clock_gettime(CLOCK_MONOTONIC, &t1);
-    QRL_LOG_INFO("control", "weights received version=%" PRIu64 " from=%s ms=%.1f", ev->version,
-                 nccl ? "nccl" : ev->weight_addr, (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
-                 (double)(t1.tv_nsec - t0.tv_nsec) / 1e6);
+    QRL_LOG_INFO("control", "weights received version=%" PRIu64 " from=%s ms=%.1f since_announce_ms=%" PRId64,
+                 ev->version, nccl ? "nccl" : ev->weight_addr, (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+                 (double)(t1.tv_nsec - t0.tv_nsec) / 1e6, (int64_t)(unix_ms() - ev->sent_unix_ms));
     rd_engine_swap(c->engine, m, ev->version);
-    pthread_mutex_lock(&c->weights_mu);
-    if (ev->version > c->fetched) c->fetched = ev->version;
-    pthread_mutex_unlock(&c->weights_mu);
+    mark_fetched(c, ev->version);
 }
 
 static void *weights_main(void *arg) {
@@ -303,6 +321,7 @@ void rd_control_stop(rd_control *c) {
     pthread_cond_destroy(&c->weights_cv);
     pthread_mutex_destroy(&c->weights_mu);
     rd_nccl_close(&c->nccl);
+    rd_ipc_close(c);
     c->started = false;
     qrl_rpc_client_destroy(c->client);
     c->client = NULL;

@@ -18,6 +18,12 @@
 #include "model/forward_cuda.h"
 #endif
 
+static uint64_t unix_ms(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_REALTIME, &ts);
+    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+}
+
 static double mono_ms(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
@@ -94,9 +100,9 @@ qrl_status rd_ipc_fetch_apply(rd_control *c, const Qrl__VersionEvent *ev, qrl_er
 #endif
     if (st == QRL_OK)
         QRL_LOG_INFO("control", "weights received version=%" PRIu64 " from=cuda-ipc ms=%.1f map_ms=%.2f copy_ms=%.2f "
-                     "verify_ms=%.2f apply_ms=%.1f swap_ms=%.2f path=%s", ev->version, mono_ms() - t0,
-                     rx.map_s * 1e3, rx.copy_s * 1e3, rx.verify_s * 1e3, mono_ms() - t1, swap_s * 1e3,
-                     device ? "device" : "host");
+                     "verify_ms=%.2f apply_ms=%.1f swap_ms=%.2f path=%s since_announce_ms=%" PRId64, ev->version,
+                     mono_ms() - t0, rx.map_s * 1e3, rx.copy_s * 1e3, rx.verify_s * 1e3, mono_ms() - t1,
+                     swap_s * 1e3, device ? "device" : "host", (int64_t)(unix_ms() - ev->sent_unix_ms));
     qrl_wire_free(&rx.mf->base);
     return st;
 }

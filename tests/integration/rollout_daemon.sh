@@ -10,9 +10,10 @@
 #   3. r0 is slowed through Rollout.Set, gets a batch, and is sent SIGTERM mid-batch: it
 #      finishes what it holds, exits 0; a fresh replica r2 answers the rest; no group of
 #      that batch is answered twice (the drained replica committed what it produced);
-#   4. r2 registers with a stand-in learner (rollout_learner_stub), refuses a weight
-#      stream with a corrupted bucket (CRC-32C), takes the next one (version 1, BF16 over
-#      TCP) and swaps at a step boundary; a later batch is answered with every token at
+#   4. r2 registers with a stand-in learner (rollout_learner_stub), which announces CUDA IPC
+#      with a handle nobody can map: r2 (a CPU replica) falls back to the TCP address,
+#      refuses a weight stream with a corrupted bucket (CRC-32C), takes the next one
+#      (version 1, BF16 over TCP) and swaps at a step boundary; a later batch is answered with every token at
 #      version 1; heartbeats report version 1; r2 is stopped through Rollout.Drain (exit 0);
 #   5. r3 (slowed) is sent SIGTERM with rollout.drain_timeout_ms = 1000 while it holds
 #      groups: it aborts them at the timeout and exits 0; r4 answers them.
@@ -151,7 +152,7 @@ lost=$(comm -23 <(echo "$held") <(ids_of r0 produced "2[0-9][0-9]"))
 echo "r0 drained $(echo "$held" | wc -l) groups and exited 0 in $(secs "$t") s"
 grep -q "drained: " "$tmp/r0.log" || fail "no drain line in r0.log"
 "$stub" --port-file "$tmp/learner.addr" --token-file "$tmp/token" --model "$model" \
-  --stats-file "$tmp/learner.json" --corrupt-first --push-after-ms 300 --lifetime 100 \
+  --stats-file "$tmp/learner.json" --corrupt-first --announce-ipc --push-after-ms 300 --lifetime 100 \
   >"$tmp/stub.log" 2>&1 &
 pids+=($!)
 pid_stub=$!
@@ -169,6 +170,7 @@ echo "all 40 groups + too-long answered: $(echo "$out" |
 t=$(date +%s.%N)
 wait_log "$tmp/r2.log" "weights swapped version=1 " 1 30
 grep -q "CRC-32C mismatch" "$tmp/r2.log" || fail "r2 accepted or never saw the corrupted stream"
+grep -q "cuda ipc.*falling back to TCP" "$tmp/r2.log" || fail "r2 did not fall back from CUDA IPC to TCP"
 echo "r2: corrupted stream refused, version 1 received and swapped: $(sed -n \
   's/.*\(weights received version=1 .*\)/\1/p' "$tmp/r2.log")"
 "$harness" produce --bootstrap "$bootstrap" --first-id 301 --groups 4 --group-size 4 \

@@ -4,11 +4,14 @@
  *
  *   rollout_learner_stub --port-file F --token-file F --model PATH --stats-file F
  *                        [--version V] [--push-after-ms N] [--corrupt-first] [--lifetime S]
+ *                        [--announce-ipc]
  *
  * Writes "127.0.0.1:PORT" to the port file once serving.  Each WatchVersions stream gets
  * a NEW_VERSION event for V (default 1) over TCP N ms (default 500) after it opens; with
  * --corrupt-first the first weight stream has a flipped byte in bucket 0 (the replica must
- * refuse it) and the event is repeated 1 s later.  After every call the stats file holds
+ * refuse it) and the event is repeated 1 s later.  With --announce-ipc every event says
+ * CUDA_IPC with a handle no process can map (the TCP address still set): a replica must
+ * fall back to the TCP stream.  After every call the stats file holds
  * {"registers":N,"heartbeats":N,"last_status_version":V,"weight_sends":N,"replica":"..."}.
  * Stops on SIGTERM/SIGINT or after --lifetime seconds (default 120). */
 #include <arpa/inet.h>
@@ -39,7 +42,7 @@ static const char *stats_path;
 static int registers, heartbeats, pushes;
 static _Atomic int weight_sends;
 static uint64_t last_status_version, version = 1;
-static bool corrupt_first;
+static bool corrupt_first, announce_ipc;
 static char replica[128] = "", weight_addr[64];
 static int push_after_ms = 500;
 /* the stream */
@@ -166,6 +169,13 @@ static void push_version(uv_timer_t *t) {
     ev.step = version;
     ev.transport = QRL__WEIGHT_TRANSPORT__WEIGHT_TRANSPORT_TCP;
     ev.weight_addr = weight_addr;
+    static uint8_t bogus[64];
+    if (announce_ipc) {
+        memset(bogus, 0xab, sizeof bogus);
+        ev.transport = QRL__WEIGHT_TRANSPORT__WEIGHT_TRANSPORT_CUDA_IPC;
+        ev.ipc_handle.data = bogus;
+        ev.ipc_handle.len = sizeof bogus;
+    }
     qrl_error err;
     if (qrl_rpc_call_push(watch, &ev.base, &err) != QRL_OK) {
         fprintf(stderr, "stub: push: %s\n", err.msg);
@@ -236,6 +246,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *v = i + 1 < argc ? argv[i + 1] : "";
         if (strcmp(argv[i], "--corrupt-first") == 0) { corrupt_first = true; continue; }
+        if (strcmp(argv[i], "--announce-ipc") == 0) { announce_ipc = true; continue; }
         if (strcmp(argv[i], "--port-file") == 0) port_file = v;
         else if (strcmp(argv[i], "--token-file") == 0) token_file = v;
         else if (strcmp(argv[i], "--model") == 0) model_path = v;
