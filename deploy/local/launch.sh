@@ -9,7 +9,28 @@
 #       [--precision P] [--kv-cache F] [--model PATH] [--updates N] [--group-size G]
 #       [--quota T] [--max-new-tokens N] [--sft-steps N] [--eval-n N] [--eval-k K]
 #       [--seed S] [--lr LR] [--bootstrap HOST:PORT] [--run-dir DIR] [--threads N]
-#       [--sft-threads N] [--mode overlap|alternate] [-- extra qrl-learner flags]
+#       [--sft-threads N] [--mode overlap|alternate]
+#       [--device cpu|cuda] [--gpus 0,1,...] [--gpu-memory-utilization F]
+#       [--dry-run] [-- extra flags]
+#
+# -- FLAGS: --rollout.* keys go to every qrl-rollout replica, every other flag to
+# qrl-learner (a "--key value" pair travels together); they come last, so they override
+# the launcher's own settings (e.g. -- --loss.mode naive --rollout.slots 32).
+#
+# GPU (docs/demo.md "On a GPU"): --device cuda places the learner (learner.device cuda,
+# learner.cuda_device) and each replica (rollout.device cuda, rollout.cuda_device) on the
+# GPUs of --gpus (default 0), round-robin: process k (0 = the learner, 1 + i = replica ri)
+# on GPU k mod len(--gpus); several may share one GPU.  The evaluations run qrl-eval
+# --device cuda on the first GPU; SFT stays on the CPU.  --gpu-memory-utilization F: the
+# fraction of a GPU's memory each replica sizes its KV cache for
+# (rollout.gpu_memory_utilization); default: 0 (off) for a replica alone on its GPU, else
+# 0.5 of a GPU the learner shares, 0.9 of one it does not, split evenly over its
+# replicas.  The GPUs are checked before anything starts.  --device cpu (the default) runs
+# everything on the CPU, as before.
+#
+# --dry-run (or --print-commands): print the commands the run would make ("+ CMD"
+# lines; LEARNER_PORT and KAFKA_BOOTSTRAP stand for what is known only once they run)
+# and exit; nothing is started, written or checked on the GPUs.
 #
 # arith defaults (docs/results.md): 240 SFT steps, then 48 updates of T=32 groups x G=8 at
 # lr 5e-5 in alternate mode (on-policy: replicas pause while the learner updates), 48 new
@@ -26,13 +47,14 @@ data=${QRL_DATA_DIR:-../shared/data}
 
 task=arith replicas=2 lr="" mode="" precision=w8a8-int8 kv=int4-protected model="" updates="" G="" T=""
 max_new="" sft_steps="" eval_n="" eval_k=4 seed=1 bootstrap="" run_dir="" threads=1 extra=()
+device=cpu gpus=0 gpus_given=0 gpu_mem="" dry=0
 # SFT and the evaluations run alone (no daemons yet / any more): --sft-threads 2 uses both
 # cores of an idle machine; 1 by default, since OpenMP threads on a busy shared box run slower
 sft_threads=1
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; }
 while [ $# -gt 0 ]; do
   case $1 in
-    -h|--help|--) ;;
+    -h|--help|--|--dry-run|--print-commands) ;;
     --*) [ $# -ge 2 ] || { echo "launch.sh: option '$1' needs a value (--help lists them)" >&2; exit 2; } ;;
   esac
   case $1 in
@@ -55,6 +77,10 @@ while [ $# -gt 0 ]; do
     --run-dir) run_dir=$2; shift 2 ;;
     --threads) threads=$2; shift 2 ;;
     --sft-threads) sft_threads=$2; shift 2 ;;
+    --device) device=$2; shift 2 ;;
+    --gpus) gpus=$2 gpus_given=1; shift 2 ;;
+    --gpu-memory-utilization) gpu_mem=$2; shift 2 ;;
+    --dry-run|--print-commands) dry=1; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
     *) echo "launch.sh: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
@@ -74,15 +100,96 @@ for v in updates:updates G:group-size T:quota max_new:max-new-tokens sft_steps:s
   name=${v%%:*}
   [[ -z ${!name} || ${!name} =~ ^[1-9][0-9]*$ ]] || die "--${v#*:} must be a positive integer, not '${!name}'"
 done
+[[ $device = cpu || $device = cuda ]] || die "--device must be cpu or cuda, not '$device'"
+if [ "$device" = cpu ]; then
+  [ $gpus_given = 0 ] || die "--gpus needs --device cuda (the default --device cpu uses no GPU)"
+  [ -z "$gpu_mem" ] || die "--gpu-memory-utilization needs --device cuda"
+fi
+[[ $gpus =~ ^[0-9]{1,4}(,[0-9]{1,4})*$ ]] ||
+  die "--gpus must be a comma-separated list of GPU ordinals such as 0 or 0,1, not '$gpus'"
+IFS=, read -r -a gpu_list <<<"$gpus"
+for i in "${!gpu_list[@]}"; do gpu_list[i]=$((10#${gpu_list[i]})); done # 00 = 0
+declare -A seen_gpu=()
+for g in "${gpu_list[@]}"; do
+  [ "$g" -le 64 ] || die "--gpus: GPU ordinal $g is out of range (0..64)"
+  [ -z "${seen_gpu[$g]:-}" ] || die "--gpus lists GPU $g twice ('$gpus'); processes share a GPU by round-robin when there are fewer GPUs than processes"
+  seen_gpu[$g]=1
+done
+if [ -n "$gpu_mem" ]; then
+  [[ $gpu_mem =~ ^(0?\.[0-9]+|[01](\.[0-9]*)?)$ ]] && awk -v f="$gpu_mem" 'BEGIN { exit !(f > 0 && f <= 1) }' ||
+    die "--gpu-memory-utilization must be a fraction in (0, 1], not '$gpu_mem'"
+fi
+# Routing of the flags after --: --rollout.* to the replicas, the rest to the learner.
+learner_extra=() replica_extra=()
+for ((i = 0; i < ${#extra[@]}; i++)); do
+  a=${extra[i]} to=learner n=1
+  [[ $a == --rollout.* ]] && to=replica
+  # "--key value": the value travels with its key (not for --key=value, not before --x)
+  [[ $a == --* && $a != *=* ]] && ((i + 1 < ${#extra[@]})) && [[ ${extra[i + 1]} != --* ]] && n=2
+  if [ $to = replica ]; then replica_extra+=("${extra[@]:i:n}"); else learner_extra+=("${extra[@]:i:n}"); fi
+  i=$((i + n - 1))
+done
+# GPU placement: process k (0 = learner, 1 + i = replica ri) on gpu_list[k mod len]
+n_gpus=${#gpu_list[@]}
+gpu_of() { echo "${gpu_list[$(($1 % n_gpus))]}"; }
+learner_gpu=$(gpu_of 0)
+declare -A procs_on=()
+for ((k = 0; k <= replicas; k++)); do g=$(gpu_of $k); procs_on[$g]=$((${procs_on[$g]:-0} + 1)); done
+# rollout.gpu_memory_utilization of replica i: the flag, else 0 (alone on its GPU), else
+# 0.5 (a GPU shared with the learner) or 0.9 (replicas only) split over its replicas
+replica_mem() {
+  local g n; g=$(gpu_of $(($1 + 1))); n=${procs_on[$g]}
+  [ "$g" = "$learner_gpu" ] && n=$((n - 1))
+  if [ -n "$gpu_mem" ]; then echo "$gpu_mem"
+  elif [ "${procs_on[$g]}" -eq 1 ]; then echo 0
+  else awk -v s="$([ "$g" = "$learner_gpu" ] && echo 0.5 || echo 0.9)" -v n="$n" 'BEGIN { printf "%.3f", s / n }'
+  fi
+}
+if [ "$device" = cuda ] && [ -n "$gpu_mem" ]; then
+  for g in "${!procs_on[@]}"; do
+    n=${procs_on[$g]}; [ "$g" = "$learner_gpu" ] && n=$((n - 1))
+    awk -v f="$gpu_mem" -v n="$n" 'BEGIN { exit !(f * n <= 1) }' ||
+      die "--gpu-memory-utilization $gpu_mem x $n replicas on GPU $g is more than the whole GPU (lower it or add --gpus)"
+  done
+fi
 for b in qrl-learner qrl-rollout qrl-eval qrl-task qrl-kafka-admin; do
   [ -x "$bin/$b" ] || die "$bin/$b is not built: run 'make' first (after deploy/setup.sh)"
 done
 command -v jq >/dev/null || die "jq is missing: run deploy/setup.sh"
+# The GPUs, before anything starts (qrl-eval --check-device: a build with CUDA, the device
+# visible); refused with the reason.
+if [ "$device" = cuda ] && [ $dry = 0 ]; then
+  for g in "${gpu_list[@]}"; do
+    [ -n "${procs_on[$g]:-}" ] || continue # a GPU no process lands on
+    msg=$("$bin/qrl-eval" --device cuda --device-id "$g" --check-device 2>&1) ||
+      die "--device cuda: GPU $g cannot be used: $(sed 's/^qrl-eval: error: --device cuda (--device-id [0-9]*): //' <<<"$msg" | tail -1)"
+    echo "GPU $g: $msg"
+  done
+fi
 
 run_dir=${run_dir:-runs/$(date -u +%Y%m%d-%H%M%S)-$$}
-mkdir -p "$run_dir"
-run_dir=$(cd "$run_dir" && pwd)
-log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" | tee -a "$run_dir/launch.log"; }
+if [ $dry = 0 ]; then
+  mkdir -p "$run_dir"
+  run_dir=$(cd "$run_dir" && pwd)
+fi
+log() {
+  if [ $dry = 1 ]; then printf '# %s\n' "$*"; return; fi
+  printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" | tee -a "$run_dir/launch.log"
+}
+# show CMD...: the "+ CMD" line of a dry run; xcmd CMD...: run CMD, or in a dry run show it;
+# xrun OUT ERR CMD...: the same with stdout to OUT and stderr to ERR (one file: both into it)
+show() { printf '+'; printf ' %q' "$@"; printf '\n'; }
+xcmd() { if [ $dry = 1 ]; then show "$@"; else "$@"; fi; }
+xrun() {
+  local out=$1 errf=$2
+  shift 2
+  if [ $dry = 1 ]; then
+    printf '+'; printf ' %q' "$@"
+    if [ "$out" = "$errf" ]; then printf ' >%q 2>&1\n' "$out"; else printf ' >%q 2>%q\n' "$out" "$errf"; fi
+    return 0
+  fi
+  if [ "$out" = "$errf" ]; then "$@" >"$out" 2>&1; else "$@" >"$out" 2>"$errf"; fi
+}
 
 # ---- process bookkeeping: everything started is stopped on exit ------------------------
 pids=() rpids=() broker=0
@@ -117,18 +224,20 @@ case $task in
     : "${updates:=48}" "${G:=8}" "${T:=32}" "${max_new:=48}" "${sft_steps:=240}" "${eval_n:=200}"
     : "${lr:=5e-5}" "${mode:=alternate}"
     dataset=$run_dir/arith-train.jsonl testset=$run_dir/arith-test.jsonl
-    "$bin/qrl-task" gen --task arith --split train --n 4000 --seed "$seed" --out "$dataset"
-    "$bin/qrl-task" gen --task arith --split test --n "$eval_n" --seed "$seed" --out "$testset"
+    xcmd "$bin/qrl-task" gen --task arith --split train --n 4000 --seed "$seed" --out "$dataset"
+    xcmd "$bin/qrl-task" gen --task arith --split test --n "$eval_n" --seed "$seed" --out "$testset"
     if [ -z "$model" ]; then
-      log "SFT warm start: a fresh model on $(wc -l <"$dataset") worked-steps problems, $sft_steps steps"
-      "$bin/qrl-task" init-model --task arith --seed "$seed" --dim 64 --layers 4 --heads 4 \
-        --out "$run_dir/init" >"$run_dir/init.log" 2>&1 ||
+      log "SFT warm start: a fresh model on $([ $dry = 1 ] && echo 4000 || wc -l <"$dataset") worked-steps problems, $sft_steps steps"
+      xrun "$run_dir/init.log" "$run_dir/init.log" \
+        "$bin/qrl-task" init-model --task arith --seed "$seed" --dim 64 --layers 4 --heads 4 \
+        --out "$run_dir/init" ||
         { tail -5 "$run_dir/init.log"; die "init-model failed"; }
-      "$bin/qrl-learner" --mode sft --learner.model "$run_dir/init" --dataset.path "$dataset" \
+      xrun "$run_dir/sft.log" "$run_dir/sft.log" \
+        "$bin/qrl-learner" --mode sft --learner.model "$run_dir/init" --dataset.path "$dataset" \
         --dataset.chat_template none --learner.seed "$seed" --learner.threads "$sft_threads" \
-        --sft.steps "$sft_steps" --sft.out "$run_dir/sft" >"$run_dir/sft.log" 2>&1 ||
+        --sft.steps "$sft_steps" --sft.out "$run_dir/sft" ||
         { tail -5 "$run_dir/sft.log"; die "SFT failed"; }
-      grep -E "\[sft\] done" "$run_dir/sft.log" | tail -1 | sed 's/^.*\[sft\] /  SFT /'
+      [ $dry = 1 ] || grep -E "\[sft\] done" "$run_dir/sft.log" | tail -1 | sed 's/^.*\[sft\] /  SFT /'
       model=$run_dir/sft
     fi ;;
   story)
@@ -136,8 +245,8 @@ case $task in
     : "${updates:=10}" "${G:=8}" "${T:=8}" "${max_new:=400}" "${eval_n:=100}"
     model=${model:-$data/llama2c_stories260K/stories260K.bin}
     dataset=$run_dir/story-train.jsonl testset=$run_dir/story-test.jsonl
-    "$bin/qrl-task" gen --task story-name --split train --n 2000 --seed "$seed" --out "$dataset"
-    "$bin/qrl-task" gen --task story-name --split test --n "$eval_n" --seed "$seed" --out "$testset" ;;
+    xcmd "$bin/qrl-task" gen --task story-name --split train --n 2000 --seed "$seed" --out "$dataset"
+    xcmd "$bin/qrl-task" gen --task story-name --split test --n "$eval_n" --seed "$seed" --out "$testset" ;;
   gsm8k|math500)
     [ -n "$model" ] || die "--task $task needs --model PATH (a real instruction model; the tiny ones score 0)"
     : "${updates:=50}" "${G:=8}" "${T:=32}" "${max_new:=512}" "${eval_n:=200}"
@@ -154,20 +263,32 @@ case $task in
   *) die "unknown --task '$task' (arith, story, gsm8k, math500)" ;;
 esac
 : "${lr:=1e-4}" "${mode:=overlap}"
-[ -e "$model" ] || die "model $model not found"
+[ -e "$model" ] || [[ $dry = 1 && $model = "$run_dir/sft" ]] || die "model $model not found"
 
+# --device cuda: the evaluations on the first GPU (the scheduler's CUDA engine: BF16
+# activations, so they differ from a CPU evaluation by rounding); the learner and each
+# replica on theirs (gpu_of)
+edev=() ldev=()
+if [ "$device" = cuda ]; then
+  edev=(--device cuda --device_id "$learner_gpu")
+  ldev=(--learner.device cuda --learner.cuda_device "$learner_gpu" --weights.nccl_device "$learner_gpu")
+fi
 evaluate() { # $1 = model, $2 = output name
-  "$bin/qrl-eval" --model "$1" --dataset "$testset" --task "$verifier" --k "$eval_k" --n "$eval_n" \
+  xrun "$run_dir/$2.json" "$run_dir/$2.log" \
+    "$bin/qrl-eval" --model "$1" --dataset "$testset" --task "$verifier" --k "$eval_k" --n "$eval_n" \
     --max_tokens "$max_new" --temperature 1.0 --seed "$seed" --threads "$sft_threads" \
-    --chat_template "$template" "${eval_fields[@]}" "${eval_stop[@]}" --json >"$run_dir/$2.json" 2>"$run_dir/$2.log" ||
+    --chat_template "$template" "${eval_fields[@]}" "${eval_stop[@]}" "${edev[@]}" --json ||
     { tail -5 "$run_dir/$2.log"; die "qrl-eval failed on $1"; }
 }
 log "evaluating the starting policy on $eval_n test prompts (k=$eval_k)"
 evaluate "$model" eval-before
-jq -r '"  before RL: avg@k \(.avg_at_k)  pass@k \(.pass_at_k)  greedy \(.greedy_accuracy)  (\(.seconds | floor) s)"' "$run_dir/eval-before.json"
+[ $dry = 1 ] || jq -r '"  before RL: avg@k \(.avg_at_k)  pass@k \(.pass_at_k)  greedy \(.greedy_accuracy)  (\(.seconds | floor) s)"' "$run_dir/eval-before.json"
 
 # ---- broker ----------------------------------------------------------------------------
-if [ -z "$bootstrap" ]; then
+if [ -z "$bootstrap" ] && [ $dry = 1 ]; then
+  show deploy/kafka/kafka.sh start --dir "$run_dir/kafka" --port 0
+  bootstrap=KAFKA_BOOTSTRAP
+elif [ -z "$bootstrap" ]; then
   t0=$SECONDS
   bootstrap=$(deploy/kafka/kafka.sh start --dir "$run_dir/kafka" --port 0 2>>"$run_dir/kafka.log" |
               sed -n 's/^BOOTSTRAP=//p')
@@ -175,25 +296,60 @@ if [ -z "$bootstrap" ]; then
   broker=1
   log "Kafka broker at $bootstrap ($((SECONDS - t0)) s)"
 fi
-QRL_KAFKA_ADMIN=$bin/qrl-kafka-admin deploy/kafka/kafka.sh create-topics --bootstrap "$bootstrap" \
+[ $dry = 0 ] || show deploy/kafka/kafka.sh create-topics --bootstrap "$bootstrap" --partitions 4
+[ $dry = 1 ] || QRL_KAFKA_ADMIN=$bin/qrl-kafka-admin deploy/kafka/kafka.sh create-topics --bootstrap "$bootstrap" \
   --partitions 4 >>"$run_dir/kafka.log" 2>&1 || die "creating topics on $bootstrap failed"
 
 # ---- learner and replicas ----------------------------------------------------------------
-head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$run_dir/token"
-chmod 600 "$run_dir/token"
+if [ $dry = 0 ]; then
+  head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$run_dir/token"
+  chmod 600 "$run_dir/token"
+fi
 tb=()
 # (not `--help | grep -q`: grep exits at the match, the learner may then die of SIGPIPE
 # and pipefail fails the test; the events were missing from some runs)
 learner_help=$("$bin/qrl-learner" --help 2>/dev/null || true)
 [[ $learner_help == *metrics.tensorboard_dir* ]] && tb=(--metrics.tensorboard_dir "$run_dir/tb")
 ckpt=(--learner.checkpoint_dir "$run_dir/checkpoints" --learner.checkpoint_every 5)
-"$bin/qrl-learner" --learner.model "$model" --dataset.path "$dataset" --dataset.task "$verifier" \
-  --dataset.chat_template "$template" "${fields[@]}" --kafka.bootstrap "$bootstrap" \
-  --learner.group_size "$G" --learner.quota "$T" --learner.max_updates "$updates" \
-  --learner.seed "$seed" --learner.threads "$threads" --sampling.max_new_tokens "$max_new" \
-  --learner.lr "$lr" --learner.mode "$mode" --loss.beta 0 "${stop[@]}" --rpc.token_file "$run_dir/token" \
-  --metrics.jsonl "$run_dir/learner.jsonl" "${tb[@]}" "${ckpt[@]}" "${extra[@]}" \
-  >"$run_dir/learner.log" 2>&1 &
+learner_cmd=("$bin/qrl-learner" --learner.model "$model" --dataset.path "$dataset" --dataset.task "$verifier"
+  --dataset.chat_template "$template" "${fields[@]}" --kafka.bootstrap "$bootstrap"
+  --learner.group_size "$G" --learner.quota "$T" --learner.max_updates "$updates"
+  --learner.seed "$seed" --learner.threads "$threads" --sampling.max_new_tokens "$max_new"
+  --learner.lr "$lr" --learner.mode "$mode" --loss.beta 0 "${stop[@]}" --rpc.token_file "$run_dir/token"
+  --metrics.jsonl "$run_dir/learner.jsonl" "${tb[@]}" "${ckpt[@]}" "${ldev[@]}" "${learner_extra[@]}")
+replica_cmd() { # $1 = index, $2 = learner port: the qrl-rollout command of replica r$1
+  local i=$1 g rdev=() m
+  if [ "$device" = cuda ]; then
+    g=$(gpu_of $((i + 1))) m=$(replica_mem "$i")
+    rdev=(--rollout.device cuda --rollout.cuda_device "$g" --rollout.nccl_device "$g")
+    [ "$m" = 0 ] || rdev+=(--rollout.gpu_memory_utilization "$m")
+  fi
+  rcmd=("$bin/qrl-rollout" --rollout.model "$model" --rollout.precision "$precision" --rollout.kv_cache "$kv"
+    --rollout.replica_id "r$i" --rollout.threads "$threads" --rollout.slots 16
+    --kafka.bootstrap "$bootstrap" --kafka.session_timeout_ms 6000 --rpc.token_file "$run_dir/token"
+    --learner.addr "127.0.0.1:$2" --metrics.jsonl "$run_dir/r$i.jsonl" "${rdev[@]}" "${replica_extra[@]}")
+}
+if [ "$device" = cuda ]; then
+  placement="learner on GPU $learner_gpu"
+  for i in $(seq 0 $((replicas - 1))); do
+    m=$(replica_mem "$i")
+    placement+=", r$i on GPU $(gpu_of $((i + 1)))$([ "$m" = 0 ] || echo " (gpu_memory_utilization $m)")"
+  done
+  log "GPU placement: $placement"
+fi
+if [ $dry = 1 ]; then # the rest of the run, shown; nothing was started
+  xrun "$run_dir/learner.log" "$run_dir/learner.log" "${learner_cmd[@]}"
+  for i in $(seq 0 $((replicas - 1))); do
+    replica_cmd "$i" LEARNER_PORT
+    xrun "$run_dir/r$i.log" "$run_dir/r$i.log" "${rcmd[@]}"
+  done
+  xrun "$run_dir/export.log" "$run_dir/export.log" \
+    "$bin/qrl-learner" export --checkpoint "$run_dir/checkpoints" --out "$run_dir/final"
+  evaluate "$run_dir/final" eval-after
+  show deploy/local/summary.sh "$run_dir"
+  exit 0
+fi
+"${learner_cmd[@]}" >"$run_dir/learner.log" 2>&1 &
 pid_learner=$!
 pids+=("$pid_learner")
 end=$((SECONDS + 60))
@@ -206,10 +362,8 @@ sleep 0.2 # the line may still be half written when grep first sees it
 port=$(sed -n 's/.*rpc listening port=\([0-9]*\).*/\1/p' "$run_dir/learner.log" | head -1)
 echo "127.0.0.1:$port" >"$run_dir/learner.addr"
 for i in $(seq 0 $((replicas - 1))); do
-  "$bin/qrl-rollout" --rollout.model "$model" --rollout.precision "$precision" --rollout.kv_cache "$kv" \
-    --rollout.replica_id "r$i" --rollout.threads "$threads" --rollout.slots 16 \
-    --kafka.bootstrap "$bootstrap" --kafka.session_timeout_ms 6000 --rpc.token_file "$run_dir/token" \
-    --learner.addr "127.0.0.1:$port" --metrics.jsonl "$run_dir/r$i.jsonl" >"$run_dir/r$i.log" 2>&1 &
+  replica_cmd "$i" "$port"
+  "${rcmd[@]}" >"$run_dir/r$i.log" 2>&1 &
   pids+=($!) rpids+=($!)
 done
 # Watchdog: when every replica has exited while the learner still runs (a bad setting, a

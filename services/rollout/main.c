@@ -40,6 +40,10 @@ static const qrl_config_entry CONFIG[] = {
      "rows sampled on the GPU with the CPU sampler's keyed draws)"},
     {"rollout.cuda_device", QRL_CONFIG_TYPE_INT, "0", 0, 64, NULL, false,
      "CUDA device ordinal of the engine with rollout.device cuda"},
+    {"rollout.gpu_memory_utilization", QRL_CONFIG_TYPE_DOUBLE, "0", 0, 1, NULL, false,
+     "rollout.device cuda: fraction of the device's total memory this replica may use "
+     "(weights, activations, KV cache; as vLLM's gpu_memory_utilization): the KV block pool is "
+     "sized to fit it (docs/rollout.md); 0 = off (a pool of rollout.slots full contexts)"},
     {"rollout.enforce_eager", QRL_CONFIG_TYPE_BOOL, "false", 0, 0, NULL, false,
      "rollout.device cuda: launch each decode step's kernels one by one instead of replaying "
      "CUDA graphs (as vLLM's enforce_eager)"},
@@ -169,6 +173,9 @@ int main(int argc, char **argv) {
     qrl_precision prec;
     if (qrl_precision_parse(qrl_config_get_string(cfg, "rollout.precision"), &prec, &err) != QRL_OK)
         die("%s", err.msg);
+    if (!cuda && qrl_config_get_double(cfg, "rollout.gpu_memory_utilization") > 0)
+        die("rollout.gpu_memory_utilization applies to rollout.device cuda only (this replica "
+            "runs on the CPU)");
     if (cuda) {
 #ifndef QRL_HAVE_CUDA
         die("rollout.device cuda: UNSUPPORTED: this build has no CUDA (nvcc was not found when it "

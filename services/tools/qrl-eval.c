@@ -3,12 +3,16 @@
  *
  *   qrl-eval --model DIR --dataset test.jsonl --task arith [--k 4] [--n 200]
  *            [--temperature 1.0] [--seed S] [--max-tokens M] [--json]
+ *            [--device cuda [--device-id N] [--gpu-memory-utilization F]]
+ *   qrl-eval --device cuda [--device-id N] --check-device
  *
  * For each of the first n prompts: k sampled responses (temperature, top-p/top-k) and
  * one greedy response (--greedy, on by default), generated with the rollout scheduler
  * (common/rollout/scheduler.h: batched decode over up to --slots sequences, the
  * rollout's EOS rule and keyed sampler, so numbers equal what the replicas would see)
- * and scored with the task's verifier.  Prompts are rendered as the learner renders them
+ * and scored with the task's verifier; --device cuda runs the scheduler's CUDA engine
+ * (qrl_scheduler_config.device: BF16 activations, so numbers differ from the CPU's by
+ * rounding; docs/rollout.md).  Prompts are rendered as the learner renders them
  * (--chat-template, default auto: the tokenizer's family; "plain" adds BOS).
  *
  * Reported:
@@ -32,6 +36,7 @@
 #include "core/config.h"
 #include "model/load.h"
 #include "model/model.h"
+#include "rollout/gpu_memory.h"
 #include "rollout/scheduler.h"
 #include "tokenizer/tokenizer.h"
 #include "verify/verify.h"
@@ -65,6 +70,17 @@ static const qrl_config_entry CONFIG[] = {
     {"show", QRL_CONFIG_TYPE_INT, "0", 0, 1 << 20, NULL, false,
      "print the first N greedy (else sampled) responses to stderr"},
     {"threads", QRL_CONFIG_TYPE_INT, "0", 0, 1024, NULL, false, "OpenMP threads (0 = all cores)"},
+    {"device", QRL_CONFIG_TYPE_ENUM, "cpu", 0, 0, "cpu|cuda", false,
+     "engine: cpu (the CPU forward) or cuda (the rollout scheduler's CUDA engine, as a replica "
+     "with rollout.device cuda: f32 runs as bf16; refused in a build without CUDA or where "
+     "the GPU is missing)"},
+    {"device_id", QRL_CONFIG_TYPE_INT, "0", 0, 64, NULL, false, "CUDA device ordinal with --device cuda"},
+    {"gpu_memory_utilization", QRL_CONFIG_TYPE_DOUBLE, "0", 0, 1, NULL, false,
+     "--device cuda: fraction of the device's memory to use, sizing the KV pool (as "
+     "rollout.gpu_memory_utilization; 0 = off: --slots full contexts)"},
+    {"check_device", QRL_CONFIG_TYPE_BOOL, "false", 0, 0, NULL, false,
+     "with --device cuda: print the device (name, memory) and exit 0, or exit 1 naming why it "
+     "cannot be used; nothing else is needed (deploy/local/launch.sh checks its GPUs so)"},
 };
 #define N_CONFIG (sizeof CONFIG / sizeof CONFIG[0])
 
@@ -191,6 +207,23 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (npos > 0) die("unexpected argument '%s' (see --help)", argv[1]);
+    /* the device first: a GPU that is missing is refused before any loading */
+    const bool cuda = qrl_config_get_enum(cfg, "device") == 1;
+    const int device_id = (int)qrl_config_get_int(cfg, "device_id");
+    const double gmu = qrl_config_get_double(cfg, "gpu_memory_utilization");
+    if (!cuda && (qrl_config_get_bool(cfg, "check_device") || gmu > 0))
+        die("--%s applies to --device cuda only",
+            qrl_config_get_bool(cfg, "check_device") ? "check-device" : "gpu-memory-utilization");
+    if (cuda) {
+        char desc[256];
+        if (qrl_rollout_gpu_check(device_id, desc, sizeof desc, NULL, &err) != QRL_OK)
+            die("--device cuda (--device-id %d): %s", device_id, err.msg);
+        if (qrl_config_get_bool(cfg, "check_device")) {
+            printf("%s\n", desc);
+            qrl_config_destroy(cfg);
+            return 0;
+        }
+    }
     const char *mpath = qrl_config_get_string(cfg, "model"), *ds = qrl_config_get_string(cfg, "dataset");
     const char *task = qrl_config_get_string(cfg, "task");
     if (!*mpath) die("--model is required");
@@ -230,6 +263,17 @@ int main(int argc, char **argv) {
     sc.max_slots = (int)qrl_config_get_int(cfg, "slots");
     sc.kv_format = kvf;
     sc.eos_token_id = m->cfg.n_eos > 0 ? m->cfg.eos_ids[0] : qrl_tokenizer_eos(tok); /* as the rollout */
+    if (cuda) {
+        sc.device = device_id;
+        /* the longest prompt + max_tokens bounds every sequence: a smaller KV pool and
+         * attention scratch than the model's full context (the CPU path keeps its sizes) */
+        size_t longest = 0;
+        for (size_t i = 0; i < n; i++)
+            if (items[i].n_ids > longest) longest = items[i].n_ids;
+        if ((long long)longest + max_new < m->cfg.max_seq_len) sc.max_ctx = (int)longest + max_new;
+        if (gmu > 0 && qrl_scheduler_config_fit_gpu(&sc, m, gmu, &err) != QRL_OK)
+            die("--%s", err.msg);
+    }
     qrl_scheduler *s;
     if (qrl_scheduler_new(m, tok, &sc, on_group, &t, &s, &err) != QRL_OK) die("%s", err.msg);
     qrl_sampling_params sp = {.temperature = (float)qrl_config_get_double(cfg, "temperature"),

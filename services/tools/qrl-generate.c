@@ -1,5 +1,5 @@
 /* qrl-generate: one-shot offline generation with the CPU reference engine (SPEC §1
- * tools, §4 item 2).  One JSON line per response on stdout; errors are one line
+ * tools, §4 item 2), or with --device cuda the rollout scheduler's CUDA engine.  One JSON line per response on stdout; errors are one line
  * "qrl-generate: error: ..." on stderr and exit status 1.
  *
  *   qrl-generate --model PATH [--tokenizer PATH]
@@ -7,10 +7,13 @@
  *                [--chat-template NAME] [--system TEXT] [--max-new-tokens N]
  *                [--temperature T] [--top-p P] [--top-k K] [--seed S] [--n N] [--stop TEXT]
  *                [--precision f32|bf16] [--kv-cache f32|bf16] [--dump-logits FILE.npy]
- *                [--threads N]
+ *                [--threads N] [--device cuda [--device-id N] [--gpu-memory-utilization F]]
  *
  * Responses of one prompt form a group (group id = prompt index, response index 0..n-1)
- * and draw from the keyed sampler, so output is reproducible for a seed. */
+ * and draw from the keyed sampler, so output is reproducible for a seed.  --device cuda
+ * submits every prompt to the scheduler (common/rollout/scheduler.h, device >= 0: BF16
+ * activations, sampling on the GPU with the same keyed draws) and prints the same lines,
+ * in prompt order; --dump-logits is CPU only. */
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
@@ -30,6 +33,8 @@
 #include "model/load.h"
 #include "model/model.h"
 #include "model/sampler.h"
+#include "rollout/gpu_memory.h"
+#include "rollout/scheduler.h"
 #include "tokenizer/tokenizer.h"
 
 #define BLOCK_SIZE 16
@@ -42,6 +47,8 @@ typedef struct opts {
     const char *stops[MAX_STOPS];
     int n_stops, max_new, top_k, n, threads;
     int kv_sink, kv_recent; /* int4-protected side-cache widths (SPEC §3 KV4-RL) */
+    int device;             /* -1 = CPU; >= 0 = the scheduler's CUDA engine on that ordinal */
+    double gpu_mem;         /* --gpu-memory-utilization (0 = off) */
     float temperature, top_p;
     uint64_t seed;
 } opts;
@@ -109,6 +116,14 @@ static const qrl_config_entry CONFIG[] = {
     {"dump_logits", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
      "write the prompt's per-position logits [positions, vocab] as float32 .npy (one prompt only)"},
     {"threads", QRL_CONFIG_TYPE_INT, "0", 0, 1024, NULL, false, "OpenMP threads (0 = all cores)"},
+    {"device", QRL_CONFIG_TYPE_ENUM, "cpu", 0, 0, "cpu|cuda", false,
+     "engine: cpu (the CPU reference forward) or cuda (the rollout scheduler's CUDA engine: "
+     "f32 runs as bf16, no fp4 KV, no w4a4-nvfp4; refused in a build without CUDA or where "
+     "the GPU is missing)"},
+    {"device_id", QRL_CONFIG_TYPE_INT, "0", 0, 64, NULL, false, "CUDA device ordinal with --device cuda"},
+    {"gpu_memory_utilization", QRL_CONFIG_TYPE_DOUBLE, "0", 0, 1, NULL, false,
+     "--device cuda: fraction of the device's memory to use, sizing the KV pool (as "
+     "rollout.gpu_memory_utilization; 0 = off)"},
 };
 
 static const char *USAGE_HEAD =
@@ -167,6 +182,9 @@ static qrl_config_t *parse_args(int argc, char **argv, opts *o) {
     o->temperature = (float)qrl_config_get_double(cfg, "temperature");
     o->top_p = (float)qrl_config_get_double(cfg, "top_p");
     o->seed = (uint64_t)qrl_config_get_int(cfg, "seed");
+    o->device = qrl_config_get_enum(cfg, "device") == 1 ? (int)qrl_config_get_int(cfg, "device_id") : -1;
+    o->gpu_mem = qrl_config_get_double(cfg, "gpu_memory_utilization");
+    if (o->device < 0 && o->gpu_mem > 0) die("--gpu-memory-utilization applies to --device cuda only");
     size_t n_stops;
     const char *const *stops = qrl_config_get_list(cfg, "stop", &n_stops);
     if (n_stops > MAX_STOPS) die("--stop: at most %d stop strings", MAX_STOPS);
@@ -179,6 +197,11 @@ static qrl_config_t *parse_args(int argc, char **argv, opts *o) {
         die("give exactly one of --prompt, --prompts, --prompt-ids");
     if (o->prompt_ids && o->chat_template) die("--chat-template does not apply to --prompt-ids");
     if (o->system && !o->chat_template) die("--system needs --chat-template");
+    if (o->device >= 0 && o->dump_logits) die("--dump-logits runs on the CPU engine only (not with --device cuda)");
+    if (o->device >= 0) { /* refused before anything is loaded */
+        if (qrl_rollout_gpu_check(o->device, NULL, 0, NULL, &err) != QRL_OK)
+            die("--device cuda (--device-id %d): %s", o->device, err.msg);
+    }
     return cfg;
 }
 
@@ -462,6 +485,115 @@ static void generate_group(engine *e, prompt *p, int pi) {
     free(rs);
 }
 
+/* ---- --device cuda: the rollout scheduler's CUDA engine ------------------------------- */
+
+typedef struct gpu_run {
+    engine *e;
+    prompt *ps;
+    int n_prompts, next;  /* next prompt to print */
+    response **done;      /* [n_prompts]: the group's n responses once finished, else NULL */
+    double *secs;         /* [n_prompts] submit -> finished */
+} gpu_run;
+
+static void on_gpu_group(const qrl_scheduler_group_result *g, void *ctx) {
+    gpu_run *r = ctx;
+    const engine *e = r->e;
+    int pi = (int)g->group_id;
+    response *rs = calloc(g->group_size, sizeof *rs);
+    if (!rs) die("out of memory");
+    for (uint32_t i = 0; i < g->group_size; i++) {
+        const qrl_scheduler_response *x = &g->responses[i];
+        response *y = &rs[i];
+        y->n = x->n_tokens;
+        y->tokens = malloc(((size_t)x->n_tokens + 1) * sizeof *y->tokens);
+        y->logprobs = malloc(((size_t)x->n_tokens + 1) * sizeof *y->logprobs);
+        if (!y->tokens || !y->logprobs) die("out of memory");
+        memcpy(y->tokens, x->tokens, (size_t)x->n_tokens * sizeof *y->tokens);
+        memcpy(y->logprobs, x->logprobs_full, (size_t)x->n_tokens * sizeof *y->logprobs); /* as qrl_sample.logprob */
+        /* every EOS id the CPU path knows ends with "eos" (the scheduler takes one EOS id,
+         * the others come in as stop ids) */
+        bool eos = x->n_tokens > 0 && is_eos(e->m, e->tok, x->tokens[x->n_tokens - 1]);
+        y->finish = x->finish == QRL_FINISH_EOS || (x->finish == QRL_FINISH_STOP && eos) ? "eos"
+                                                                                         : qrl_finish_reason_name(x->finish);
+    }
+    r->done[pi] = rs;
+    r->secs[pi] = (double)g->total_us * 1e-6;
+}
+
+/* Print the finished prompts at the head of the order (the CPU path's output order). */
+static void gpu_flush(gpu_run *r) {
+    const opts *o = r->e->o;
+    while (r->next < r->n_prompts && r->done[r->next]) {
+        int pi = r->next++;
+        response *rs = r->done[pi];
+        for (int i = 0; i < o->n; i++) {
+            char *text = response_text(r->e->tok, &r->ps[pi], &rs[i]);
+            if (text && strcmp(rs[i].finish, "stop") == 0) /* cut at the earliest stop string */
+                for (int k = 0; k < o->n_stops; k++) {
+                    char *at = strstr(text, o->stops[k]);
+                    if (at) *at = '\0';
+                }
+            emit(&r->ps[pi], pi, i, &rs[i], text, r->secs[pi]);
+            free(text);
+            free(rs[i].tokens);
+            free(rs[i].logprobs);
+        }
+        free(rs);
+        r->done[pi] = NULL;
+    }
+}
+
+static void generate_cuda(engine *e, prompt *ps, int n_prompts) {
+    const opts *o = e->o;
+    const qrl_model *m = e->m;
+    qrl_error err;
+    qrl_kv_format kvf;
+    if (qrl_kv_format_parse(o->kv_cache, &kvf, &err) != QRL_OK) die_err(&err);
+    qrl_scheduler_config sc;
+    qrl_scheduler_config_default(&sc);
+    long long want = (long long)o->n * n_prompts;
+    sc.max_slots = (int)(want < 256 ? want : o->n > 256 ? o->n : 256);
+    sc.kv_format = kvf;
+    sc.kv_sink = o->kv_sink < e->ctx ? o->kv_sink : e->ctx;
+    sc.kv_recent = o->kv_recent < e->ctx ? o->kv_recent : e->ctx;
+    sc.max_ctx = e->ctx;
+    sc.device = o->device;
+    /* EOS: the model's first id (else the tokenizer's); the others as stop ids */
+    int32_t stops[QRL_MODEL_MAX_EOS + 1];
+    int n_stop_ids = 0;
+    sc.eos_token_id = m->cfg.n_eos > 0 ? m->cfg.eos_ids[0] : e->tok ? qrl_tokenizer_eos(e->tok) : -1;
+    for (int i = 1; i < m->cfg.n_eos; i++) stops[n_stop_ids++] = m->cfg.eos_ids[i];
+    if (e->tok && qrl_tokenizer_eos(e->tok) >= 0 && qrl_tokenizer_eos(e->tok) != sc.eos_token_id)
+        stops[n_stop_ids++] = qrl_tokenizer_eos(e->tok);
+    if (o->gpu_mem > 0 && qrl_scheduler_config_fit_gpu(&sc, m, o->gpu_mem, &err) != QRL_OK)
+        die("--%s", err.msg);
+    gpu_run r = {.e = e, .ps = ps, .n_prompts = n_prompts,
+                 .done = calloc((size_t)n_prompts, sizeof *r.done),
+                 .secs = calloc((size_t)n_prompts, sizeof *r.secs)};
+    if (!r.done || !r.secs) die("out of memory");
+    qrl_scheduler *s;
+    if (qrl_scheduler_new(m, e->tok, &sc, on_gpu_group, &r, &s, &err) != QRL_OK)
+        die("--device cuda: %s", err.msg);
+    for (int i = 0; i < n_prompts; i++) {
+        qrl_scheduler_group_desc g = {
+            .group_id = (uint64_t)i, .group_size = (uint32_t)o->n, .prompt = ps[i].ids,
+            .n_prompt = (int)ps[i].n_ids,
+            .sampling = {.temperature = o->temperature, .top_k = o->top_k, .top_p = o->top_p,
+                         .seed = o->seed},
+            .max_new_tokens = o->max_new, .stop_token_ids = stops, .n_stop_token_ids = n_stop_ids,
+            .stop_strings = o->n_stops ? o->stops : NULL, .n_stop_strings = o->n_stops};
+        if (qrl_scheduler_submit(s, &g, &err) != QRL_OK) die("prompt %d: %s", i, err.msg);
+    }
+    while (!qrl_scheduler_idle(s)) {
+        if (qrl_scheduler_step(s, NULL, &err) != QRL_OK) die_err(&err);
+        gpu_flush(&r);
+    }
+    gpu_flush(&r);
+    qrl_scheduler_free(s);
+    free(r.done);
+    free(r.secs);
+}
+
 int main(int argc, char **argv) {
     if (!getenv("QRL_LOG_LEVEL")) qrl_log_set_level(QRL_LOG_LEVEL_WARN);
     opts o;
@@ -516,6 +648,14 @@ int main(int argc, char **argv) {
     engine e = {.o = &o, .m = m, .tok = tok};
     int64_t want = (int64_t)max_prompt + o.max_new;
     e.ctx = want < m->cfg.max_seq_len ? (int)want : m->cfg.max_seq_len;
+    if (o.device >= 0) {
+        generate_cuda(&e, ps, n_prompts);
+        free_prompts(ps, n_prompts);
+        qrl_tokenizer_free(tok);
+        qrl_model_free(m);
+        qrl_config_destroy(cfg);
+        return 0;
+    }
     int blocks_per_seq = (e.ctx + BLOCK_SIZE - 1) / BLOCK_SIZE;
     qrl_kv_cache_desc d = {.n_layers = m->cfg.n_layers, .n_kv_heads = m->cfg.n_kv_heads,
                            .head_dim = m->cfg.head_dim, .block_size = BLOCK_SIZE,
