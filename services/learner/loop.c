@@ -407,12 +407,12 @@ static void write_metrics(ld_daemon *d, const ld_job *j, const ld_buffered *b) {
             ",\"kl_behav_prox\":%.6g,\"max_w\":%.6g,\"entropy\":%.6g,\"loss\":%.6g,\"tis_frac\":%.6g,"
             "\"acr_frac\":%.6g,\"clip_low\":%.6g,\"clip_high\":%.6g,\"grad_norm\":%.6g,\"lr\":%.6g,"
             "\"steps_taken\":%d,\"steps_skipped\":%d,\"tokens_trained\":%zu,\"train_tokens_per_s\":%.6g,"
-            "\"update_s\":%.6g,\"snapshot_s\":%.6g}\n",
+            "\"update_s\":%.6g,\"snapshot_s\":%.6g,\"prox_s\":%.6g,\"ref_s\":%.6g,\"train_s\":%.6g}\n",
             s->groups_used, s->groups_dropped, s->reward_mean, s->reward_std, s->accuracy, s->response_len_mean,
             s->version_min, s->version_max, s->kl_behav_prox, s->max_w, s->entropy_mean, s->loss_mean,
             s->tis_frac, s->acr_frac, s->clip_frac_low, s->clip_frac_high, s->grad_norm_mean, s->lr,
             s->steps_taken, s->steps_skipped, s->tokens_trained, s->train_tokens_per_s, j->update_s,
-            j->snapshot_s);
+            j->snapshot_s, s->time_prox_s, s->time_ref_s, s->time_train_s);
     fflush(d->metrics);
 }
 
@@ -766,14 +766,15 @@ static qrl_status setup(ld_daemon *d, const qrl_learner_config *lc, qrl_error *e
     qrl_config_t *cfg = d->cfg;
     QRL_TRY(ld_wserver_start(&d->ws, qrl_config_get_string(cfg, "weights.listen"), err));
     QRL_TRY(ld_nccl_start(&d->nccl, cfg, &d->ws, err));
-    if (lc->device_weights) {
+    QRL_TRY(ld_trainer_start(&d->trainer, d->model, lc, &d->ws, NULL,
+                             (size_t)qrl_config_get_int(cfg, "weights.bucket_bytes"), &d->train_async, err));
+    if (lc->device_weights) { /* after the engine: its errors name the device first */
         QRL_TRY(qrl_wipc_sender_new(lc->device, &d->ipc, err));
         qrl_wipc_node_id(d->node_id);
+        d->trainer.ipc = d->ipc; /* before the first job: ld_trainer_submit's mutex orders it */
         QRL_LOG_INFO("weights", "versions are published on cuda:%d; replicas on node %s take them by CUDA IPC",
                      lc->device, d->node_id);
     }
-    QRL_TRY(ld_trainer_start(&d->trainer, d->model, lc, &d->ws, d->ipc,
-                             (size_t)qrl_config_get_int(cfg, "weights.bucket_bytes"), &d->train_async, err));
     const char *bootstrap = qrl_config_get_string(cfg, "kafka.bootstrap");
     qrl_kafka_producer_opts po = {.bootstrap = bootstrap, .client_id = "qrl-learner", .linger_ms = 2,
                                   .on_delivery = on_delivery, .user = d};
