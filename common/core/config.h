@@ -126,6 +126,8 @@ typedef enum qrl_config_action {
     QRL_CONFIG_ACTION_RUN,           /* config resolved: go on */
     QRL_CONFIG_ACTION_HELP,          /* print qrl_config_help and exit 0 */
     QRL_CONFIG_ACTION_HELP_MARKDOWN, /* print qrl_config_help_markdown and exit 0 */
+    QRL_CONFIG_ACTION_PRINT_CONFIG,  /* --print-config: *out holds the resolved config; print it
+                                        with qrl_config_write and exit 0 (nothing else runs) */
 } qrl_config_action;
 
 /* Command-line front end for a program's main() (config_cli.c):
@@ -135,11 +137,14 @@ typedef enum qrl_config_action {
  *   --section.key                   for a bool key: true (a following true/false/yes/no/
  *                                   on/off/1/0 is taken as its value)
  *   --help | -h, --help-markdown    *action says so; no file is read then
+ *   --print-config                  *action = PRINT_CONFIG: files and overrides are applied
+ *                                   (errors as for RUN) and *out holds the result
+ *   --KEY (unknown, no value)       NOT_FOUND "unknown key KEY" (not "needs a value")
  *   --                              everything after is positional
  * Other arguments are positional: they are moved to argv[1 .. *npositional] in order
- * (argv itself is permuted, getopt style).  On success with action RUN, *out holds the
- * resolved config (the defaults when no file/override is given), to be destroyed by the
- * caller; with a help action *out is NULL and no file has been read.
+ * (argv itself is permuted, getopt style).  On success with action RUN (or PRINT_CONFIG),
+ * *out holds the resolved config (the defaults when no file/override is given), to be
+ * destroyed by the caller; with a help action *out is NULL and no file has been read.
  * Errors: those of qrl_config_load_file; for overrides the message names the argument
  * ("--rollout.top_p=2: rollout.top_p = 2 is outside [0, 1]", "--rolout.top_p=1: unknown
  * key rolout.top_p (did you mean rollout.top_p?)"); INVALID_ARGUMENT for a missing value

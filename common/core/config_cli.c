@@ -12,9 +12,10 @@
 
 void qrl_config_help(const qrl_config_entry *table, size_t n, const char *program, FILE *out) {
     fprintf(out,
-            "usage: %s [--config FILE] [--section.key=VALUE ...] [--help] [--help-markdown]\n\n"
+            "usage: %s [--config FILE] [--section.key=VALUE ...] [--print-config] [--help] [--help-markdown]\n\n"
             "Keys are set in the YAML file (section: {key: value}) or on the command line\n"
             "(--section.key=VALUE or --section.key VALUE); the command line wins.\n"
+            "--print-config prints the resolved config (key: value  # origin) and exits.\n"
             "Keys marked runtime can be changed on a running program with qrlctl set.\n\n",
             program);
     for (size_t i = 0; i < n; i++) {
@@ -108,6 +109,8 @@ static qrl_status scan_args(const qrl_config_entry *table, size_t n, int argc, c
             *action = QRL_CONFIG_ACTION_HELP;
         } else if (strcmp(a, "--help-markdown") == 0) {
             *action = QRL_CONFIG_ACTION_HELP_MARKDOWN;
+        } else if (strcmp(a, "--print-config") == 0) {
+            if (*action == QRL_CONFIG_ACTION_RUN) *action = QRL_CONFIG_ACTION_PRINT_CONFIG;
         } else if (strncmp(a, "--config=", 9) == 0) {
             files[(*nfiles)++] = a + 9;
         } else if (strcmp(a, "--config") == 0) {
@@ -127,9 +130,12 @@ static qrl_status scan_args(const qrl_config_entry *table, size_t n, int argc, c
             o->value = eq ? eq + 1 : NULL;
             if (!o->value && e && e->type == QRL_CONFIG_TYPE_BOOL) /* bare flag; an explicit word is taken */
                 o->value = i + 1 < argc && is_bool_word(argv[i + 1]) ? argv[++i] : "true";
+            else if (!o->value && !e && (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0))
+                o->value = ""; /* --foo, --version: an unknown key (qrl_config_apply says so, with a
+                                  suggestion), not a known key missing its value */
             else if (!o->value && (i + 1 >= argc || strncmp(argv[i + 1], "--", 2) == 0))
                 return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "%s needs a value (%s=<%s>)", a, a,
-                                     e ? qrl_config_type_name(e->type) : "value");
+                                     qrl_config_type_name(e->type));
             else if (!o->value)
                 o->value = argv[++i];
         } else {
@@ -165,14 +171,15 @@ qrl_status qrl_config_parse_args(const qrl_config_entry *table, size_t n, int ar
         goto done;
     }
     QRL_TRY_GOTO(scan_args(table, n, argc, argv, files, &nfiles, ovr, &novr, action, npositional, err), done);
-    if (*action != QRL_CONFIG_ACTION_RUN) goto done; /* help needs no file, and *out stays NULL */
+    if (*action != QRL_CONFIG_ACTION_RUN && *action != QRL_CONFIG_ACTION_PRINT_CONFIG)
+        goto done; /* help needs no file, and *out stays NULL */
     for (int k = 0; k < nfiles; k++) QRL_TRY_GOTO(qrl_config_load_file(cfg, files[k], err), done);
     for (int k = 0; k < novr; k++) {
         char origin[ARG_NAME_MAX + 2];
         snprintf(origin, sizeof origin, "--%s", ovr[k].name);
         st = qrl_config_apply(cfg, ovr[k].name, ovr[k].value, origin, err);
         if (st) {
-            blame(err, st, ovr[k].arg, strchr(ovr[k].arg, '=') ? NULL : ovr[k].value);
+            blame(err, st, ovr[k].arg, strchr(ovr[k].arg, '=') || !*ovr[k].value ? NULL : ovr[k].value);
             goto done;
         }
     }

@@ -52,10 +52,16 @@ device=cpu gpus=0 gpus_given=0 gpu_mem="" dry=0
 # cores of an idle machine; 1 by default, since OpenMP threads on a busy shared box run slower
 sft_threads=1
 usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BASH_SOURCE[0]}"; }
+# A usage error: one "launch.sh: error:" line and exit 1, as every qrl program.
+usage_error() { echo "launch.sh: error: $* (--help lists the options)" >&2; exit 1; }
+value_opts=" --task --replicas --precision --kv-cache --model --updates --group-size --quota --max-new-tokens"
+value_opts+=" --sft-steps --eval-n --eval-k --seed --lr --mode --bootstrap --run-dir --threads --sft-threads"
+value_opts+=" --device --gpus --gpu-memory-utilization "
 while [ $# -gt 0 ]; do
   case $1 in
     -h|--help|--|--dry-run|--print-commands) ;;
-    --*) [ $# -ge 2 ] || { echo "launch.sh: option '$1' needs a value (--help lists them)" >&2; exit 2; } ;;
+    --*) [[ $value_opts == *" $1 "* ]] || usage_error "unknown option '$1'"
+         [ $# -ge 2 ] || usage_error "option '$1' needs a value" ;;
   esac
   case $1 in
     --task) task=$2; shift 2 ;;
@@ -83,7 +89,7 @@ while [ $# -gt 0 ]; do
     --dry-run|--print-commands) dry=1; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
-    *) echo "launch.sh: unknown option '$1' (--help lists them)" >&2; exit 2 ;;
+    *) usage_error "unknown option '$1'" ;;
   esac
 done
 die() { echo "launch.sh: error: $*" >&2; exit 1; }

@@ -118,10 +118,11 @@ static int fail_err(const ctl *x, const qrl_error *err) {
     return fail(x, exit_code(err->status), err->status, err->msg);
 }
 
+/* A usage error: one line "qrlctl: error: ..." and exit 1, as every qrl program. */
 static int usage_error(const char *fmt, const char *arg) {
-    fprintf(stderr, "qrlctl: ");
+    fprintf(stderr, "qrlctl: error: ");
     fprintf(stderr, fmt, arg);
-    fprintf(stderr, "\nTry 'qrlctl --help'.\n");
+    fprintf(stderr, " (see qrlctl --help)\n");
     return EXIT_USAGE;
 }
 
@@ -458,7 +459,7 @@ int main(int argc, char **argv) {
     double secs;
     opterr = 0;
     int opt;
-    while ((opt = getopt_long(argc, argv, "h", longopts, NULL)) != -1) {
+    while ((opt = getopt_long(argc, argv, ":h", longopts, NULL)) != -1) {
         switch (opt) {
         case 'l': x.learner = optarg; break;
         case 't': token_file = optarg; break;
@@ -480,8 +481,8 @@ int main(int argc, char **argv) {
             x.drain_timeout_ms = (uint32_t)ceil(secs * 1000);
             break;
         case 'h': usage(stdout); return EXIT_OK;
-        default:
-            return usage_error("unknown option or missing value: '%s'", argv[optind - 1]);
+        case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
+        default: return usage_error("unknown option '%s'", argv[optind - 1]);
         }
     }
     if (optind >= argc) return usage_error("%s", "no command given");

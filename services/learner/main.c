@@ -245,6 +245,11 @@ int main(int argc, char **argv) {
         qrl_config_help_markdown(CONFIG, N_CONFIG, "qrl-learner", stdout);
         return 0;
     }
+    if (action == QRL_CONFIG_ACTION_PRINT_CONFIG) { /* the resolved config as YAML, nothing run */
+        qrl_config_write(cfg, stdout);
+        qrl_config_destroy(cfg);
+        return 0;
+    }
     if (npos > 0) die("unexpected argument '%s' (see --help)", argv[1]);
     const char *model_path = qrl_config_get_string(cfg, "learner.model");
     const char *ds_path = qrl_config_get_string(cfg, "dataset.path");

@@ -149,6 +149,11 @@ int main(int argc, char **argv) {
         qrl_config_help_markdown(CONFIG, N_CONFIG, "qrl-rollout", stdout);
         return 0;
     }
+    if (action == QRL_CONFIG_ACTION_PRINT_CONFIG) { /* the resolved config as YAML, nothing run */
+        qrl_config_write(cfg, stdout);
+        qrl_config_destroy(cfg);
+        return 0;
+    }
     if (npos > 0) die("unexpected argument '%s' (see --help)", argv[1]);
     const char *model_path = qrl_config_get_string(cfg, "rollout.model");
     if (!*model_path) die("--rollout.model is required (see --help)");

@@ -206,6 +206,11 @@ int main(int argc, char **argv) {
         qrl_config_help_markdown(CONFIG, N_CONFIG, "qrl-eval", stdout);
         return 0;
     }
+    if (action == QRL_CONFIG_ACTION_PRINT_CONFIG) { /* the resolved config as YAML, nothing run */
+        qrl_config_write(cfg, stdout);
+        qrl_config_destroy(cfg);
+        return 0;
+    }
     if (npos > 0) die("unexpected argument '%s' (see --help)", argv[1]);
     /* the device first: a GPU that is missing is refused before any loading */
     const bool cuda = qrl_config_get_enum(cfg, "device") == 1;

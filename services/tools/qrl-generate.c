@@ -1,11 +1,14 @@
 /* qrl-generate: one-shot offline generation with the CPU reference engine (SPEC §1
- * tools, §4 item 2), or with --device cuda the rollout scheduler's CUDA engine.  One JSON line per response on stdout; errors are one line
- * "qrl-generate: error: ..." on stderr and exit status 1.
+ * tools, §4 item 2), or with --device cuda the rollout scheduler's CUDA engine.  One JSON
+ * line per response on stdout (--output text: the prompt and its continuation as plain
+ * text); errors, usage errors included, are one line "qrl-generate: error: ..." on stderr
+ * and exit status 1.
  *
  *   qrl-generate --model PATH [--tokenizer PATH]
  *                (--prompt TEXT | --prompts FILE.jsonl | --prompt-ids 1,2,3)
  *                [--chat-template NAME] [--system TEXT] [--max-new-tokens N]
  *                [--temperature T] [--top-p P] [--top-k K] [--seed S] [--n N] [--stop TEXT]
+ *                [--stop-token-ids 1,2] [--stop-at-bos auto|true|false] [--output json|text]
  *                [--precision f32|bf16] [--kv-cache f32|bf16] [--dump-logits FILE.npy]
  *                [--threads N] [--device cuda [--device-id N] [--gpu-memory-utilization F]]
  *
@@ -40,12 +43,19 @@
 #define BLOCK_SIZE 16
 #define PREFILL_ROWS 64
 #define MAX_STOPS 8
+#define MAX_STOP_IDS 16
 
 typedef struct opts {
     const char *model, *tokenizer, *prompt, *prompts_file, *prompt_ids, *chat_template, *system;
     const char *precision, *kv_cache, *dump_logits;
     const char *stops[MAX_STOPS];
     int n_stops, max_new, top_k, n, threads;
+    int32_t stop_ids[MAX_STOP_IDS + 1]; /* --stop-token-ids, and BOS (--stop-at-bos) */
+    int n_stop_ids;
+    int stop_at_bos;                    /* 0 auto (llama2.c tokenizers), 1 true, 2 false */
+    const char *const *stop_id_text;    /* --stop-token-ids as given, checked once the model loads */
+    size_t n_stop_id_text;
+    bool text_output;                   /* --output text */
     int kv_sink, kv_recent; /* int4-protected side-cache widths (SPEC §3 KV4-RL) */
     int device;             /* -1 = CPU; >= 0 = the scheduler's CUDA engine on that ordinal */
     double gpu_mem;         /* --gpu-memory-utilization (0 = off) */
@@ -104,6 +114,14 @@ static const qrl_config_entry CONFIG[] = {
     {"n", QRL_CONFIG_TYPE_INT, "1", 1, 4096, NULL, false, "responses per prompt"},
     {"stop", QRL_CONFIG_TYPE_LIST, "", 0, 0, NULL, false,
      "stop strings, comma-separated (up to 8)"},
+    {"stop_token_ids", QRL_CONFIG_TYPE_LIST, "", 0, 0, NULL, false,
+     "token ids that end a response besides EOS (finish_reason stop; up to 16), as qrl-eval's"},
+    {"stop_at_bos", QRL_CONFIG_TYPE_ENUM, "auto", 0, 0, "auto|true|false", false,
+     "end a response when the model samples BOS (finish_reason stop); auto = for llama2.c "
+     "tokenizers (.bin), whose story models start the next story with BOS"},
+    {"output", QRL_CONFIG_TYPE_ENUM, "json", 0, 0, "json|text", false,
+     "json: one JSON line per response; text: each prompt followed by its response as plain "
+     "text, responses separated by a blank line"},
     {"precision", QRL_CONFIG_TYPE_ENUM, "f32", 0, 0,
      "f32|bf16|w8a8-int8|w8a8-fp8|w4a16-nvfp4|w4a16-mxfp4|w4a4-nvfp4", false,
      "weight/activation format (SPEC §3)"},
@@ -131,7 +149,8 @@ static const char *USAGE_HEAD =
     "             (--prompt TEXT | --prompts FILE.jsonl | --prompt-ids 1,2,3) [options]\n"
     "Output: one JSON line per response: prompt, prompt_index, response_index, text,\n"
     "token_ids, logprobs (log softmax(logits/T) over the full vocabulary; T=1 when\n"
-    "greedy), finish_reason (eos|length|stop), prompt_tokens, tokens_per_s.\n"
+    "greedy), finish_reason (eos|length|stop: a --stop string or a stop token id, BOS of\n"
+    "llama2.c models by default), prompt_tokens, tokens_per_s.  --output text: plain text.\n"
     "\n";
 
 /* ---- argument parsing --------------------------------------------------------------- */
@@ -161,6 +180,11 @@ static qrl_config_t *parse_args(int argc, char **argv, opts *o) {
         qrl_config_help_markdown(CONFIG, sizeof CONFIG / sizeof CONFIG[0], "qrl-generate", stdout);
         exit(0);
     }
+    if (action == QRL_CONFIG_ACTION_PRINT_CONFIG) { /* the resolved config as YAML, nothing run */
+        qrl_config_write(cfg, stdout);
+        qrl_config_destroy(cfg);
+        exit(0);
+    }
     if (npos > 0) die("unexpected argument '%s' (see --help)", argv[1]);
     *o = (opts){0};
     o->model = opt_string(cfg, "model");
@@ -184,6 +208,10 @@ static qrl_config_t *parse_args(int argc, char **argv, opts *o) {
     o->seed = (uint64_t)qrl_config_get_int(cfg, "seed");
     o->device = qrl_config_get_enum(cfg, "device") == 1 ? (int)qrl_config_get_int(cfg, "device_id") : -1;
     o->gpu_mem = qrl_config_get_double(cfg, "gpu_memory_utilization");
+    o->stop_at_bos = qrl_config_get_enum(cfg, "stop_at_bos");
+    o->stop_id_text = qrl_config_get_list(cfg, "stop_token_ids", &o->n_stop_id_text);
+    if (o->n_stop_id_text > MAX_STOP_IDS) die("--stop-token-ids: at most %d ids", MAX_STOP_IDS);
+    o->text_output = qrl_config_get_enum(cfg, "output") == 1;
     if (o->device < 0 && o->gpu_mem > 0) die("--gpu-memory-utilization applies to --device cuda only");
     size_t n_stops;
     const char *const *stops = qrl_config_get_list(cfg, "stop", &n_stops);
@@ -315,6 +343,33 @@ static bool is_eos(const qrl_model *m, const qrl_tokenizer *tok, int32_t t) {
     return tok && qrl_tokenizer_eos(tok) == t;
 }
 
+static bool is_stop_id(const opts *o, int32_t t) {
+    for (int i = 0; i < o->n_stop_ids; i++)
+        if (o->stop_ids[i] == t) return true;
+    return false;
+}
+
+/* --stop-token-ids checked against the vocabulary, then BOS when --stop-at-bos says so
+ * (auto: a llama2.c tokenizer, tokenizer.bin / tok<V>.bin: its story models sample BOS
+ * to start the next story, as llama2.c's run.c stops there). */
+static void resolve_stop_ids(opts *o, const qrl_model *m, const qrl_tokenizer *tok, const char *tpath) {
+    for (size_t i = 0; i < o->n_stop_id_text; i++) {
+        const char *t = o->stop_id_text[i];
+        char *end;
+        errno = 0;
+        long v = strtol(t, &end, 10);
+        if (errno || end == t || *end || v < 0 || v >= m->cfg.vocab_size)
+            die("--stop-token-ids: '%s' is not a token id in [0, %d)", t, m->cfg.vocab_size);
+        o->stop_ids[o->n_stop_ids++] = (int32_t)v;
+    }
+    size_t tl = strlen(tpath);
+    bool llama2c = tl > 4 && strcmp(tpath + tl - 4, ".bin") == 0;
+    int32_t bos = tok ? qrl_tokenizer_bos(tok) : -1;
+    if (bos >= 0 && (o->stop_at_bos == 1 || (o->stop_at_bos == 0 && llama2c)) && !is_stop_id(o, bos) &&
+        !is_eos(m, tok, bos))
+        o->stop_ids[o->n_stop_ids++] = bos;
+}
+
 /* Text of a response (special tokens skipped), or NULL without a tokenizer.  Decoded in
  * the context of its prompt (decode(prompt + response) minus decode(prompt)) so that
  * SentencePiece leading-space rules apply as they would to the whole sequence. */
@@ -362,7 +417,16 @@ static char *utf8_lossy(const char *s) {
     return out;
 }
 
-static void emit(const prompt *p, int pi, int ri, const response *r, char *text, double secs) {
+static void emit(const opts *op, const prompt *p, int pi, int ri, const response *r, char *text, double secs) {
+    if (op->text_output) { /* the prompt and its continuation; a blank line between responses */
+        static bool first = true;
+        char *valid = text ? utf8_lossy(text) : NULL;
+        printf("%s%s%s\n", first ? "" : "\n", p->text ? p->text : "", valid ? valid : "");
+        first = false;
+        free(valid);
+        if (fflush(stdout) != 0 || ferror(stdout)) die("writing to stdout failed: %s", strerror(errno));
+        return;
+    }
     json_t *o = json_object();
     json_object_set_new(o, "prompt", p->text ? json_string(p->text) : json_null());
     json_object_set_new(o, "prompt_index", json_integer(pi));
@@ -405,6 +469,7 @@ static void take(engine *e, const prompt *p, response *r, const qrl_sample *s, i
     r->logprobs[r->n] = s->logprob;
     r->n++;
     if (is_eos(e->m, e->tok, s->token)) r->finish = "eos";
+    else if (is_stop_id(e->o, s->token)) r->finish = "stop";
     else if (r->n >= e->o->max_new || pos >= e->ctx) r->finish = "length";
     else if (e->o->n_stops && e->tok) {
         char *text = response_text(e->tok, p, r);
@@ -473,7 +538,7 @@ static void generate_group(engine *e, prompt *p, int pi) {
                 char *at = strstr(text, o->stops[k]);
                 if (at) *at = '\0';
             }
-        emit(p, pi, i, &rs[i], text, secs);
+        emit(o, p, pi, i, &rs[i], text, secs);
         free(text);
         qrl_kv_cache_seq_free(e->kv, rs[i].seq);
         free(rs[i].tokens);
@@ -533,7 +598,7 @@ static void gpu_flush(gpu_run *r) {
                     char *at = strstr(text, o->stops[k]);
                     if (at) *at = '\0';
                 }
-            emit(&r->ps[pi], pi, i, &rs[i], text, r->secs[pi]);
+            emit(o, &r->ps[pi], pi, i, &rs[i], text, r->secs[pi]);
             free(text);
             free(rs[i].tokens);
             free(rs[i].logprobs);
@@ -559,12 +624,13 @@ static void generate_cuda(engine *e, prompt *ps, int n_prompts) {
     sc.max_ctx = e->ctx;
     sc.device = o->device;
     /* EOS: the model's first id (else the tokenizer's); the others as stop ids */
-    int32_t stops[QRL_MODEL_MAX_EOS + 1];
+    int32_t stops[QRL_MODEL_MAX_EOS + 1 + MAX_STOP_IDS + 1];
     int n_stop_ids = 0;
     sc.eos_token_id = m->cfg.n_eos > 0 ? m->cfg.eos_ids[0] : e->tok ? qrl_tokenizer_eos(e->tok) : -1;
     for (int i = 1; i < m->cfg.n_eos; i++) stops[n_stop_ids++] = m->cfg.eos_ids[i];
     if (e->tok && qrl_tokenizer_eos(e->tok) >= 0 && qrl_tokenizer_eos(e->tok) != sc.eos_token_id)
         stops[n_stop_ids++] = qrl_tokenizer_eos(e->tok);
+    for (int i = 0; i < o->n_stop_ids; i++) stops[n_stop_ids++] = o->stop_ids[i]; /* finish "stop" */
     if (o->gpu_mem > 0 && qrl_scheduler_config_fit_gpu(&sc, m, o->gpu_mem, &err) != QRL_OK)
         die("--%s", err.msg);
     gpu_run r = {.e = e, .ps = ps, .n_prompts = n_prompts,
@@ -625,6 +691,7 @@ int main(int argc, char **argv) {
         die("%s: tokenizer vocabulary %d is larger than the model's %d: wrong tokenizer for %s?",
             tpath, qrl_tokenizer_vocab_size(tok), V, o.model);
     if (o.n_stops && !tok) die("--stop needs a tokenizer");
+    resolve_stop_ids(&o, m, tok, tpath);
 
     int n_prompts = 1;
     prompt *ps;

@@ -18,7 +18,7 @@ static void usage(FILE *f) {
             "*.safetensors.index.json, or a folder holding model.safetensors or\n"
             "model.safetensors.index.json) and print one line per tensor:\n"
             "  name dtype [shape] bytes\n"
-            "Exit status: 0 valid, 1 invalid or unreadable input, 2 bad usage.\n");
+            "Exit status: 0 valid, 1 invalid or unreadable input, or a usage error.\n");
 }
 
 int main(int argc, char **argv) {
@@ -26,9 +26,12 @@ int main(int argc, char **argv) {
         usage(stdout);
         return 0;
     }
-    if (argc != 2 || argv[1][0] == '-') {
-        usage(stderr);
-        return 2;
+    if (argc != 2 || argv[1][0] == '-') { /* a usage error: 1, as in every qrl program */
+        int opt = 1;
+        while (opt < argc && argv[opt][0] != '-') opt++;
+        if (opt < argc) fprintf(stderr, "qrl-inspect: error: unknown option '%s' (see --help)\n", argv[opt]);
+        else fprintf(stderr, "qrl-inspect: error: expected one FILE_OR_DIR argument, got %d (see --help)\n", argc - 1);
+        return 1;
     }
     qrl_error err;
     qrl_error_clear(&err);

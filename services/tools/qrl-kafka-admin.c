@@ -6,7 +6,8 @@
  *                   [--replication-factor R] [--max-message-bytes N] [--timeout S]
  *   qrl-kafka-admin describe --bootstrap B --topics a,b [--timeout S]
  *
- * Exit status: 0 done, 1 failed (one line on stderr says why), 2 bad usage. */
+ * Exit status: 0 done, 1 failed or a usage error (one line on stderr says why; 1 for usage
+ * errors as in every qrl program). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -38,43 +39,48 @@ typedef struct args {
     long long max_bytes;
 } args;
 
-/* Parse a whole decimal number in [lo, hi]; exits with usage status 2 otherwise. */
+/* Parse a whole decimal number in [lo, hi]; exits with the usage status (1) otherwise. */
 static long long parse_num(const char *flag, const char *s, long long lo, long long hi) {
     char *end;
     errno = 0;
     long long v = strtoll(s, &end, 10);
     if (errno || end == s || *end || v < lo || v > hi) {
-        fprintf(stderr, "qrl-kafka-admin: %s '%s' is not a number in [%lld, %lld]\n", flag, s, lo, hi);
-        exit(2);
+        fprintf(stderr, "qrl-kafka-admin: error: %s '%s' is not a number in [%lld, %lld]\n", flag, s, lo, hi);
+        exit(1);
     }
     return v;
 }
 
 static void parse(int argc, char **argv, args *a) {
-    if (argc < 2) { usage(stderr); exit(2); }
+    if (argc < 2) { usage(stderr); exit(1); }
     a->cmd = argv[1];
     if (!strcmp(a->cmd, "-h") || !strcmp(a->cmd, "--help")) { usage(stdout); exit(0); }
+    if (strcmp(a->cmd, "wait") && strcmp(a->cmd, "create-topics") && strcmp(a->cmd, "describe")) {
+        fprintf(stderr, "qrl-kafka-admin: error: unknown command '%s' (wait | create-topics | describe; see --help)\n",
+                a->cmd);
+        exit(1);
+    }
     for (int i = 2; i < argc; i++) {
         char *flag = argv[i], *val = strchr(flag, '=');
         if (val) *val++ = '\0';
         else if (i + 1 < argc) val = argv[++i];
-        else { fprintf(stderr, "qrl-kafka-admin: %s needs a value\n", flag); exit(2); }
+        else { fprintf(stderr, "qrl-kafka-admin: error: %s needs a value\n", flag); exit(1); }
         if (!strcmp(flag, "--bootstrap")) a->bootstrap = val;
         else if (!strcmp(flag, "--topics")) a->topics_buf = val;
         else if (!strcmp(flag, "--partitions")) a->partitions = (long)parse_num(flag, val, 1, 100000);
         else if (!strcmp(flag, "--replication-factor")) a->replication = (long)parse_num(flag, val, 1, 32);
         else if (!strcmp(flag, "--max-message-bytes")) a->max_bytes = parse_num(flag, val, 1024, 1LL << 30);
         else if (!strcmp(flag, "--timeout")) a->timeout_s = (long)parse_num(flag, val, 1, 3600);
-        else { fprintf(stderr, "qrl-kafka-admin: unknown option %s\n", flag); usage(stderr); exit(2); }
+        else { fprintf(stderr, "qrl-kafka-admin: error: unknown option %s (see --help)\n", flag); exit(1); }
     }
     if (!a->bootstrap || !*a->bootstrap) {
-        fprintf(stderr, "qrl-kafka-admin %s: --bootstrap is required\n", a->cmd);
-        exit(2);
+        fprintf(stderr, "qrl-kafka-admin: error: %s: --bootstrap is required\n", a->cmd);
+        exit(1);
     }
     for (char *t = a->topics_buf ? strtok(a->topics_buf, ",") : NULL; t; t = strtok(NULL, ",")) {
         if (a->n_topics == MAX_TOPICS) {
-            fprintf(stderr, "qrl-kafka-admin: more than %d topics\n", MAX_TOPICS);
-            exit(2);
+            fprintf(stderr, "qrl-kafka-admin: error: more than %d topics\n", MAX_TOPICS);
+            exit(1);
         }
         a->topics[a->n_topics++] = t;
     }
@@ -94,8 +100,8 @@ int main(int argc, char **argv) {
         if (st == QRL_OK) printf("ready bootstrap=%s brokers=%d\n", a.bootstrap, n);
     } else if (!strcmp(a.cmd, "create-topics") || !strcmp(a.cmd, "describe")) {
         if (a.n_topics == 0) {
-            fprintf(stderr, "qrl-kafka-admin %s: --topics is required\n", a.cmd);
-            return 2;
+            fprintf(stderr, "qrl-kafka-admin: error: %s: --topics is required\n", a.cmd);
+            return 1;
         }
         if (!strcmp(a.cmd, "create-topics")) {
             qrl_kafka_topic_spec spec = {.partitions = (int)a.partitions,
@@ -118,7 +124,7 @@ int main(int argc, char **argv) {
     } else {
         fprintf(stderr, "qrl-kafka-admin: unknown command '%s'\n", a.cmd);
         usage(stderr);
-        return 2;
+        return 1;
     }
     if (st != QRL_OK) {
         fprintf(stderr, "qrl-kafka-admin %s: %s: %s\n", a.cmd, qrl_status_name(st), err.msg);

@@ -3,8 +3,8 @@
  *   echo 'so #### 18' | qrl-verify --task gsm8k --reference 18
  *   {"reward": 1.0, "correct": true, "found": true, "extracted": "18"}
  *
- * Exit status: 0 scored (whatever the reward), 1 the reference was rejected or reading
- * failed, 2 usage error (unknown task, missing option). */
+ * Exit status: 0 scored (whatever the reward), 1 an error: a usage error (unknown task,
+ * missing option; as every qrl program), the reference was rejected or reading failed. */
 #include <errno.h>
 #include <jansson.h>
 #include <stdio.h>
@@ -33,7 +33,7 @@ static void usage(FILE *f) {
         const qrl_verifier *v = qrl_verifier_at(i);
         fprintf(f, "  %-10s %s\n", v->name, v->summary);
     }
-    fprintf(f, "\nexit status: 0 scored, 1 bad reference or read error, 2 usage error\n");
+    fprintf(f, "\nexit status: 0 scored, 1 an error (usage error, bad reference or read error)\n");
 }
 
 static void known_tasks(FILE *f) {
@@ -105,13 +105,13 @@ int main(int argc, char **argv) {
             if (a[k] == '=') val = a + k + 1;
             else if (a[k] == '\0' && i + 1 < argc) val = argv[++i];
             else if (a[k] == '\0') {
-                fprintf(stderr, "qrl-verify: option %s needs a value\n", opts[o]);
-                return 2;
+                fprintf(stderr, "qrl-verify: error: option %s needs a value\n", opts[o]);
+                return 1; /* usage error (every qrl program: 1) */
             }
         }
         if (!val) {
-            fprintf(stderr, "qrl-verify: unknown argument '%s' (see --help)\n", a);
-            return 2;
+            fprintf(stderr, "qrl-verify: error: unknown argument '%s' (see --help)\n", a);
+            return 1; /* usage error (every qrl program: 1) */
         }
         if (strncmp(a, "--task", 6) == 0) task = val;
         else if (strncmp(a, "--reference", 11) == 0) reference = val;
@@ -119,21 +119,21 @@ int main(int argc, char **argv) {
             char *end;
             format_reward = strtod(val, &end);
             if (end == val || *end != '\0' || !(format_reward >= 0.0 && format_reward <= 1.0)) {
-                fprintf(stderr, "qrl-verify: --format-reward '%s' is not a number in [0, 1]\n", val);
-                return 2;
+                fprintf(stderr, "qrl-verify: error: --format-reward '%s' is not a number in [0, 1]\n", val);
+                return 1; /* usage error (every qrl program: 1) */
             }
         }
     }
     if (!task || !reference) {
-        fprintf(stderr, "qrl-verify: --task and --reference are required (see --help)\n");
-        return 2;
+        fprintf(stderr, "qrl-verify: error: --task and --reference are required (see --help)\n");
+        return 1; /* usage error (every qrl program: 1) */
     }
     const qrl_verifier *v = qrl_verifier_find(task);
     if (!v) {
-        fprintf(stderr, "qrl-verify: unknown task '%s'; known tasks: ", task);
+        fprintf(stderr, "qrl-verify: error: unknown task '%s'; known tasks: ", task);
         known_tasks(stderr);
         fprintf(stderr, "\n");
-        return 2;
+        return 1; /* usage error (every qrl program: 1) */
     }
     char *response = read_stdin();
     if (!response) {

@@ -5,7 +5,8 @@
 # KV cache, the plain chat template, and bad input (exit 1 with exactly one
 # "qrl-generate: error: ..." line): prompt longer than the context, unknown model_type,
 # missing tensor, tensor shape disagreeing with config.json, unknown precisions and KV
-# formats, malformed options and prompt files.  (Every precision x KV format:
+# formats, malformed options and prompt files; a llama2.c story ends at BOS,
+# --stop-token-ids, --output text, unknown flags.  (Every precision x KV format:
 # generate_formats.sh.)
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
@@ -238,4 +239,33 @@ if [ -w /dev/full ]; then
     --prompt hi --max-new-tokens 1 --dump-logits /dev/full
   [ -c /dev/full ] || fail "/dev/full was replaced"
 fi
+
+# Issue 20: a story ends at BOS, --stop-token-ids, --output text, unknown flags.
+# stories260K, seed 6: BOS (id 1) is sampled as token 241 (the model's "next story").
+story=(--model "$s260/stories260K.bin" --prompt "Once upon a time" --max-new-tokens 400 --seed 6 --threads 1)
+"$bin" "${story[@]}" >"$tmp/bos" || fail "story run"
+"$bin" "${story[@]}" --stop-at-bos false >"$tmp/nobos" || fail "story run without the BOS stop"
+"$bin" "${story[@]}" --stop-token-ids 2,337 >"$tmp/stopid" || fail "story run with stop ids"
+"$bin" "${story[@]}" --output text >"$tmp/text" || fail "story run --output text"
+python3 - "$tmp/bos" "$tmp/nobos" "$tmp/stopid" "$tmp/text" <<'PY' || fail "BOS / stop ids / text output"
+import json, sys
+bos, nobos, stopid = (json.loads(open(p).read()) for p in sys.argv[1:4])
+text = open(sys.argv[4]).read()
+ids = nobos["token_ids"]
+assert nobos["finish_reason"] == "length" and len(ids) == 400 and 1 in ids, nobos["finish_reason"]
+k = ids.index(1)
+# llama2.c models stop at BOS by default (run.c does), the BOS kept as the last token id
+assert bos["finish_reason"] == "stop" and bos["token_ids"] == ids[:k + 1], (bos["finish_reason"], len(bos["token_ids"]))
+assert "Once upon a time" not in bos["text"], bos["text"][-80:]
+assert nobos["text"].startswith(bos["text"]) and len(nobos["text"]) > len(bos["text"])
+# a stop id: the response ends at its first occurrence
+j = ids.index(337)
+assert j < k and stopid["finish_reason"] == "stop" and stopid["token_ids"] == ids[:j + 1], stopid
+# plain text: the prompt, then the same continuation as the JSON text
+assert text == "Once upon a time" + bos["text"] + "\n", (text[:80], bos["text"][:80])
+print("ok story ends at BOS (stop, token %d), --stop-at-bos false runs on, --stop-token-ids, --output text" % (k + 1))
+PY
+expect_error "--stop-token-ids: '512' is not a token id in [0, 512)" "${story[@]}" --stop-token-ids 512
+expect_error "--foo: unknown key foo" --model x --prompt y --foo
+expect_error "--version: unknown key version" --version
 echo "generate_cli: all checks passed"

@@ -106,8 +106,12 @@ expect_bad "$tmp/sharded/model.safetensors.index.json" "tensor 'q' field weight_
 # ---- usage ----------------------------------------------------------------------------
 "$bin" --help >"$tmp/out" 2>&1 || fail "--help exit $?"
 grep -q '^usage: qrl-inspect FILE_OR_DIR' "$tmp/out" || fail "--help prints no usage"
-"$bin" >/dev/null 2>&1; rc=$?
-[ $rc -eq 2 ] || fail "no argument: exit $rc, expected 2"
+# a usage error: exit 1 (as every qrl program) with one "qrl-inspect: error:" line
+err=$("$bin" 2>&1 >/dev/null); rc=$?
+[ $rc -eq 1 ] && [[ $err == "qrl-inspect: error: expected one FILE_OR_DIR argument"* ]] ||
+  fail "no argument: exit $rc, expected 1: $err"
+err=$("$bin" --version 2>&1 >/dev/null); rc=$?
+[ $rc -eq 1 ] && [[ $err == "qrl-inspect: error: unknown option '--version'"* ]] || fail "--version: exit $rc: $err"
 
 [ $fails -eq 0 ] || { echo "$fails failure(s)"; exit 1; }
 echo "inspect_cli: all checks passed"

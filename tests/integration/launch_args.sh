@@ -56,7 +56,7 @@ refused "--gpu-memory-utilization must be a fraction in \(0, 1\], not 'half'" --
 refused "--gpu-memory-utilization 0.6 x 2 replicas on GPU 0 is more than the whole GPU" \
   --device cuda --replicas 2 --gpu-memory-utilization 0.6
 launch --device cuda --gpus >/dev/null 2>"$tmp/err"
-[ $? -eq 2 ] && grep -q "option '--gpus' needs a value" "$tmp/err" || fail "--gpus without a value: $(cat "$tmp/err")"
+[ $? -eq 1 ] && grep -q "^launch.sh: error: option '--gpus' needs a value" "$tmp/err" || fail "--gpus without a value: $(cat "$tmp/err")"
 
 gpu=0
 "$bin/qrl-eval" --device cuda --check-device >/dev/null 2>&1 && gpu=1

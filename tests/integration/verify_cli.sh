@@ -46,9 +46,9 @@ out=$(printf '\\boxed{\xff5}' | "$bin" --task math --reference 5)
 [ "$out" = $'{"reward": 0.0, "correct": false, "found": true, "extracted": "\xef\xbf\xbd5"}' ] \
   || { echo "FAIL lossy UTF-8 (want U+FFFD then 5): $out"; fails=$((fails + 1)); }
 
-# unknown task: exit 2, one error line listing the known tasks
+# unknown task: a usage error, exit 1 (as every qrl program), one error line listing the known tasks
 err=$(echo x | "$bin" --task nope --reference 1 2>&1 >/dev/null); rc=$?
-if [ $rc -ne 2 ] || [[ "$err" != *"unknown task 'nope'"*"gsm8k, math, boxed, arith, countdown"* ]]; then
+if [ $rc -ne 1 ] || [[ $err != "qrl-verify: error: "* ]] || [[ "$err" != *"unknown task 'nope'"*"gsm8k, math, boxed, arith, countdown"* ]]; then
   echo "FAIL unknown task: rc $rc: $err"; fails=$((fails + 1))
 fi
 # malformed reference: exit 1, the field named
@@ -56,10 +56,10 @@ err=$(echo '<answer>1</answer>' | "$bin" --task countdown --reference '{"target"
 if [ $rc -ne 1 ] || [[ "$err" != *'"numbers"'* ]]; then
   echo "FAIL bad reference: rc $rc: $err"; fails=$((fails + 1))
 fi
-# usage errors
-echo x | "$bin" --task math >/dev/null 2>&1; [ $? -eq 2 ] || { echo "FAIL missing --reference"; fails=$((fails + 1)); }
-echo x | "$bin" --bogus >/dev/null 2>&1; [ $? -eq 2 ] || { echo "FAIL unknown option"; fails=$((fails + 1)); }
-echo x | "$bin" --task math --reference 1 --format-reward 2 >/dev/null 2>&1; [ $? -eq 2 ] \
+# usage errors: exit 1
+echo x | "$bin" --task math >/dev/null 2>&1; [ $? -eq 1 ] || { echo "FAIL missing --reference"; fails=$((fails + 1)); }
+echo x | "$bin" --bogus >/dev/null 2>&1; [ $? -eq 1 ] || { echo "FAIL unknown option"; fails=$((fails + 1)); }
+echo x | "$bin" --task math --reference 1 --format-reward 2 >/dev/null 2>&1; [ $? -eq 1 ] \
   || { echo "FAIL format reward range"; fails=$((fails + 1)); }
 help=$("$bin" --help); rc=$?
 if [ $rc -ne 0 ] || [[ "$help" != *"--task"* ]] || [[ "$help" != *"countdown"* ]]; then

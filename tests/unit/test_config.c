@@ -282,6 +282,34 @@ Test(config, cli_errors) {
     expect_args_error(2, a8, QRL_STATUS_INVALID_ARGUMENT, "--config needs a file name");
     char *a9[] = {"p", "--rollout.nope", "3", NULL}; /* unknown key in the "--key value" form */
     expect_args_error(3, a9, QRL_STATUS_NOT_FOUND, "--rollout.nope 3: unknown key rollout.nope");
+    /* an unknown flag without a value is an unknown key, not a key missing its value */
+    char *a10[] = {"p", "--version", NULL};
+    expect_args_error(2, a10, QRL_STATUS_NOT_FOUND, "--version: unknown key version");
+    char *a11[] = {"p", "--foo", "--rollout.kv_cache=int4", NULL};
+    expect_args_error(3, a11, QRL_STATUS_NOT_FOUND, "--foo: unknown key foo");
+    char *a12[] = {"p", "--rollout.temprature", NULL};
+    expect_args_error(2, a12, QRL_STATUS_NOT_FOUND,
+                      "--rollout.temprature: unknown key rollout.temprature (did you mean rollout.temperature?)");
+}
+
+Test(config, cli_print_config) {
+    char *argv[] = {"p", "--print-config", "--rollout.max_new_tokens=33", NULL};
+    int npos;
+    qrl_config_t *cfg = NULL;
+    qrl_config_action act;
+    qrl_error err;
+    cr_assert_eq(qrl_config_parse_args(table, N, 3, argv, &cfg, &act, &npos, &err), QRL_OK, "%s", err.msg);
+    cr_assert_eq(act, QRL_CONFIG_ACTION_PRINT_CONFIG);
+    cr_assert_not_null(cfg);
+    cr_assert_eq(qrl_config_get_int(cfg, "rollout.max_new_tokens"), 33);
+    qrl_config_destroy(cfg);
+    char *bad[] = {"p", "--print-config", "--rollout.max_new_tokens=abc", NULL}; /* errors as for a run */
+    expect_args_error(3, bad, QRL_STATUS_INVALID_ARGUMENT, "expected an integer");
+    char *help[] = {"p", "--print-config", "--help", NULL}; /* help wins */
+    cfg = (qrl_config_t *)1;
+    cr_assert_eq(qrl_config_parse_args(table, N, 3, help, &cfg, &act, &npos, &err), QRL_OK, "%s", err.msg);
+    cr_assert_eq(act, QRL_CONFIG_ACTION_HELP);
+    cr_assert_null(cfg);
 }
 
 Test(config, cli_help_reads_no_file) {
