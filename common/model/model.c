@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "core/alloc.h"
 #include "cpu/ops.h"
@@ -115,11 +116,38 @@ void qrl_model_free(qrl_model *m) {
     free(m);
 }
 
+static bool has_file(const char *dir, const char *name) {
+    char p[4096];
+    return snprintf(p, sizeof p, "%s/%s", dir, name) < (int)sizeof p && access(p, F_OK) == 0;
+}
+
+/* A folder without config.json that is a learner checkpoint (step folder or root) or a
+ * launch.sh run folder: say what to load instead of "config.json: cannot open". */
+static qrl_status not_a_model_folder(const char *path, qrl_error *err) {
+    if (has_file(path, "config.json")) return QRL_OK;
+    if (has_file(path, "manifest.json") && has_file(path, "params.safetensors"))
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "%s: a qrl-learner checkpoint (training state, not a model folder); export it "
+                             "first: qrl-learner export --checkpoint %s --out DIR, then pass DIR", path, path);
+    if (has_file(path, "latest"))
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "%s: a folder of qrl-learner checkpoints, not a model folder; export the newest "
+                             "first: qrl-learner export --checkpoint %s --out DIR, then pass DIR", path, path);
+    if (has_file(path, "final/config.json") && has_file(path, "checkpoints"))
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "%s: a launch.sh run folder, not a model folder; its trained model is %s/final",
+                             path, path);
+    return QRL_OK; /* the HF loader names what is missing */
+}
+
 qrl_status qrl_model_load(const char *path, qrl_model **out, qrl_error *err) {
     struct stat sb;
     if (stat(path, &sb) != 0)
         return qrl_error_set(err, QRL_STATUS_NOT_FOUND, "%s: no such file or directory", path);
-    if (S_ISDIR(sb.st_mode)) return qrl_model_load_hf(path, out, err);
+    if (S_ISDIR(sb.st_mode)) {
+        QRL_TRY(not_a_model_folder(path, err));
+        return qrl_model_load_hf(path, out, err);
+    }
     if (!S_ISREG(sb.st_mode))
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "%s: not a regular file or a checkpoint folder", path);

@@ -94,7 +94,9 @@ qrl_status qrl_model_new(const qrl_model_config *cfg, qrl_model **out, qrl_error
 void qrl_model_free(qrl_model *m);
 
 /* Load a checkpoint: a directory is a HuggingFace folder, a file a llama2.c .bin.
- * Errors: see the two loaders. */
+ * Errors: see the two loaders; INVALID_ARGUMENT naming what to do for a folder that is a
+ * qrl-learner checkpoint (step folder or root: "export it first: qrl-learner export ...")
+ * or a launch.sh run folder (its model is RUN/final). */
 qrl_status qrl_model_load(const char *path, qrl_model **out, qrl_error *err);
 
 /* HuggingFace folder: <dir>/config.json and <dir>/model.safetensors or

@@ -3,7 +3,8 @@
 # qrl-learner --mode sft (a few dozen steps) -> qrl-eval.  Checks: the SFT loss falls,
 # the output folder loads with its tokenizer, two runs with one seed write identical
 # weights (also with learner.activation_recompute), qrl-eval prints valid JSON with accuracy above 0 after SFT (0 before), and bad
-# input gives one "error:" line with exit status 1.  ~10 s of CPU (one thread).
+# input gives one "error:" line with exit status 1 (a learner checkpoint or run folder as
+# the model says what to load instead).  ~10 s of CPU (one thread).
 set -u
 cd "$(dirname "${BASH_SOURCE[0]}")/../.."
 bin=${BUILD:-build}/bin
@@ -118,6 +119,17 @@ expect_error qrl-eval "stop-token-ids: 'x' is not a token id" --model "$tmp/s1" 
 expect_error qrl-eval "unknown verifier 'nope'" --model "$tmp/s1" --dataset "$tmp/test.jsonl" --task nope
 expect_error qrl-eval "test.jsonl:1: field \"question\"" --model "$tmp/s1" --dataset "$tmp/test.jsonl" \
   --task arith --prompt-field question
+# a learner checkpoint (step folder or root) or a launch.sh run folder given as the model:
+# what to load instead, not "config.json: cannot open"
+mkdir -p "$tmp/ck/step-00000003" "$tmp/run/final" "$tmp/run/checkpoints"
+: >"$tmp/ck/step-00000003/manifest.json"; : >"$tmp/ck/step-00000003/params.safetensors"
+echo step-00000003 >"$tmp/ck/latest"; cp "$tmp/s1/config.json" "$tmp/run/final/"
+expect_error qrl-eval "a qrl-learner checkpoint .*export it first: qrl-learner export --checkpoint $tmp/ck/step-00000003 --out DIR" \
+  --model "$tmp/ck/step-00000003" --dataset "$tmp/test.jsonl" --task arith
+expect_error qrl-eval "a folder of qrl-learner checkpoints.*qrl-learner export --checkpoint $tmp/ck --out DIR" \
+  --model "$tmp/ck" --dataset "$tmp/test.jsonl" --task arith
+expect_error qrl-eval "a launch.sh run folder, not a model folder; its trained model is $tmp/run/final" \
+  --model "$tmp/run" --dataset "$tmp/test.jsonl" --task arith
 "$bin/qrl-task" gen --task nope --split train --n 1 --seed 1 --out "$tmp/x.jsonl" 2>/dev/null; rc=$?
 [ $rc -eq 2 ] || fail "qrl-task unknown task: exit $rc (want 2)"
 echo "PASS sft_eval"
