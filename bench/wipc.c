@@ -91,6 +91,7 @@ static void learner(const qrl_model_config *cfg, int to_rx, int from_rx) {
         memcpy(mm.handle, pub.handle, sizeof mm.handle);
         mm.cast_s = pub.cast_s, mm.crc_s = pub.crc_s;
         free(pub.manifest);
+        free(pub.bucket_crc);
         char ack;
         if (xfer(to_rx, &mm, sizeof mm, 1) || xfer(from_rx, &ack, 1, 0)) exit(2);
     }

@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "core/log.h"
+#include "cuda/crc32c.cuh"
 
 #define INIT_STAGING ((size_t)64 << 10)
 
@@ -344,6 +345,132 @@ done:
     return st;
 }
 
+/* The device path's stream: every bucket broadcast in place from / into device memory d
+ * (NULL on a receiver: drained through staging slot 0, keeping the collective matched). */
+static qrl_status bcast_device_(qrl_nccl_comm_t *c, uint8_t *d, uint64_t len, uint64_t chunk, uint64_t deadline,
+                                qrl_error *err) {
+    if (!d) QRL_TRY(staging_ensure(c, chunk, err));
+    uint32_t n = qrl_wsync_bucket_count(len, chunk);
+    for (uint32_t i = 0; i < n; i++) {
+        uint64_t off, size;
+        qrl_wsync_bucket_range(len, chunk, i, &off, &size);
+        void *buf = d ? (void *)(d + off) : c->dev[0];
+        QRL_TRY(nccl_settle(c, ncclBroadcast(buf, buf, size, ncclUint8, 0, c->comm, c->ns), deadline,
+                            "ncclBroadcast", err));
+    }
+    CU(cudaEventRecord(c->bcast[0], c->ns), "event");
+    return wait_event(c, c->bcast[0], deadline, "last broadcast", err);
+}
+
+static qrl_status bcast_device(qrl_nccl_comm_t *c, uint8_t *d, uint64_t len, uint64_t chunk, uint64_t deadline,
+                               qrl_error *err) {
+    qrl_status st = bcast_device_(c, d, len, chunk, deadline, err);
+    if (st != QRL_OK) comm_kill(c);
+    return st;
+}
+
+qrl_status qrl_nccl_bcast_send_device(qrl_nccl_comm_t *c, const uint8_t *manifest, size_t manifest_len,
+                                      const uint8_t *d_stream, uint64_t total, const uint32_t *bucket_crc,
+                                      int timeout_ms, qrl_error *err) {
+    QRL_TRY(check_live(c, err));
+    if (c->rank != 0 || !bucket_crc)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "nccl weight sync: rank %d cannot send (or no "
+                             "bucket CRCs)", c->rank);
+    Qrl__WeightManifest *mf = NULL;
+    QRL_TRY(qrl_wire_decode(&qrl__weight_manifest__descriptor, manifest, manifest_len, QRL_WSYNC_MAX_MANIFEST,
+                            (ProtobufCMessage **)&mf, err));
+    qrl_wsync_header h = {.sync_epoch = c->epoch, .version = mf->version, .total_bytes = mf->total_bytes,
+                          .bucket_bytes = mf->bucket_bytes, .bucket_count = mf->bucket_count};
+    bool fits = mf->total_bytes == total && mf->bucket_bytes >= 1 &&
+                mf->bucket_count == qrl_wsync_bucket_count(total, mf->bucket_bytes);
+    qrl_wire_free(&mf->base);
+    if (!fits)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "nccl weight sync: manifest does not describe "
+                             "a %llu-byte stream", (unsigned long long)total);
+    uint8_t *pre = NULL, hb[QRL_WSYNC_HEADER_BYTES];
+    size_t pre_len;
+    QRL_TRY(qrl_wsync_preamble_build(&h, manifest, manifest_len, bucket_crc, &pre, &pre_len, err));
+    qrl_wsync_header_encode(&h, hb);
+    uint64_t deadline = deadline_after(timeout_ms);
+    qrl_status st;
+    QRL_TRY_GOTO(pipe_bytes(c, hb, sizeof hb, sizeof hb, deadline, err), done);
+    QRL_TRY_GOTO(pipe_bytes(c, pre, pre_len, h.bucket_bytes, deadline, err), done);
+    st = bcast_device(c, (uint8_t *)d_stream, total, h.bucket_bytes, deadline, err);
+done:
+    free(pre);
+    return st;
+}
+
+qrl_status qrl_nccl_bcast_recv_device(qrl_nccl_comm_t *c, uint64_t expect_version, uint64_t max_total,
+                                      uint8_t *d_dst, uint64_t cap, int timeout_ms, Qrl__WeightManifest **mf_out,
+                                      qrl_error *err) {
+    *mf_out = NULL;
+    QRL_TRY(check_live(c, err));
+    if (c->rank == 0)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "nccl weight sync: rank 0 cannot receive");
+    uint64_t deadline = deadline_after(timeout_ms);
+    uint8_t hb[QRL_WSYNC_HEADER_BYTES];
+    qrl_wsync_header h;
+    QRL_TRY(pipe_bytes(c, hb, sizeof hb, sizeof hb, deadline, err));
+    qrl_status st = qrl_wsync_header_decode(hb, max_total, &h, err);
+    if (st == QRL_OK && h.sync_epoch != c->epoch)
+        st = qrl_error_set(err, QRL_STATUS_CORRUPT, "weight sync header: epoch %llu on a communicator of "
+                           "epoch %llu", (unsigned long long)h.sync_epoch, (unsigned long long)c->epoch);
+    if (st != QRL_OK) { /* without a trusted header the rest cannot be followed */
+        comm_kill(c);
+        return st;
+    }
+    size_t pre_len = qrl_wsync_preamble_len(&h);
+    uint8_t *pre = malloc(pre_len);
+    uint32_t nb = h.bucket_count, *crc = malloc(((size_t)nb + 1) * sizeof *crc);
+    Qrl__WeightManifest *mf = NULL;
+    uint64_t *off = NULL, *len = NULL;
+    uint32_t *got = NULL;
+    qrl_status refuse = QRL_OK; /* found while the transfer must still be followed */
+    qrl_error rerr;
+    QRL_TRY_GOTO(pipe_bytes(c, pre, pre_len, h.bucket_bytes, deadline, err), done);
+    if (!pre || !crc)
+        refuse = qrl_error_set(&rerr, QRL_STATUS_NOMEM, "weight sync of version %llu: preamble",
+                               (unsigned long long)h.version);
+    else if (expect_version && h.version != expect_version)
+        refuse = qrl_error_set(&rerr, QRL_STATUS_CORRUPT, "weight sync: version %llu arrived, %llu announced",
+                               (unsigned long long)h.version, (unsigned long long)expect_version);
+    else if (h.total_bytes > cap)
+        refuse = qrl_error_set(&rerr, QRL_STATUS_OUT_OF_RANGE, "weight sync: %llu bytes for a %llu-byte device "
+                               "buffer", (unsigned long long)h.total_bytes, (unsigned long long)cap);
+    else
+        refuse = qrl_wsync_preamble_parse(&h, pre, &mf, crc, &rerr);
+    QRL_TRY_GOTO(bcast_device(c, refuse == QRL_OK ? d_dst : NULL, h.total_bytes, h.bucket_bytes, deadline, err),
+                 done);
+    if (refuse != QRL_OK) {
+        if (err) *err = rerr;
+        st = refuse;
+        goto done;
+    }
+    size_t n = (size_t)nb + mf->n_tensors;
+    off = malloc((n + 1) * sizeof *off), len = malloc((n + 1) * sizeof *len), got = malloc((n + 1) * sizeof *got);
+    if (!off || !len || !got) {
+        st = qrl_error_set(err, QRL_STATUS_NOMEM, "weight sync: %zu checksum ranges", n);
+        goto done;
+    }
+    for (uint32_t i = 0; i < nb; i++) qrl_wsync_bucket_range(h.total_bytes, h.bucket_bytes, i, &off[i], &len[i]);
+    for (size_t i = 0; i < mf->n_tensors; i++) { /* out-of-range tensors: named by the check */
+        const Qrl__TensorMeta *t = mf->tensors[i];
+        bool inside = t->byte_offset <= h.total_bytes && t->byte_size <= h.total_bytes - t->byte_offset;
+        off[nb + i] = inside ? t->byte_offset : 0;
+        len[nb + i] = inside ? t->byte_size : 0;
+    }
+    QRL_TRY_GOTO(qrl_cuda_crc32c_ranges(d_dst, off, len, (int)n, got, qrl_crc32c_fold_tables(), c->cs, err), done);
+    QRL_TRY_GOTO(qrl_wsync_check_crcs(mf, h.total_bytes, crc, got, got + nb, err), done);
+    *mf_out = mf;
+    mf = NULL;
+    st = QRL_OK;
+done:
+    free(pre), free(crc), free(off), free(len), free(got);
+    qrl_wire_free(mf ? &mf->base : NULL);
+    return st;
+}
+
 qrl_status qrl_nccl_bcast_recv(qrl_nccl_comm_t *c, uint64_t expect_version, uint64_t max_total,
                                int timeout_ms, qrl_nccl_version *out, qrl_error *err) {
     memset(out, 0, sizeof *out);
@@ -464,6 +591,19 @@ qrl_status qrl_nccl_bcast_send(qrl_nccl_comm_t *c, const uint8_t *manifest, size
 qrl_status qrl_nccl_bcast_recv(qrl_nccl_comm_t *c, uint64_t expect_version, uint64_t max_total,
                                int timeout_ms, qrl_nccl_version *out, qrl_error *err) {
     memset(out, 0, sizeof *out);
+    return unsupported(err);
+}
+qrl_status qrl_nccl_bcast_send_device(qrl_nccl_comm_t *c, const uint8_t *manifest, size_t manifest_len,
+                                      const uint8_t *d_stream, uint64_t total, const uint32_t *bucket_crc,
+                                      int timeout_ms, qrl_error *err) {
+    (void)c, (void)manifest, (void)manifest_len, (void)d_stream, (void)total, (void)bucket_crc, (void)timeout_ms;
+    return unsupported(err);
+}
+qrl_status qrl_nccl_bcast_recv_device(qrl_nccl_comm_t *c, uint64_t expect_version, uint64_t max_total,
+                                      uint8_t *d_dst, uint64_t cap, int timeout_ms, Qrl__WeightManifest **mf,
+                                      qrl_error *err) {
+    (void)c, (void)expect_version, (void)max_total, (void)d_dst, (void)cap, (void)timeout_ms;
+    *mf = NULL;
     return unsupported(err);
 }
 void *qrl_nccl_host_alloc(size_t bytes) { return malloc(bytes ? bytes : 1); }

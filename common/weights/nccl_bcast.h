@@ -71,6 +71,23 @@ qrl_status qrl_nccl_bcast_send(qrl_nccl_comm_t *c, const uint8_t *manifest, size
                                const uint8_t *stream, uint64_t total, const uint32_t *bucket_crc,
                                int timeout_ms, qrl_error *err);
 
+/* Rank 0, the device path (issue 18): as qrl_nccl_bcast_send with the stream already in
+ * device memory on the communicator's device (d_stream, e.g. the learner's CUDA IPC slot,
+ * weights/wipc.h) and its bucket CRCs given: each bucket is broadcast straight from
+ * d_stream, no staging and no host copy.  Errors as qrl_nccl_bcast_send. */
+qrl_status qrl_nccl_bcast_send_device(qrl_nccl_comm_t *c, const uint8_t *manifest, size_t manifest_len,
+                                      const uint8_t *d_stream, uint64_t total, const uint32_t *bucket_crc,
+                                      int timeout_ms, qrl_error *err);
+/* Rank > 0, the device path: receive the next version straight into device memory d_dst
+ * (cap bytes on the communicator's device) and verify it there (every bucket against the
+ * sender's table, the whole stream and every tensor: kernels/cuda/crc32c.cuh and
+ * qrl_wsync_check_crcs).  *mf: the decoded manifest (qrl_wire_free) on success.  Errors as
+ * qrl_nccl_bcast_recv, plus OUT_OF_RANGE for a stream larger than cap (the transfer is
+ * still followed, so the communicator stays usable). */
+qrl_status qrl_nccl_bcast_recv_device(qrl_nccl_comm_t *c, uint64_t expect_version, uint64_t max_total,
+                                      uint8_t *d_dst, uint64_t cap, int timeout_ms, Qrl__WeightManifest **mf,
+                                      qrl_error *err);
+
 /* A version received and verified. */
 typedef struct qrl_nccl_version {
     Qrl__WeightManifest *manifest; /* decoded (qrl_wire_free via qrl_nccl_version_free) */

@@ -181,7 +181,9 @@ qrl_status qrl_wipc_publish(qrl_wipc_sender *s, const qrl_wsync_tensor *t, const
         out->manifest = manifest;
         out->manifest_len = manifest_len;
         out->total = total;
+        out->bucket_crc = crc;
         manifest = NULL;
+        crc = NULL;
     }
     pthread_rwlock_unlock(&sl->lk);
     free(manifest), free(pre), free(off), free(len), free(crc);
@@ -194,6 +196,18 @@ static slot *find_slot(qrl_wipc_sender *s, uint64_t version) {
     if (sl->version == version && version) return sl;
     pthread_rwlock_unlock(&sl->lk);
     return NULL;
+}
+
+const uint8_t *qrl_wipc_slot_acquire(qrl_wipc_sender *s, uint64_t version, uint64_t *total, int *device) {
+    slot *sl = find_slot(s, version);
+    if (!sl) return NULL;
+    *total = sl->total;
+    *device = s->device;
+    return sl->d + QRL_WIPC_STREAM_OFFSET; /* read-locked until qrl_wipc_slot_release */
+}
+
+void qrl_wipc_slot_release(qrl_wipc_sender *s, uint64_t version) {
+    pthread_rwlock_unlock(&s->slots[version % 2].lk);
 }
 
 qrl_status qrl_wipc_read_host(qrl_wipc_sender *s, uint64_t version, uint8_t *host, uint64_t total,
@@ -409,6 +423,11 @@ qrl_status qrl_wipc_read_host(qrl_wipc_sender *s, uint64_t version, uint8_t *hos
     (void)s, (void)version, (void)host, (void)total;
     return unsupported(err);
 }
+const uint8_t *qrl_wipc_slot_acquire(qrl_wipc_sender *s, uint64_t version, uint64_t *total, int *device) {
+    (void)s, (void)version, (void)total, (void)device;
+    return NULL;
+}
+void qrl_wipc_slot_release(qrl_wipc_sender *s, uint64_t version) { (void)s, (void)version; }
 qrl_status qrl_wipc_sender_corrupt(qrl_wipc_sender *s, uint64_t version, uint64_t offset, uint8_t mask,
                                    qrl_error *err) {
     (void)s, (void)version, (void)offset, (void)mask;

@@ -57,6 +57,7 @@ typedef struct qrl_wipc_published {
     uint8_t handle[QRL_WIPC_HANDLE_BYTES]; /* the slot's cudaIpcMemHandle_t */
     uint8_t *manifest;      /* encoded WeightManifest (malloc'd; the caller frees) */
     size_t manifest_len;
+    uint32_t *bucket_crc;   /* the manifest's bucket_count CRC-32C (malloc'd; the caller frees) */
     uint64_t total;         /* stream bytes */
     double cast_s, crc_s;   /* F32 -> BF16 into the slot; checksums on the device */
 } qrl_wipc_published;
@@ -73,6 +74,12 @@ qrl_status qrl_wipc_publish(qrl_wipc_sender *s, const qrl_wsync_tensor *t, const
  * Errors: NOT_FOUND (neither slot holds that version any more), CUDA. */
 qrl_status qrl_wipc_read_host(qrl_wipc_sender *s, uint64_t version, uint8_t *host, uint64_t total,
                               qrl_error *err);
+
+/* The device and stream of version `version`'s slot, held against rewriting until
+ * qrl_wipc_slot_release (the NCCL broadcast reads it in place).  NULL when neither slot
+ * holds that version any more.  *device: the sender's CUDA device. */
+const uint8_t *qrl_wipc_slot_acquire(qrl_wipc_sender *s, uint64_t version, uint64_t *total, int *device);
+void qrl_wipc_slot_release(qrl_wipc_sender *s, uint64_t version);
 
 /* ---- replica side ---------------------------------------------------------------------- */
 

@@ -19,6 +19,7 @@
 
 #include "core/log.h"
 #include "weights/nccl_bcast.h"
+#include "weights/wipc.h"
 
 static double mono_s(void) {
     struct timespec ts;
@@ -57,6 +58,29 @@ static void run_job(ld_nccl *n, ld_nccl_job *j) {
         n->comm = c;
     }
     const ld_snapshot *s = j->snap;
+    uint64_t dtotal = 0;
+    int ddev = -1;
+    const uint8_t *dstream = s->ipc ? qrl_wipc_slot_acquire(s->ipc, s->version, &dtotal, &ddev) : NULL;
+    if (dstream && ddev == n->device && dtotal == s->total && s->bucket_crc) {
+        /* a device version on rank 0's GPU: broadcast straight from its slot, no host copy */
+        double t1 = mono_s();
+        qrl_status st = qrl_nccl_bcast_send_device(c, s->manifest, s->manifest_len, dstream, s->total, s->bucket_crc,
+                                                   n->timeout_ms, &err);
+        qrl_wipc_slot_release(s->ipc, s->version);
+        if (st != QRL_OK) {
+            QRL_LOG_ERROR("weights", "nccl broadcast of version %" PRIu64 " (epoch %" PRIu64 ", device): %s (it goes "
+                          "over TCP)", j->version, j->epoch, err.msg);
+            n->dead_epoch = j->epoch;
+            job_fail(n, j->version);
+            return;
+        }
+        double t2 = mono_s();
+        QRL_LOG_INFO("weights", "nccl broadcast version=%" PRIu64 " epoch=%" PRIu64 " world=%d bytes=%zu join_s=%.3f "
+                     "send_s=%.3f GBps=%.2f from=device", j->version, j->epoch, j->world, s->total, t1 - t0, t2 - t1,
+                     (double)s->total / (t2 - t1 > 0 ? t2 - t1 : 1e-9) / 1e9);
+        return;
+    }
+    if (dstream) qrl_wipc_slot_release(s->ipc, s->version);
     if (ld_snapshot_fill(j->snap, &err) != QRL_OK) { /* a device version: its host copy */
         QRL_LOG_ERROR("weights", "nccl version %" PRIu64 ": %s (it goes over TCP)", j->version, err.msg);
         job_fail(n, j->version);

@@ -74,6 +74,7 @@ typedef struct ld_snapshot {
     size_t bucket_bytes;
     int refs;               /* under the server's mutex */
     struct qrl_wipc_sender *ipc; /* non-NULL: the version is in this sender's device slot */
+    uint32_t *bucket_crc;   /* device versions: the bucket CRC-32C computed on the GPU (owned) */
     pthread_mutex_t fill_mu;
 } ld_snapshot;
 

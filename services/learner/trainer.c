@@ -92,6 +92,8 @@ static qrl_status publish_device(ld_trainer *t, ld_job *j, ld_snapshot **out, qr
     if (st == QRL_OK) {
         st = ld_snapshot_device(t->ipc, j->version, t->bucket_bytes, pub.manifest, pub.manifest_len, pub.total,
                                 out, err);
+        if (st == QRL_OK) (*out)->bucket_crc = pub.bucket_crc;
+        else free(pub.bucket_crc);
         if (st == QRL_OK) {
             j->ipc = true;
             memcpy(j->ipc_handle, pub.handle, sizeof j->ipc_handle);

@@ -144,6 +144,7 @@ void ld_snapshot_unref(ld_wserver *w, ld_snapshot *s) {
     if (!last) return;
     free(s->manifest);
     free(s->stream);
+    free(s->bucket_crc);
     pthread_mutex_destroy(&s->fill_mu);
     free(s);
 }

@@ -112,6 +112,11 @@ static void fetch_apply(rd_control *c, const Qrl__VersionEvent *ev) {
         QRL_LOG_WARN("control", "weights version=%" PRIu64 ": %s; falling back to TCP %s", ev->version,
                      err.msg, ev->weight_addr);
         nccl = false; /* the same version from the learner's TCP stream */
+    } else if (nccl && rd_nccl_device_path(c)) { /* into device memory, swapped there */
+        qrl_error err;
+        if (rd_nccl_fetch_apply_device(c, ev, &err) == QRL_OK) mark_fetched(c, ev->version);
+        else QRL_LOG_ERROR("control", "weights version=%" PRIu64 " not received: %s", ev->version, err.msg);
+        return; /* not fetched: the learner re-announces a failed NCCL version over TCP */
     } else if (!nccl && (ev->transport != QRL__WEIGHT_TRANSPORT__WEIGHT_TRANSPORT_TCP || !*ev->weight_addr)) {
         QRL_LOG_WARN("control", "version=%" PRIu64 ": unknown weight transport %d or no weight_addr",
                      ev->version, (int)ev->transport);

@@ -62,25 +62,28 @@ static qrl_status apply_host(rd_control *c, const qrl_wipc_received *rx, uint64_
     return QRL_OK;
 }
 
+qrl_status rd_apply_device_stream(rd_control *c, const Qrl__WeightManifest *mf, const uint8_t *d_stream,
+                                  uint64_t version, double *swap_s, qrl_error *err) {
 #ifdef QRL_HAVE_CUDA
-static qrl_status apply_device(rd_control *c, const qrl_wipc_received *rx, uint64_t version, double *swap_s,
-                               qrl_error *err) {
-    size_t n = rx->mf->n_tensors;
+    size_t n = mf->n_tensors;
     qrl_cuda_stream_tensor *t = calloc(n ? n : 1, sizeof *t);
     if (!t) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda ipc: %zu tensors", n);
     qrl_status st = QRL_OK;
     for (size_t i = 0; i < n && st == QRL_OK; i++) {
-        const Qrl__TensorMeta *m = rx->mf->tensors[i];
+        const Qrl__TensorMeta *m = mf->tensors[i];
         if (strcmp(m->dtype, "BF16") != 0)
-            st = qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "cuda ipc: tensor '%s' is %s (BF16 expected)",
+            st = qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "device weights: tensor '%s' is %s (BF16 expected)",
                                m->name, m->dtype);
-        t[i] = (qrl_cuda_stream_tensor){m->name, (const uint16_t *)(rx->stream + m->byte_offset), m->byte_size / 2};
+        t[i] = (qrl_cuda_stream_tensor){m->name, (const uint16_t *)(d_stream + m->byte_offset), m->byte_size / 2};
     }
     if (st == QRL_OK) st = rd_engine_swap_stream(c->engine, t, n, version, swap_s, err);
     free(t);
     return st;
-}
+#else
+    (void)c, (void)mf, (void)d_stream, (void)version, (void)swap_s;
+    return qrl_error_set(err, QRL_STATUS_UNSUPPORTED, "device weights: this build has no CUDA");
 #endif
+}
 
 qrl_status rd_ipc_fetch_apply(rd_control *c, const Qrl__VersionEvent *ev, qrl_error *err) {
     if (c->ipc.device < 0)
@@ -93,11 +96,8 @@ qrl_status rd_ipc_fetch_apply(rd_control *c, const Qrl__VersionEvent *ev, qrl_er
     double swap_s = 0, t1 = mono_ms();
     qrl_status st;
     bool device = rd_engine_takes_stream(c->engine);
-#ifdef QRL_HAVE_CUDA
-    st = device ? apply_device(c, &rx, ev->version, &swap_s, err) : apply_host(c, &rx, ev->version, err);
-#else
-    st = apply_host(c, &rx, ev->version, err);
-#endif
+    st = device ? rd_apply_device_stream(c, rx.mf, rx.stream, ev->version, &swap_s, err)
+                : apply_host(c, &rx, ev->version, err);
     if (st == QRL_OK)
         QRL_LOG_INFO("control", "weights received version=%" PRIu64 " from=cuda-ipc ms=%.1f map_ms=%.2f copy_ms=%.2f "
                      "verify_ms=%.2f apply_ms=%.1f swap_ms=%.2f path=%s since_announce_ms=%" PRId64, ev->version,

@@ -8,6 +8,11 @@
 #include "core/log.h"
 #include "rollout.h"
 #include "weights/nccl_bcast.h"
+#include "wire/wire.h"
+#ifdef QRL_HAVE_CUDA
+#include <cuda_runtime_api.h>
+#endif
+#include <time.h>
 
 bool rd_nccl_capable(void) { return qrl_nccl_available(); }
 
@@ -48,9 +53,49 @@ qrl_status rd_nccl_receive(rd_nccl *n, const Qrl__VersionEvent *ev, const qrl_mo
     return st;
 }
 
+bool rd_nccl_device_path(const rd_control *c) {
+    return c->ipc.device >= 0 && c->ipc.device == c->nccl.device && rd_engine_takes_stream(c->engine);
+}
+
+qrl_status rd_nccl_fetch_apply_device(rd_control *c, const Qrl__VersionEvent *ev, qrl_error *err) {
+    rd_nccl *n = &c->nccl;
+    QRL_TRY(join_epoch(n, ev, err));
+    uint64_t cap = (uint64_t)c->model->arena_floats * 2 + 4096; /* every weight as BF16 */
+    if (!n->dbuf) {
+#ifdef QRL_HAVE_CUDA
+        if (cudaSetDevice(n->device) != cudaSuccess || cudaMalloc((void **)&n->dbuf, cap) != cudaSuccess) {
+            cudaGetLastError();
+            n->dbuf = NULL;
+            return qrl_error_set(err, QRL_STATUS_CUDA, "nccl weights: %llu-byte device buffer on cuda:%d",
+                                 (unsigned long long)cap, n->device);
+        }
+        n->dcap = cap;
+#else
+        return qrl_error_set(err, QRL_STATUS_UNSUPPORTED, "nccl weights: this build has no CUDA");
+#endif
+    }
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    Qrl__WeightManifest *mf;
+    QRL_TRY(qrl_nccl_bcast_recv_device(n->comm, ev->version, cap, n->dbuf, n->dcap, n->timeout_ms, &mf, err));
+    double swap_s = 0;
+    qrl_status st = rd_apply_device_stream(c, mf, n->dbuf, ev->version, &swap_s, err);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    if (st == QRL_OK)
+        QRL_LOG_INFO("control", "weights received version=%" PRIu64 " from=nccl-device epoch=%" PRIu64 " ms=%.1f "
+                     "swap_ms=%.2f", ev->version, n->epoch, (double)(t1.tv_sec - t0.tv_sec) * 1e3 +
+                     (double)(t1.tv_nsec - t0.tv_nsec) / 1e6, swap_s * 1e3);
+    qrl_wire_free(&mf->base);
+    return st;
+}
+
 void rd_nccl_close(rd_nccl *n) {
     qrl_nccl_comm_destroy(n->comm);
     n->comm = NULL;
+#ifdef QRL_HAVE_CUDA
+    if (n->dbuf) cudaFree(n->dbuf);
+#endif
+    n->dbuf = NULL;
 }
 
 void rd_nccl_configure(rd_control *c, qrl_config_t *cfg) {

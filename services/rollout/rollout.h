@@ -50,6 +50,8 @@ typedef struct rd_engine_stats {
     qrl_scheduler_stats sched;
     double tokens_per_s;          /* over the last ~2 s */
     int groups_in_engine;         /* submitted and not emitted */
+    double idle_s;                /* seconds the engine thread waited with nothing to decode
+                                     (no work, paused, or held for new weights) */
 } rd_engine_stats;
 
 typedef struct rd_engine {
@@ -142,6 +144,8 @@ typedef struct rd_nccl {
     uint64_t epoch;
     int device;                   /* CUDA device (rollout.nccl_device) */
     int timeout_ms;               /* join and receive limit (rollout.nccl_timeout_ms) */
+    uint8_t *dbuf;                /* the device path's receive buffer (dcap bytes on device) */
+    uint64_t dcap;
 } rd_nccl;
 /* Whether this replica can join an NCCL sync group (GPU and NCCL in the build): ReplicaInfo.nccl. */
 bool rd_nccl_capable(void);
@@ -199,6 +203,16 @@ void rd_ipc_configure(rd_control *c, qrl_config_t *cfg);
  * swap; the caller falls back to TCP (ev->weight_addr). */
 qrl_status rd_ipc_fetch_apply(rd_control *c, const Qrl__VersionEvent *ev, qrl_error *err);
 void rd_ipc_close(rd_control *c);
+/* Swap a verified device BF16 stream (manifest mf, device bytes d_stream) into the engine
+ * and wait for it (rd_engine_swap_stream): the device side of CUDA IPC and NCCL.  Errors:
+ * INVALID_ARGUMENT (a tensor not BF16), those of the swap, UNSUPPORTED without CUDA. */
+qrl_status rd_apply_device_stream(rd_control *c, const Qrl__WeightManifest *mf, const uint8_t *d_stream,
+                                  uint64_t version, double *swap_s, qrl_error *err);
+/* The NCCL device path (rd_nccl.c): when the engine takes device streams and runs on the
+ * NCCL device, receive straight into device memory, verify there, swap (no host copy).
+ * Errors: those of qrl_nccl_bcast_recv_device and the swap. */
+bool rd_nccl_device_path(const rd_control *c);
+qrl_status rd_nccl_fetch_apply_device(rd_control *c, const Qrl__VersionEvent *ev, qrl_error *err);
 void rd_control_stop(rd_control *c);
 
 /* The daemon (loop.c). */

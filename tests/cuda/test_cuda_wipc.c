@@ -176,6 +176,7 @@ static int learner_child(void *arg) {
         }
         if (v == 2 && qrl_wipc_sender_corrupt(s, 2, pub.total / 2 + 1, 0x10, &err) != QRL_OK) return 7;
         free(pub.manifest);
+        free(pub.bucket_crc);
         if (put(pp->to_rx[1], pub.handle, sizeof pub.handle) != 0) return 8;
         char ack;
         if (get(pp->to_tx[0], &ack, 1) != 0) return 9; /* the replica is done with v */
