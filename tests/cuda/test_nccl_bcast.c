@@ -121,6 +121,58 @@ Test(nccl_bcast, qwen_shaped_model_arrives_verified, .timeout = 120) {
     for (int r = 0; r < world; r++) cr_expect_eq(rc[r], 0, "rank %d exit %d after %.1f s", r, rc[r], s);
 }
 
+/* ---- the device path: from rank 0's device memory into the receivers', checked there ---- */
+
+static int rank_device(wr_ctx *x) {
+    model m;
+    qrl_nccl_comm_t *c = NULL;
+    Qrl__WeightManifest *mf = NULL;
+    uint8_t *d = NULL, *back = NULL;
+    qrl_error err;
+    int rc = 0;
+    if (model_build(&m, 4, 16 * MiB, 6, 77) != 0) FAILF("rank %d: model", x->rank);
+    if (join(x, 60000, &c) != 0) FAILF("rank %d: join", x->rank);
+    if (cudaMalloc((void **)&d, m.total) != cudaSuccess) FAILF("rank %d: cudaMalloc", x->rank);
+    uint64_t hit = 16 * MiB + 777; /* inside bucket 1 */
+    if (x->rank == 0) {
+        m.stream[hit] ^= 0x08; /* the first send is corrupt after its CRCs were taken */
+        for (int rep = 0; rep < 2; rep++) {
+            if (cudaMemcpy(d, m.stream, m.total, cudaMemcpyHostToDevice) != cudaSuccess) FAILF("rank 0: upload");
+            double t0 = wr_now();
+            if (qrl_nccl_bcast_send_device(c, m.manifest, m.manifest_len, d, m.total, m.crc, 60000, &err) != QRL_OK)
+                FAILF("rank 0: send_device %d: %s", rep, err.msg);
+            printf("nccl_bcast device rep=%d bytes=%llu send_s=%.4f\n", rep, (unsigned long long)m.total,
+                   wr_now() - t0);
+            m.stream[hit] ^= 0x08;
+        }
+    } else {
+        qrl_status st = qrl_nccl_bcast_recv_device(c, 6, (uint64_t)4 << 30, d, m.total, 60000, &mf, &err);
+        if (st != QRL_STATUS_CORRUPT || !strstr(err.msg, "bucket 1") || mf)
+            FAILF("rank %d: corrupt device bucket gave %s: %s", x->rank, qrl_status_name(st), err.msg);
+        if (qrl_nccl_bcast_recv_device(c, 6, (uint64_t)4 << 30, d, m.total, 60000, &mf, &err) != QRL_OK)
+            FAILF("rank %d: recv_device: %s", x->rank, err.msg);
+        back = malloc(m.total);
+        if (!back || cudaMemcpy(back, d, m.total, cudaMemcpyDeviceToHost) != cudaSuccess ||
+            memcmp(back, m.stream, m.total) != 0)
+            FAILF("rank %d: device bytes differ", x->rank);
+        if (mf->n_tensors != m.n || mf->version != 6) FAILF("rank %d: manifest differs", x->rank);
+    }
+out:
+    qrl_wire_free(mf ? &mf->base : NULL);
+    free(back);
+    if (d) cudaFree(d);
+    qrl_nccl_comm_destroy(c);
+    model_free(&m);
+    return rc;
+}
+
+Test(nccl_bcast, device_path_arrives_verified_corrupt_refused, .timeout = 90) {
+    int g = need_gpus(2), world = g < 3 ? g : 3, rc[WR_MAX_RANKS];
+    char res[16];
+    double s = wr_run(world, world, rank_device, NULL, 60, rc, res, sizeof res);
+    for (int r = 0; r < world; r++) cr_expect_eq(rc[r], 0, "rank %d exit %d after %.1f s", r, rc[r], s);
+}
+
 /* ---- a corrupt bucket is refused; the next attempt on the same communicator works ------- */
 
 static int rank_corrupt(wr_ctx *x) {
