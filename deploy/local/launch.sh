@@ -158,6 +158,11 @@ if [ "$device" = cuda ] && [ -n "$gpu_mem" ]; then
       die "--gpu-memory-utilization $gpu_mem x $n replicas on GPU $g is more than the whole GPU (lower it or add --gpus)"
   done
 fi
+# A run folder holds one run: a used one is refused (its learner.jsonl, checkpoints and tb/
+# events would mix with this run's, and the export could take the old run's checkpoint).
+if [ -n "$run_dir" ] && [ -d "$run_dir" ] && [ -n "$(ls -A "$run_dir" 2>/dev/null)" ]; then
+  die "--run-dir $run_dir is not empty (it holds $(ls -A "$run_dir" | head -4 | tr '\n' ' ' | sed 's/ $//')$( [ "$(ls -A "$run_dir" | wc -l)" -gt 4 ] && echo ", ...")): give a new folder"
+fi
 for b in qrl-learner qrl-rollout qrl-eval qrl-task qrl-kafka-admin; do
   [ -x "$bin/$b" ] || die "$bin/$b is not built: run 'make' first (after deploy/setup.sh)"
 done
@@ -378,14 +383,15 @@ done
 ( while kill -0 "$pid_learner" 2>/dev/null; do
     alive=0
     for p in "${rpids[@]}"; do kill -0 "$p" 2>/dev/null && [ "$(ps -o stat= -p "$p" 2>/dev/null | cut -c1)" != Z ] && alive=1; done
-    # (at max_updates the learner tells the replicas to drain, then exits itself)
-    grep -q "reached: telling replicas to shut down" "$run_dir/learner.log" && exit 0
+    # (at max_updates, or on an operator's qrlctl shutdown, the learner tells the replicas
+    # to shut down, then exits itself)
+    grep -qE "reached: telling replicas to shut down|Shutdown requested" "$run_dir/learner.log" && exit 0
     if [ $alive = 0 ]; then : >"$run_dir/replicas-died"; kill -TERM "$pid_learner"; exit 0; fi
     sleep 1
   done ) &
 pids+=($!)
 log "learner at 127.0.0.1:$port, $replicas replicas ($precision weights, $kv KV cache);" \
-    "T=$T groups of G=$G per update, $updates updates  mode $mode, lr $lr  (build/bin/qrlctl --learner 127.0.0.1:$port --token-file $run_dir/token status)"
+    "T=$T groups of G=$G per update, $updates updates  mode $mode, lr $lr  ($bin/qrlctl --learner 127.0.0.1:$port --token-file $run_dir/token status)"
 
 # ---- progress: one line per update from the learner's metrics JSONL ----------------------
 printf '%5s %7s %7s %6s %9s %8s %6s %6s\n' step version reward acc "tok/s" "KL(b|p)" tis acr | tee -a "$run_dir/launch.log"
@@ -408,10 +414,30 @@ if [ -e "$run_dir/replicas-died" ]; then
   die "every rollout replica exited (logs above); the learner was stopped"
 fi
 [ $rc -eq 0 ] || { tail -5 "$run_dir/learner.log"; die "the learner exited with $rc"; }
-[ "$(wc -l <"$run_dir/learner.jsonl")" -ge "$updates" ] || die "only $(wc -l <"$run_dir/learner.jsonl") of $updates updates"
+done_updates=$(wc -l <"$run_dir/learner.jsonl")
+if grep -q "Shutdown requested" "$run_dir/learner.log"; then
+  # an operator's qrlctl shutdown: a normal early end (export, evaluate, summarize, rc 0)
+  reason=$(sed -n "s/.*Shutdown requested reason='\([^']*\)'.*/\1/p" "$run_dir/learner.log" | tail -1)
+  echo "stopped early by qrlctl shutdown${reason:+ (reason: $reason)} after $done_updates of $updates updates" \
+    >"$run_dir/early-end"
+  log "$(cat "$run_dir/early-end")"
+  if [ "$done_updates" -eq 0 ]; then
+    log "no update was made: nothing to export or evaluate after RL (the evaluation before RL: $run_dir/eval-before.json)"
+    exit 0
+  fi
+elif [ "$done_updates" -lt "$updates" ]; then
+  die "only $done_updates of $updates updates"
+fi
 
 # ---- after RL: export, evaluate, summarize, plot --------------------------------------------
-"$bin/qrl-learner" export --checkpoint "$run_dir/checkpoints" --out "$run_dir/final" \
+# This run's newest checkpoint, as its learner logged it (not whatever else the folder holds),
+# and it must be the last update's.
+final_ckpt=$(sed -n 's/.* checkpoint step=\([0-9]*\) version=[0-9]* dir=\([^ ]*\) .*/\1 \2/p' "$run_dir/learner.log" | tail -1)
+last_step=$(tail -1 "$run_dir/learner.jsonl" | jq -r .step)
+[ -n "$final_ckpt" ] || die "the learner wrote no checkpoint (see $run_dir/learner.log)"
+[ "${final_ckpt%% *}" = "$last_step" ] ||
+  die "the learner's last checkpoint is of step ${final_ckpt%% *}, its last update step $last_step (see $run_dir/learner.log)"
+"$bin/qrl-learner" export --checkpoint "${final_ckpt#* }" --out "$run_dir/final" \
   >"$run_dir/export.log" 2>&1 || { tail -5 "$run_dir/export.log"; die "export failed"; }
 log "evaluating the trained policy"
 evaluate "$run_dir/final" eval-after

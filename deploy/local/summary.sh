@@ -17,6 +17,7 @@ for k in avg_at_k pass_at_k greedy_accuracy; do
 done
 printf '%-30s %12s %12s\n' "train reward (first/last upd.)" "$(jq -r '.reward_mean' <<<"$first")" \
   "$(jq -r '.reward_mean' <<<"$last")"
+[ -s "$run/early-end" ] && echo "run ended early: $(cat "$run/early-end")"
 jq -s -r '"updates \(length), versions \(.[0].version)..\(.[-1].version), groups trained \(map(.groups | length) | add), dropped by dynamic sampling \(map(.groups_dropped) | add)",
   "mean KL(behav||prox) \(map(.kl_behav_prox) | add / length), TIS-truncated \(map(.tis_frac) | add / length), ACR-widened \(map(.acr_frac) | add / length)"' "$m"
 

@@ -383,7 +383,13 @@ static void plan_transport(ld_daemon *d) {
 }
 
 static void begin_close(ld_daemon *d);
-static void on_exit_timer(uv_timer_t *t) { begin_close(t->data); }
+/* The end of the run (max_updates, Shutdown, a resumed finished run): the final state is
+ * checkpointed first when nothing has checkpointed it yet (max_updates started one already). */
+static void on_exit_timer(uv_timer_t *t) {
+    ld_daemon *d = t->data;
+    if (d->ckpt_root && !d->ckpt_busy && !d->training && d->ckpt_step != d->step) ld_ckpt_start(d);
+    begin_close(d);
+}
 
 static void write_metrics(ld_daemon *d, const ld_job *j, const ld_buffered *b) {
     if (!d->metrics) return;
@@ -752,6 +758,12 @@ static void h_drain(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *use
 
 static void h_shutdown(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
     ld_daemon *d = user;
+    const Qrl__ShutdownRequest *rq = (const Qrl__ShutdownRequest *)req;
+    /* an operator's normal early end (deploy/local/launch.sh reads this line): as SIGTERM,
+     * the running update finishes and the final state is checkpointed */
+    QRL_LOG_INFO("learner", "Shutdown requested reason='%s' at step=%" PRIu64 ": telling replicas to shut down; "
+                 "stopping after the running update%s", rq->reason ? rq->reason : "", d->step,
+                 d->ckpt_root ? " and a checkpoint" : "");
     reply_control(d, call, "shutting down");
     for (int i = 0; i < d->members.n; i++)
         push_event(d, &d->members.r[i], QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_SHUTDOWN);

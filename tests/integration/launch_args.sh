@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # deploy/local/launch.sh's argument handling, without a GPU and without starting anything:
 #   - bad --device / --gpus / --gpu-memory-utilization values refused at once (exit 1, one
-#     "launch.sh: error:" line naming the flag, no run folder made);
+#     "launch.sh: error:" line naming the flag, no run folder made); a used (non-empty)
+#     --run-dir refused before anything is written;
 #   - --device cuda where no GPU can be used refused before the task data, SFT or Kafka;
 #   - --dry-run: the commands it would run; flags after -- routed (--rollout.* to every
 #     replica, the rest to the learner, "--key value" pairs kept together); GPU placement
@@ -55,6 +56,23 @@ refused "--gpu-memory-utilization must be a fraction in \(0, 1\], not '0'" --dev
 refused "--gpu-memory-utilization must be a fraction in \(0, 1\], not 'half'" --device cuda --gpu-memory-utilization half
 refused "--gpu-memory-utilization 0.6 x 2 replicas on GPU 0 is more than the whole GPU" \
   --device cuda --replicas 2 --gpu-memory-utilization 0.6
+# a used run folder is refused before anything runs or is written (its learner.jsonl,
+# checkpoints and tb/ events would mix with the new run's, the export take the old one)
+mkdir -p "$tmp/used/checkpoints/step-00000002"
+echo '{"step":1}' >"$tmp/used/learner.jsonl"
+for a in "" "--dry-run"; do
+  t0=$SECONDS
+  # shellcheck disable=SC2086
+  launch --run-dir "$tmp/used" $a >"$tmp/out" 2>"$tmp/err"; rc=$?
+  [ $rc -eq 1 ] && [ "$(grep -c '^launch.sh: error:' "$tmp/err")" -eq 1 ] &&
+    grep -q "^launch.sh: error: --run-dir $tmp/used is not empty (it holds checkpoints learner.jsonl): give a new folder" "$tmp/err" ||
+    fail "used run folder $a: exit $rc: $(cat "$tmp/err")"
+  [ "$(ls -A "$tmp/used")" = "$(printf 'checkpoints\nlearner.jsonl')" ] && [ "$(cat "$tmp/used/learner.jsonl")" = '{"step":1}' ] ||
+    fail "used run folder $a: changed: $(ls -A "$tmp/used")"
+  [ $((SECONDS - t0)) -lt 10 ] || fail "used run folder $a: refused only after $((SECONDS - t0)) s"
+done
+mkdir -p "$tmp/empty"
+launch --run-dir "$tmp/empty" --dry-run >/dev/null 2>"$tmp/err" || fail "an empty run folder refused: $(cat "$tmp/err")"
 launch --device cuda --gpus >/dev/null 2>"$tmp/err"
 [ $? -eq 1 ] && grep -q "^launch.sh: error: option '--gpus' needs a value" "$tmp/err" || fail "--gpus without a value: $(cat "$tmp/err")"
 

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# deploy/local/launch.sh from start to end the ways a user ends a run (issue 20), on real
+# local clusters (a Kafka broker of its own, one qrl-learner, one qrl-rollout) with a
+# tiny random arith model (32 dims, 2 layers; runs of a few seconds):
+#   A. `qrlctl shutdown` mid-run is a normal early end: rc 0, this run's final checkpoint
+#      exported, the evaluation after RL and the summary written ("run ended early");
+#      nothing left running.
+# Skips (77) without java or the Kafka jars unless QRL_REQUIRE_KAFKA=1.
+set -u
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+cd "$root"
+build=${BUILD:-build}
+bin=$build/bin
+home=${QRL_KAFKA_HOME:-$root/.deps/kafka}
+fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
+fatal() { echo "FAIL: $*"; exit 1; }
+if ! command -v java >/dev/null || [ ! -f "$home/libs/.stamp" ]; then
+  [ "${QRL_REQUIRE_KAFKA:-0}" = 1 ] && fatal "no java / Kafka jars, and QRL_REQUIRE_KAFKA=1"
+  echo "skipped: no java or Kafka jars (run deploy/setup.sh)"; exit 77
+fi
+for b in qrl-learner qrl-rollout qrl-eval qrl-task qrlctl qrl-kafka-admin; do
+  [ -x "$bin/$b" ] || fatal "$bin/$b is not built"
+done
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/qrl-lifecycle-test.XXXXXX")
+fails=0
+# the processes of this test: their command lines name $tmp
+ours() { pgrep -f "$tmp" | grep -vx "$$" || true; }
+cleanup() {
+  local rc=$? p
+  for p in $(ours); do kill -KILL "$p" 2>/dev/null || true; done
+  if [ $rc -ne 0 ] && [ -z "${QRL_KEEP_TMP:-}" ]; then
+    for l in "$tmp"/*.out "$tmp"/*/learner.log "$tmp"/*/r0.log; do
+      [ -f "$l" ] && { echo "--- last lines of $l:"; tail -n 15 "$l"; }
+    done
+  fi
+  [ -n "${QRL_KEEP_TMP:-}" ] || rm -rf "$tmp"
+  exit $rc
+}
+trap cleanup EXIT
+t_all=$SECONDS
+"$bin/qrl-task" init-model --task arith --seed 1 --dim 32 --layers 2 --heads 2 --out "$tmp/m0" >/dev/null 2>&1 ||
+  fatal "init-model"
+common=(--model "$tmp/m0" --replicas 1 --quota 4 --group-size 4 --eval-n 8 --eval-k 1 --seed 2)
+
+# launch NAME ARGS...: deploy/local/launch.sh in the background in a process group of its
+# own (as a terminal runs it; $pgid), output in $tmp/NAME.out, the run folder $tmp/NAME
+launch() {
+  local name=$1
+  shift
+  BUILD=$build setsid deploy/local/launch.sh "$@" >"$tmp/$name.out" 2>&1 &
+  lpid=$!
+}
+# until FILE has N lines (the learner's metrics: N updates done)
+wait_lines() {
+  local end=$((SECONDS + $3))
+  until [ -f "$1" ] && [ "$(wc -l <"$1")" -ge "$2" ]; do
+    kill -0 "$lpid" 2>/dev/null || { fail "launch.sh exited before $2 lines in $1"; return 1; }
+    [ $SECONDS -lt $end ] || { fail "no $2 lines in $1 after $3 s"; return 1; }
+    sleep 0.2
+  done
+}
+# wait_launch SECONDS: the launcher's exit status into $lrc
+wait_launch() {
+  local end=$((SECONDS + $1))
+  while kill -0 "$lpid" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 0.2; done
+  kill -0 "$lpid" 2>/dev/null && { fail "launch.sh still running after $1 s"; kill -KILL "$lpid"; }
+  lrc=0; wait "$lpid" || lrc=$?
+}
+left_running() { # RUN: processes that still name the run folder
+  sleep 0.5
+  local p; p=$(pgrep -f "$1" || true)
+  [ -z "$p" ] || fail "processes left running: $(ps -o pid,args -p $p | cut -c1-150)"
+}
+# the checkpoint the export took: its step
+exported_step() { sed -n 's/.*exported .*step-0*\([0-9][0-9]*\) (step=.*/\1/p' "$1/export.log"; }
+
+# ---- A. qrlctl shutdown mid-run: a normal early end ------------------------------------------
+t=$SECONDS
+A=$tmp/A
+launch A "${common[@]}" --updates 200 --run-dir "$A" -- --learner.dynamic_sampling false
+if wait_lines "$A/learner.jsonl" 2 90; then
+  "$bin/qrlctl" --learner "$(cat "$A/learner.addr")" --token-file "$A/token" --reason "enough" shutdown \
+    >"$tmp/A.ctl" 2>&1 || fail "qrlctl shutdown: $(cat "$tmp/A.ctl")"
+  wait_launch 90
+  n=$(wc -l <"$A/learner.jsonl")
+  [ $lrc -eq 0 ] || fail "A: launch.sh exited $lrc after qrlctl shutdown: $(tail -3 "$tmp/A.out")"
+  grep -q "stopped early by qrlctl shutdown (reason: enough) after $n of 200 updates" "$tmp/A.out" ||
+    fail "A: no early-end line for $n updates: $(tail -5 "$tmp/A.out")"
+  grep -q "^run ended early: stopped early by qrlctl shutdown (reason: enough) after $n of 200 updates" "$A/summary.txt" ||
+    fail "A: summary: $(cat "$A/summary.txt" 2>/dev/null)"
+  [ "$(exported_step "$A")" = "$n" ] || fail "A: exported step '$(exported_step "$A")', the last update is $n"
+  [ -s "$A/eval-after.json" ] && jq -e '.n == 8' "$A/eval-after.json" >/dev/null || fail "A: no evaluation after RL"
+  grep -q "^updates $n, versions 1..$n" "$A/summary.txt" || fail "A: summary updates: $(cat "$A/summary.txt")"
+  left_running "$A"
+  echo "A: qrlctl shutdown after $n updates: rc 0, step $n exported, evaluated, summarized ($((SECONDS - t)) s)"
+fi
+
+[ $fails -eq 0 ] || exit 1
+echo "launch lifecycle: all passed in $((SECONDS - t_all)) s"
