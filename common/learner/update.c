@@ -35,6 +35,7 @@ typedef struct loss_acc {
     double n, seqs;
     double loss, pg, kl;                 /* aggregated values (already scaled) */
     double klbp, tis, acr, clo, chi, dual, k3, ratio; /* sums of mean * n */
+    double mis, mis_seq, seq_tis;        /* dropped tokens; dropped / truncated sequences */
     double max_w;
     bool has_bp, has_ref;
 } loss_acc;
@@ -51,6 +52,28 @@ static uint64_t splitmix64(uint64_t *s) {
     z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
     z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
     return z ^ (z >> 31);
+}
+
+/* The k-th smallest (0-based) of a[0..n), n >= 1: quickselect, reorders a. */
+static double kth_smallest(double *a, ptrdiff_t n, ptrdiff_t k) {
+    ptrdiff_t lo = 0, hi = n - 1;
+    while (lo < hi) {
+        double p = a[lo + (hi - lo) / 2];
+        ptrdiff_t i = lo, j = hi;
+        while (i <= j) { /* Hoare partition: a[lo..j] <= p <= a[i..hi] */
+            while (a[i] < p) i++;
+            while (a[j] > p) j--;
+            if (i <= j) {
+                double t = a[i];
+                a[i] = a[j], a[j] = t;
+                i++, j--;
+            }
+        }
+        if (k <= j) hi = j;
+        else if (k >= i) lo = i;
+        else return a[k]; /* between the parts: equal to p */
+    }
+    return a[k];
 }
 
 void qrl_learner_config_default(qrl_learner_config *c) {
@@ -353,6 +376,9 @@ static void acc_add_seq(loss_acc *a, const qrl_rl_loss_stats *s, double scale) {
     a->tis += s->tis_frac * n, a->acr += s->acr_frac * n;
     a->clo += s->clip_frac_low * n, a->chi += s->clip_frac_high * n;
     a->dual += s->dual_clip_frac * n, a->ratio += s->ratio_mean * n;
+    a->mis += s->mis_frac * n;
+    a->mis_seq += s->mis_seq_frac * (double)s->n_seqs;
+    a->seq_tis += s->seq_tis_frac * (double)s->n_seqs;
     if (s->has_behav_prox) {
         a->has_bp = true;
         a->klbp += s->kl_behav_prox * n;
@@ -370,6 +396,9 @@ static qrl_rl_loss_stats acc_to_stats(const loss_acc *a) {
     s.tis_frac = a->tis / a->n, s.acr_frac = a->acr / a->n;
     s.clip_frac_low = a->clo / a->n, s.clip_frac_high = a->chi / a->n;
     s.dual_clip_frac = a->dual / a->n, s.ratio_mean = a->ratio / a->n;
+    s.mis_frac = a->mis / a->n;
+    s.mis_seq_frac = a->seqs > 0 ? a->mis_seq / a->seqs : 0;
+    s.seq_tis_frac = a->seqs > 0 ? a->seq_tis / a->seqs : 0;
     s.has_ref = a->has_ref, s.k3_mean = a->has_ref ? a->k3 / a->n : 0;
     return s;
 }
@@ -459,6 +488,7 @@ qrl_status qrl_learner_update(qrl_learner_t *l, const qrl_learner_group *groups,
     uint32_t *order = NULL;
     float *rew = NULL, *adv = NULL, *lp_prox = NULL, *lp_ref = NULL, *adv_tok = NULL;
     uint8_t *ones = NULL;
+    double *dabs = NULL; /* |lp_prox - lp_behav| per trained token (its p99) */
 
     /* rollout statistics over every input response; sizes for the buffers */
     size_t n_resp = 0, max_G = 0, n_tok_all = 0;
@@ -529,16 +559,27 @@ qrl_status qrl_learner_update(qrl_learner_t *l, const qrl_learner_group *groups,
     QRL_TRY_GOTO(forward_all(l, false, groups, seqs, order, n_seq, lp_prox, &ent_sum,
                              "proximal", err),
                  done);
-    double kl = 0, max_w = 0;
+    dabs = malloc(n_tok * sizeof *dabs);
+    if (!dabs) {
+        st = qrl_error_set(err, QRL_STATUS_NOMEM, "learner update: %zu-token discrepancy", n_tok);
+        goto done;
+    }
+    double kl = 0, max_w = 0, dsum = 0, dmax = 0;
     for (size_t i = 0; i < n_seq; i++) {
         const float *b = groups[seqs[i].g].responses[seqs[i].r].logprobs;
         for (int j = 0; j < seqs[i].R; j++) {
             double d = (double)lp_prox[seqs[i].rt_off + (size_t)j] - (double)b[j];
             kl -= d; /* lp_behav - lp_prox */
             if (exp(d) > max_w) max_w = exp(d);
+            double ad = fabs(d);
+            dabs[seqs[i].rt_off + (size_t)j] = ad, dsum += ad;
+            if (ad > dmax) dmax = ad;
         }
     }
     S.kl_behav_prox = kl / (double)n_tok, S.max_w = max_w;
+    S.discrepancy_mean = dsum / (double)n_tok, S.discrepancy_max = dmax;
+    size_t rank99 = (99 * n_tok + 99) / 100; /* nearest rank: ceil(0.99 n) */
+    S.discrepancy_p99 = kth_smallest(dabs, (ptrdiff_t)n_tok, (ptrdiff_t)rank99 - 1);
     S.entropy_mean = ent_sum / (double)n_tok;
     double t2 = now_s();
     S.time_prox_s = t2 - t1;
@@ -609,10 +650,13 @@ qrl_status qrl_learner_update(qrl_learner_t *l, const qrl_learner_group *groups,
             tot.loss += a.loss, tot.pg += a.pg, tot.kl += a.kl;
             tot.klbp += a.klbp, tot.tis += a.tis, tot.acr += a.acr, tot.clo += a.clo;
             tot.chi += a.chi, tot.dual += a.dual, tot.k3 += a.k3, tot.ratio += a.ratio;
+            tot.mis += a.mis, tot.mis_seq += a.mis_seq, tot.seq_tis += a.seq_tis;
             tot.has_ref |= a.has_ref;
             if (ep == 0) {
                 S.tis_tokens += (size_t)llround(a.tis);
                 S.acr_tokens += (size_t)llround(a.acr);
+                S.mis_tokens += (size_t)llround(a.mis);
+                S.mis_seqs += (size_t)llround(a.mis_seq);
             }
             double lr = qrl_lr_schedule_at(&cfg->lr, qrl_adamw_steps(l->e.opt));
             qrl_adamw_step_info info;
@@ -637,6 +681,7 @@ qrl_status qrl_learner_update(qrl_learner_t *l, const qrl_learner_group *groups,
     S.tis_frac = ts.tis_frac, S.acr_frac = ts.acr_frac;
     S.clip_frac_low = ts.clip_frac_low, S.clip_frac_high = ts.clip_frac_high;
     S.dual_clip_frac = ts.dual_clip_frac, S.ratio_mean = ts.ratio_mean;
+    S.seq_tis_frac = ts.seq_tis_frac, S.mis_frac = ts.mis_frac, S.mis_seq_frac = ts.mis_seq_frac;
     S.has_ref = ts.has_ref, S.k3_mean = ts.k3_mean;
     if (loss_passes > 0) {
         S.loss_mean = tot.loss / loss_passes, S.pg_loss_mean = tot.pg / loss_passes;
@@ -655,18 +700,20 @@ finish:
     S.time_total_s = now_s() - t0;
     QRL_LOG_INFO("learner",
                  "event=update update=%llu groups=%zu used=%zu dropped=%zu tokens=%zu "
-                 "reward_mean=%.4f acc=%.4f kl_behav_prox=%.4g max_w=%.4g tis_frac=%.4g "
+                 "reward_mean=%.4f acc=%.4f kl_behav_prox=%.4g max_w=%.4g disc_mean=%.4g "
+                 "disc_p99=%.4g disc_max=%.4g tis_frac=%.4g mis_frac=%.4g "
                  "clip_low=%.4g clip_high=%.4g entropy=%.4f grad_norm=%.4g lr=%.3g steps=%d "
                  "skipped=%d prox_s=%.3f train_s=%.3f tok_per_s=%.1f",
                  (unsigned long long)l->updates, S.groups_in, S.groups_used, S.groups_dropped,
                  S.tokens_trained, S.reward_mean, S.accuracy, S.kl_behav_prox, S.max_w,
-                 S.tis_frac, S.clip_frac_low, S.clip_frac_high, S.entropy_mean,
+                 S.discrepancy_mean, S.discrepancy_p99, S.discrepancy_max,
+                 S.tis_frac, S.mis_frac, S.clip_frac_low, S.clip_frac_high, S.entropy_mean,
                  S.grad_norm_mean, S.lr, S.steps_taken, S.steps_skipped, S.time_prox_s,
                  S.time_train_s, S.train_tokens_per_s);
     if (stats) *stats = S;
 done:
     free(seqs), free(order), free(rew), free(adv);
-    free(lp_prox), free(lp_ref), free(adv_tok), free(ones);
+    free(lp_prox), free(lp_ref), free(adv_tok), free(ones), free(dabs);
     return st;
 }
 

@@ -168,11 +168,20 @@ typedef struct qrl_learner_stats {
     /* behavior vs proximal policy: each trained token once (from step 4) */
     double kl_behav_prox;          /* mean(lp_behav - lp_prox): KL(behav || prox) estimate */
     double max_w;                  /* max exp(lp_prox - lp_behav) */
+    /* train-rollout log-prob discrepancy |lp_prox - lp_behav| over the trained tokens
+     * (each once, from step 4): mean, 99th percentile (nearest rank: the
+     * ceil(0.99 n)-th smallest), max */
+    double discrepancy_mean, discrepancy_p99, discrepancy_max;
     double entropy_mean;           /* mean entropy (nats) of the pre-update policy */
     /* loss: token-weighted over every minibatch pass of every epoch */
     double loss_mean, pg_loss_mean, kl_loss_mean; /* mean over the minibatch passes */
     double tis_frac, acr_frac;     /* TIS-truncated / ACR-widened token fraction */
     size_t tis_tokens, acr_tokens; /* same, counted over the first epoch (= per token) */
+    double seq_tis_frac;           /* fraction of sequence evaluations whose w_seq was
+                                      truncated (loss.is_level seq) */
+    double mis_frac, mis_seq_frac; /* masked IS (loss.mis): fraction of token evaluations
+                                      dropped / of sequence evaluations dropped whole */
+    size_t mis_tokens, mis_seqs;   /* same, counted over the first epoch */
     double clip_frac_low, clip_frac_high, dual_clip_frac;
     double ratio_mean;             /* mean R */
     bool has_ref;                  /* beta > 0: k3_mean valid */

@@ -1,6 +1,7 @@
-/* Per-token decoupled-PPO loss with TIS and ACR (SPEC §5), its gradient with respect
- * to the current log-probs, aggregation over a minibatch, and the logged statistics.
- * docs/loss.md is the prose version of what is computed here. */
+/* Per-token decoupled-PPO loss with TIS and ACR (SPEC §5) and the rollout corrections
+ * beside them (sequence-level TIS, token- and sequence-level masked IS), its gradient
+ * with respect to the current log-probs, aggregation over a minibatch, and the logged
+ * statistics.  docs/loss.md is the prose version of what is computed here. */
 #include <math.h>
 #include <string.h>
 
@@ -17,6 +18,10 @@ void qrl_rl_loss_config_default(qrl_rl_loss_config *cfg) {
         .clip_c = 3.0, /* Ye et al. 2020 */
         .beta = 1e-3,
         .agg = QRL_RL_AGG_TOKEN_MEAN,
+        .is_level = QRL_RL_IS_TOKEN,
+        .mis = QRL_RL_MIS_NONE,
+        .mis_low = 0.5, /* IcePop's [alpha, beta] */
+        .mis_high = 5.0,
     };
 }
 
@@ -44,7 +49,28 @@ qrl_status qrl_rl_loss_config_validate(const qrl_rl_loss_config *cfg, qrl_error 
     if (!isfinite(cfg->beta) || cfg->beta < 0)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "loss.beta: %g, expected finite >= 0", cfg->beta);
+    if (cfg->is_level != QRL_RL_IS_TOKEN && cfg->is_level != QRL_RL_IS_SEQ)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "loss.is_level: unknown value %d", (int)cfg->is_level);
+    if (cfg->mis != QRL_RL_MIS_NONE && cfg->mis != QRL_RL_MIS_TOKEN &&
+        cfg->mis != QRL_RL_MIS_SEQ)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "loss.mis: unknown value %d",
+                             (int)cfg->mis);
+    if (cfg->mis != QRL_RL_MIS_NONE) {
+        if (!isfinite(cfg->mis_low) || cfg->mis_low < 0)
+            return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                                 "loss.mis_low: %g, expected finite >= 0", cfg->mis_low);
+        if (isnan(cfg->mis_high) || cfg->mis_high <= cfg->mis_low)
+            return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                                 "loss.mis_high: %g, expected > loss.mis_low %g",
+                                 cfg->mis_high, cfg->mis_low);
+    }
     return QRL_OK;
+}
+
+/* Inside the masked-IS band [mis_low, mis_high] (bounds included, as IcePop's)? */
+static bool in_band(const qrl_rl_loss_config *cfg, double w) {
+    return w >= cfg->mis_low && w <= cfg->mis_high;
 }
 
 /* One token, split in its parts so that statistics can use them. */
@@ -54,8 +80,10 @@ typedef struct tok_eval {
     unsigned flags; /* QRL_RL_TOK_* */
 } tok_eval;
 
+/* w: the behavior weight of the token (decoupled mode: exp(lp_prox - lp_behav), or its
+ * sequence's w_seq with IS_SEQ); drop: the masked IS drops the token (decoupled mode). */
 static tok_eval token_eval(const qrl_rl_loss_config *cfg, double lp, double lp_prox,
-                           double lp_behav, double A) {
+                           double lp_behav, double w, bool drop, double A) {
     tok_eval e = {0};
     double L = 1.0 - cfg->eps_low;
     double U = 1.0 + cfg->eps_high;
@@ -65,8 +93,11 @@ static tok_eval token_eval(const qrl_rl_loss_config *cfg, double lp, double lp_p
     } else {
         e.R = exp(lp - lp_prox); /* R = exp(lp - lp_prox) */
         if (cfg->mode == QRL_RL_LOSS_DECOUPLED) {
-            double w = exp(lp_prox - lp_behav); /* w = exp(lp_prox - lp_behav) */
-            w_bar = w;
+            if (drop) { /* masked IS: w_bar = 0, no policy term, no gradient from it */
+                e.flags = QRL_RL_TOK_MIS;
+                return e;
+            }
+            w_bar = w; /* w = exp(lp_prox - lp_behav) (or w_seq) */
             if (w > cfg->tis_cap) { /* w_bar = min(w, C) */
                 w_bar = cfg->tis_cap;
                 e.flags |= QRL_RL_TOK_TIS;
@@ -106,7 +137,13 @@ static tok_eval token_eval(const qrl_rl_loss_config *cfg, double lp, double lp_p
 double qrl_rl_loss_token(const qrl_rl_loss_config *cfg, double lp, double lp_prox,
                          double lp_behav, double lp_ref, double adv, double *dloss_dlp,
                          double *ratio, unsigned *flags) {
-    tok_eval e = token_eval(cfg, lp, lp_prox, lp_behav, adv);
+    double w = NAN;
+    bool drop = false;
+    if (cfg->mode == QRL_RL_LOSS_DECOUPLED) { /* a one-token sequence: w_seq = w */
+        w = exp(lp_prox - lp_behav);
+        drop = cfg->mis != QRL_RL_MIS_NONE && !in_band(cfg, w);
+    }
+    tok_eval e = token_eval(cfg, lp, lp_prox, lp_behav, w, drop, adv);
     double loss = e.pg, d = e.dpg;
     if (cfg->beta > 0 && !isnan(lp_ref)) {
         double x = lp_ref - lp; /* k3 = exp(x) - x - 1, dk3/dlp = 1 - exp(x) */
@@ -181,6 +218,9 @@ qrl_status qrl_rl_loss_compute(const qrl_rl_loss_config *cfg, const qrl_rl_loss_
     }
 
     size_t n_tis = 0, n_acr = 0, n_low = 0, n_high = 0, n_dual = 0;
+    size_t n_mis = 0, n_mis_seq = 0, n_seq_tis = 0;
+    const bool dec = cfg->mode == QRL_RL_LOSS_DECOUPLED;
+    const bool need_seq = dec && (cfg->is_level == QRL_RL_IS_SEQ || cfg->mis == QRL_RL_MIS_SEQ);
     double sum_kl_bp = 0, sum_k3 = 0, sum_R = 0;
     for (size_t seq = 0; seq < in->n_seq; seq++) {
         size_t ns = 0;
@@ -189,13 +229,35 @@ qrl_status qrl_rl_loss_compute(const qrl_rl_loss_config *cfg, const qrl_rl_loss_
         /* aggregation weight of each token of this sequence */
         double wt = cfg->agg == QRL_RL_AGG_TOKEN_MEAN ? 1.0 / (double)s.n_tokens
                                                       : 1.0 / ((double)ns * (double)s.n_seqs);
+        /* sequence-level weight: w_seq = exp(mean_t (lp_prox - lp_behav)), the geometric
+         * mean of the token weights; a sequence outside the MIS_SEQ band is dropped whole */
+        double w_seq = NAN;
+        bool seq_drop = false;
+        if (need_seq) {
+            double sum = 0;
+            for (size_t t = 0; t < T; t++)
+                if (in->mask[seq * T + t])
+                    sum += (double)in->lp_prox[seq * T + t] - (double)in->lp_behav[seq * T + t];
+            w_seq = exp(sum / (double)ns);
+            if (cfg->mis == QRL_RL_MIS_SEQ && !in_band(cfg, w_seq))
+                seq_drop = true, n_mis_seq++;
+            else if (cfg->is_level == QRL_RL_IS_SEQ && w_seq > cfg->tis_cap)
+                n_seq_tis++;
+        }
         for (size_t t = 0; t < T; t++) {
             size_t i = seq * T + t;
             if (!in->mask[i]) continue;
             double lp = in->lp[i];
             double lpp = in->lp_prox ? in->lp_prox[i] : NAN;
             double lpb = in->lp_behav ? in->lp_behav[i] : NAN;
-            tok_eval e = token_eval(cfg, lp, lpp, lpb, in->adv[i]);
+            double w = NAN;
+            bool drop = false;
+            if (dec) {
+                double w_tok = exp(lpp - lpb);
+                w = cfg->is_level == QRL_RL_IS_SEQ ? w_seq : w_tok;
+                drop = seq_drop || (cfg->mis == QRL_RL_MIS_TOKEN && !in_band(cfg, w_tok));
+            }
+            tok_eval e = token_eval(cfg, lp, lpp, lpb, w, drop, in->adv[i]);
             double kl = 0, dkl = 0;
             if (in->lp_ref) {
                 double x = (double)in->lp_ref[i] - lp;
@@ -228,6 +290,7 @@ qrl_status qrl_rl_loss_compute(const qrl_rl_loss_config *cfg, const qrl_rl_loss_
             n_low += (e.flags & QRL_RL_TOK_CLIP_LOW) != 0;
             n_high += (e.flags & QRL_RL_TOK_CLIP_HIGH) != 0;
             n_dual += (e.flags & QRL_RL_TOK_DUAL_CLIP) != 0;
+            n_mis += (e.flags & QRL_RL_TOK_MIS) != 0;
         }
     }
     double N = (double)s.n_tokens;
@@ -238,6 +301,9 @@ qrl_status qrl_rl_loss_compute(const qrl_rl_loss_config *cfg, const qrl_rl_loss_
     s.clip_frac_low = (double)n_low / N;
     s.clip_frac_high = (double)n_high / N;
     s.dual_clip_frac = (double)n_dual / N;
+    s.seq_tis_frac = (double)n_seq_tis / (double)s.n_seqs;
+    s.mis_frac = (double)n_mis / N;
+    s.mis_seq_frac = (double)n_mis_seq / (double)s.n_seqs;
     if (s.has_ref) s.k3_mean = sum_k3 / N;
     s.ratio_mean = sum_R / N;
     *loss = s.loss;

@@ -127,7 +127,9 @@ typedef enum qrl_rl_loss_mode {
     QRL_RL_LOSS_PROX,
     /* The full SPEC §5 objective (decoupled PPO + TIS + optional ACR):
      *   R = exp(lp - lp_prox), w = exp(lp_prox - lp_behav), w_bar = min(w, C),
-     *   r = w_bar / w, U = (1 + eps_high) / r if acr else 1 + eps_high. */
+     *   r = w_bar / w, U = (1 + eps_high) / r if acr else 1 + eps_high.
+     *   Rollout corrections (is_level, mis below): w is the sequence's geometric-mean
+     *   weight w_seq with IS_SEQ; a token the masked IS drops has w_bar = 0. */
     QRL_RL_LOSS_DECOUPLED,
 } qrl_rl_loss_mode;
 
@@ -137,6 +139,27 @@ typedef enum qrl_rl_loss_agg {
     /* mean over non-empty sequences of (sum of the sequence's loss_t / its length) */
     QRL_RL_AGG_SEQ_MEAN,
 } qrl_rl_loss_agg;
+
+/* Rollout correction of the behavior weight (DECOUPLED mode only; docs/loss.md has the
+ * formulas and their sources).  Which weight is truncated at C: */
+typedef enum qrl_rl_is_level {
+    /* w = exp(lp_prox - lp_behav) per token (FlashRL / Yao et al. token-level TIS) */
+    QRL_RL_IS_TOKEN = 0,
+    /* w_seq = exp(mean over the sequence's response tokens of (lp_prox - lp_behav)), the
+     * geometric mean of the token weights, the same on every token of the sequence
+     * ("seq-TIS" with a length-normalised ratio) */
+    QRL_RL_IS_SEQ,
+} qrl_rl_is_level;
+
+/* Masked importance sampling: drop (weight 0, no policy gradient) instead of truncate. */
+typedef enum qrl_rl_mis {
+    QRL_RL_MIS_NONE = 0, /* nothing dropped */
+    /* drop each token whose w is outside [mis_low, mis_high] (IcePop, Ling team) */
+    QRL_RL_MIS_TOKEN,
+    /* drop every token of a sequence whose w_seq (geometric mean) is outside the band
+     * (Seq-MIS / verl's geometric rejection) */
+    QRL_RL_MIS_SEQ,
+} qrl_rl_mis;
 
 typedef struct qrl_rl_loss_config {
     qrl_rl_loss_mode mode; /* default DECOUPLED */
@@ -148,6 +171,11 @@ typedef struct qrl_rl_loss_config {
     double clip_c;         /* dual-clip constant c > 1; default 3 */
     double beta;           /* k3 KL coefficient; default 1e-3, >= 0 */
     qrl_rl_loss_agg agg;   /* default TOKEN_MEAN */
+    qrl_rl_is_level is_level; /* weight truncated at C: default TOKEN (decoupled only) */
+    qrl_rl_mis mis;        /* masked IS: default NONE (decoupled only) */
+    double mis_low, mis_high; /* kept band [mis_low, mis_high] of the masked weight;
+                                 default 0.5, 5 (IcePop); 0 <= low < high (high may be
+                                 INFINITY); checked only when mis != NONE */
 } qrl_rl_loss_config;
 
 /* Fill *cfg with the SPEC §5 defaults listed above. */
@@ -182,6 +210,9 @@ typedef struct qrl_rl_loss_stats {
     double max_w;          /* max over tokens of w = exp(lp_prox - lp_behav) */
     double tis_frac;       /* fraction with w > C (weight truncated); DECOUPLED only */
     double acr_frac;       /* fraction whose U was widened (acr and r < 1) */
+    double seq_tis_frac;   /* fraction of the n_seqs sequences with w_seq > C (IS_SEQ) */
+    double mis_frac;       /* fraction of tokens dropped by the masked IS (either level) */
+    double mis_seq_frac;   /* fraction of the n_seqs sequences dropped whole (MIS_SEQ) */
     double clip_frac_low;  /* fraction with A < 0 and R < L: lower clip active */
     double clip_frac_high; /* fraction with A > 0 and R > U: upper clip active */
     double dual_clip_frac; /* fraction with A < 0 and R*A < c*A: dual clip active */
@@ -210,13 +241,16 @@ qrl_status qrl_rl_loss_compute(const qrl_rl_loss_config *cfg, const qrl_rl_loss_
 /* One token of the objective in double, for kernels' CPU oracle and tests: returns
  * loss_t (unaggregated) and sets *dloss_dlp (d loss_t / d lp).  lp_prox is ignored in
  * NAIVE mode, lp_behav in PROX mode; lp_ref NaN skips k3.  flags (may be NULL) gets the
- * QRL_RL_TOK_* bits.  No validation: the config must be valid, inputs finite. */
+ * QRL_RL_TOK_* bits.  No validation: the config must be valid, inputs finite.
+ * The sequence-level corrections (IS_SEQ, MIS_SEQ) see the token as a one-token
+ * sequence (w_seq = w); qrl_rl_loss_compute applies them to whole sequences. */
 enum {
     QRL_RL_TOK_TIS = 1,        /* w > C, weight truncated */
     QRL_RL_TOK_ACR = 2,        /* upper bound widened (acr, r < 1) */
     QRL_RL_TOK_CLIP_LOW = 4,   /* A < 0, R < L */
     QRL_RL_TOK_CLIP_HIGH = 8,  /* A > 0, R > U */
     QRL_RL_TOK_DUAL_CLIP = 16, /* dual-clip branch active */
+    QRL_RL_TOK_MIS = 32,       /* dropped by the masked IS: w_bar = 0, no other flag */
 };
 double qrl_rl_loss_token(const qrl_rl_loss_config *cfg, double lp, double lp_prox,
                          double lp_behav, double lp_ref, double adv, double *dloss_dlp,

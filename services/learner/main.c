@@ -83,6 +83,16 @@ static const qrl_config_entry CONFIG[] = {
     {"loss.clip_c", QRL_CONFIG_TYPE_DOUBLE, "3", 1.000001, 1e6, NULL, false, "dual-clip constant"},
     {"loss.beta", QRL_CONFIG_TYPE_DOUBLE, "1e-3", 0, 1e6, NULL, false, "k3 KL to the initial policy (0 = off)"},
     {"loss.agg", QRL_CONFIG_TYPE_ENUM, "token_mean", 0, 0, "token_mean|seq_mean", false, "loss aggregation"},
+    {"loss.is_level", QRL_CONFIG_TYPE_ENUM, "token", 0, 0, "token|seq", false,
+     "weight truncated at loss.tis_cap (decoupled mode): token w = exp(lp_prox - lp_behav), or seq: "
+     "w_seq = exp(mean over the response of lp_prox - lp_behav), its geometric mean, on every token "
+     "(seq-TIS; docs/loss.md)"},
+    {"loss.mis", QRL_CONFIG_TYPE_ENUM, "none", 0, 0, "none|token|seq", false,
+     "masked IS (decoupled mode): drop, instead of truncating, each token whose w (token: IcePop) or "
+     "each sequence whose w_seq (seq: Seq-MIS, geometric mean) is outside [loss.mis_low, loss.mis_high]"},
+    {"loss.mis_low", QRL_CONFIG_TYPE_DOUBLE, "0.5", 0, 1e30, NULL, false, "lower end of the kept band (included)"},
+    {"loss.mis_high", QRL_CONFIG_TYPE_DOUBLE, "5", 0, 1e30, NULL, false,
+     "upper end of the kept band (included; > loss.mis_low)"},
     {"adamw.beta1", QRL_CONFIG_TYPE_DOUBLE, "0.9", 0, 0.999999, NULL, false, "AdamW beta1"},
     {"adamw.beta2", QRL_CONFIG_TYPE_DOUBLE, "0.999", 0, 0.999999999, NULL, false, "AdamW beta2"},
     {"adamw.eps", QRL_CONFIG_TYPE_DOUBLE, "1e-8", 1e-30, 1, NULL, false, "AdamW epsilon"},
@@ -193,6 +203,11 @@ static void learner_config(const qrl_config_t *cfg, qrl_learner_config *lc) {
     lc->loss.clip_c = qrl_config_get_double(cfg, "loss.clip_c");
     lc->loss.beta = qrl_config_get_double(cfg, "loss.beta");
     lc->loss.agg = qrl_config_get_enum(cfg, "loss.agg") == 0 ? QRL_RL_AGG_TOKEN_MEAN : QRL_RL_AGG_SEQ_MEAN;
+    static const qrl_rl_mis mises[] = {QRL_RL_MIS_NONE, QRL_RL_MIS_TOKEN, QRL_RL_MIS_SEQ};
+    lc->loss.is_level = qrl_config_get_enum(cfg, "loss.is_level") == 0 ? QRL_RL_IS_TOKEN : QRL_RL_IS_SEQ;
+    lc->loss.mis = mises[qrl_config_get_enum(cfg, "loss.mis")];
+    lc->loss.mis_low = qrl_config_get_double(cfg, "loss.mis_low");
+    lc->loss.mis_high = qrl_config_get_double(cfg, "loss.mis_high");
     lc->adv = advs[qrl_config_get_enum(cfg, "learner.adv")];
     lc->dynamic_sampling = qrl_config_get_bool(cfg, "learner.dynamic_sampling");
     lc->ppo_epochs = (int)qrl_config_get_int(cfg, "learner.ppo_epochs");
