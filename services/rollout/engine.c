@@ -211,7 +211,9 @@ static void swap_now(rd_engine *e, qrl_model *m, uint64_t version) {
     qrl_error err;
     qrl_scheduler_stats before;
     qrl_scheduler_get_stats(e->sched, &before);
+    double t0 = mono_s();
     qrl_status st = qrl_scheduler_swap_weights(e->sched, m, version, &err);
+    double dt = mono_s() - t0;
     if (st == QRL_STATUS_CUDA) {
         /* a failed GPU upload may have replaced some tensors: decoding on mixed weights
          * would record wrong behavior log-probs.  Stop loudly, as a failed step does; the
@@ -237,11 +239,13 @@ static void swap_now(rd_engine *e, qrl_model *m, uint64_t version) {
     pthread_mutex_unlock(&e->mu);
     qrl_scheduler_stats after;
     qrl_scheduler_get_stats(e->sched, &after);
-    QRL_LOG_INFO("engine", "weights swapped version=%llu running=%d restarts=%llu", (unsigned long long)version,
-                 after.running, (unsigned long long)(after.restarts - before.restarts));
     pthread_mutex_lock(&e->mu);
     e->stats.sched = after;
+    double idle = e->stats.idle_s;
     pthread_mutex_unlock(&e->mu);
+    QRL_LOG_INFO("engine", "weights swapped version=%llu running=%d restarts=%llu swap_ms=%.2f idle_s=%.3f",
+                 (unsigned long long)version, after.running, (unsigned long long)(after.restarts - before.restarts),
+                 dt * 1e3, idle);
 }
 
 /* A device-stream swap (rd_engine_swap_stream) on the engine thread. */
@@ -275,12 +279,13 @@ static void swap_stream_now(rd_engine *e) {
         }
         e->stats.sched = after;
     }
+    double idle = e->stats.idle_s;
     pthread_cond_broadcast(&e->cv);
     pthread_mutex_unlock(&e->mu);
     if (st == QRL_OK)
-        QRL_LOG_INFO("engine", "weights swapped version=%llu running=%d restarts=%llu swap_ms=%.2f (device)",
+        QRL_LOG_INFO("engine", "weights swapped version=%llu running=%d restarts=%llu swap_ms=%.2f (device) idle_s=%.3f",
                      (unsigned long long)version, after.running,
-                     (unsigned long long)(after.restarts - before.restarts), dt * 1e3);
+                     (unsigned long long)(after.restarts - before.restarts), dt * 1e3, idle);
     else
         QRL_LOG_ERROR("engine", "weights version=%llu refused: %s", (unsigned long long)version, err.msg);
 }
@@ -314,12 +319,15 @@ static void *engine_main(void *arg) {
     omp_set_num_threads(e->omp_threads);
     double win_t = mono_s();
     uint64_t win_tokens = 0;
-    double tps = 0;
+    double tps = 0, start_s = win_t;
     for (;;) {
         pthread_mutex_lock(&e->mu);
+        double w0 = mono_s(); /* idle: nothing to decode (no work, paused, held for weights) */
+        bool waited = false;
         while (!e->stop && !e->in_head && !e->swap_model && e->swap_t_state != 1 &&
                (e->paused || e->hold_until > e->version || qrl_scheduler_idle(e->sched)))
-            pthread_cond_wait(&e->cv, &e->mu);
+            pthread_cond_wait(&e->cv, &e->mu), waited = true;
+        if (waited) e->stats.idle_s += mono_s() - w0;
         bool stop = e->stop, paused = e->paused, swap_t = e->swap_t_state == 1;
         qrl_model *swap = e->swap_model;
         uint64_t swap_version = e->swap_version;
@@ -366,6 +374,11 @@ static void *engine_main(void *arg) {
         e->last_step_s = now;
         pthread_mutex_unlock(&e->mu);
     }
+    pthread_mutex_lock(&e->mu);
+    QRL_LOG_INFO("engine", "engine stopped run_s=%.3f idle_s=%.3f steps=%llu tokens=%llu", mono_s() - start_s,
+                 e->stats.idle_s, (unsigned long long)e->stats.sched.steps,
+                 (unsigned long long)e->stats.sched.tokens_generated);
+    pthread_mutex_unlock(&e->mu);
     return NULL;
 }
 

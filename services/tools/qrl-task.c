@@ -5,11 +5,15 @@
  *                [--digits MIN-MAX] [--max-chars C]
  *   qrl-task init-model --task arith --out DIR [--dim 128] [--layers 4] [--heads 4]
  *                [--hidden 0 (= 4 x dim)] [--ctx 128] --seed S
+ *   qrl-task init-model --shape qwen3-0.6b|qwen3-1.7b|qwen3-4b|qwen3-8b|qwen3-tiny
+ *                --tokenizer DIR --out DIR --seed S
  *
  * gen writes one JSON object per line: {"prompt": ..., "answer": ..., "solution": ...}
  * (story-name has no solution).  init-model writes a randomly initialized Llama-style
  * model as a HuggingFace folder (config.json, model.safetensors F32) with the
- * character tokenizer (tokenizer.json, tokenizer_config.json).
+ * character tokenizer (tokenizer.json, tokenizer_config.json).  init-model --shape writes
+ * a random-weight model of a Qwen3 shape (transformers' config of that model) in BF16 with
+ * the tokenizer files of DIR copied beside it (benchmarks: bench/e2e.sh).
  * Errors: one line "qrl-task: error: ..." and exit status 1; usage errors exit 2. */
 #include <errno.h>
 #include <jansson.h>
@@ -20,6 +24,7 @@
 
 #include "model/model.h"
 #include "tasks/tasks.h"
+#include "task_shapes.h"
 
 static void usage(FILE *f) {
     fputs("usage:\n"
@@ -27,10 +32,14 @@ static void usage(FILE *f) {
           "               [--digits MIN-MAX (arith, default 3-3)] [--max-chars C (story-name, default 600)]\n"
           "  qrl-task init-model --task arith --out DIR --seed S [--dim 128] [--layers 4] [--heads 4]\n"
           "               [--hidden H (default 4 x dim)] [--ctx 128]\n"
+          "  qrl-task init-model --shape qwen3-0.6b|qwen3-1.7b|qwen3-4b|qwen3-8b|qwen3-tiny\n"
+          "               --tokenizer DIR --out DIR --seed S\n"
           "\n"
           "gen: JSONL lines {\"prompt\", \"answer\", \"solution\"}; the test split is disjoint from\n"
           "train for any seeds (a hash of each problem decides its split).\n"
-          "init-model: random Llama-style model + character tokenizer as a HuggingFace folder.\n"
+          "init-model: random Llama-style model + character tokenizer as a HuggingFace folder;\n"
+          "with --shape: random BF16 weights of that Qwen3 shape (transformers' config.json) with\n"
+          "the tokenizer files of --tokenizer DIR (vocab.json + merges.txt or tokenizer.json).\n"
           "See docs/tasks.md.\n",
           f);
 }
@@ -53,7 +62,7 @@ static long long int_arg(const char *name, const char *v, long long lo, long lon
 }
 
 typedef struct opts {
-    const char *task, *split, *out;
+    const char *task, *split, *out, *shape, *tokenizer;
     long long n, seed, max_chars, dim, layers, heads, hidden, ctx;
     int dmin, dmax;
     int have_seed;
@@ -75,6 +84,8 @@ static void parse(int argc, char **argv, opts *o) {
         if (strcmp(a, "--task") == 0) o->task = v;
         else if (strcmp(a, "--split") == 0) o->split = v;
         else if (strcmp(a, "--out") == 0) o->out = v;
+        else if (strcmp(a, "--shape") == 0) o->shape = v;
+        else if (strcmp(a, "--tokenizer") == 0) o->tokenizer = v;
         else if (strcmp(a, "--n") == 0) o->n = int_arg(a, v, 0, 100000000);
         else if (strcmp(a, "--seed") == 0) o->seed = int_arg(a, v, 0, (long long)1e15), o->have_seed = 1;
         else if (strcmp(a, "--max-chars") == 0) o->max_chars = int_arg(a, v, 1, 1 << 20);
@@ -95,7 +106,7 @@ static void parse(int argc, char **argv, opts *o) {
             die(2, m);
         }
     }
-    if (!o->task) die(2, "--task is required (arith | story-name)");
+    if (!o->task && !o->shape) die(2, "--task is required (arith | story-name)");
     if (!o->out) die(2, "--out is required");
     if (!o->have_seed) die(2, "--seed is required");
 }
@@ -133,6 +144,7 @@ static int cmd_gen(const opts *o) {
 }
 
 static int cmd_init_model(const opts *o) {
+    if (o->shape) return qrl_task_init_shape(o->shape, o->tokenizer, o->out, (uint64_t)o->seed);
     if (strcmp(o->task, "arith") != 0) die(2, "init-model: --task arith is the only one (story-name uses stories260K)");
     if (o->dim % o->heads || (o->dim / o->heads) % 2) die(2, "--dim must be a multiple of 2 x --heads");
     long long hidden = o->hidden ? o->hidden : 4 * o->dim;

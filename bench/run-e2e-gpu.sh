@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# On the GPU machine (issue 18 item 4): the end-to-end loop benchmark in one call.
+#   here:   .device-deps (../shared/tools/device-deps.sh), .device-kafka
+#           (../shared/tools/device-kafka.sh) and .device-data (gsm8k test JSONL, Qwen
+#           tokenizer) carried with the tree
+#   there:  bench/run-e2e-gpu.sh [OUTDIR] [bench/e2e.sh flags...]
+# Sets up the carried libraries and Kafka runtime, builds what is missing (make all bench),
+# then runs bench/e2e.sh --data-dir .device-data with its logs in OUTDIR/e2e-work and the
+# JSON in OUTDIR/e2e-h200.json (and bench/results/e2e-h200.json); the e2e budget is what is
+# left of ~520 s after the build (at most 450 s) unless --budget-s is given.
+set -uo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+t0=$SECONDS
+out=${1:-/tmp/qrl-e2e-out}
+[ $# -gt 0 ] && shift
+mkdir -p "$out"
+if [ -f .device-deps/env.sh ]; then
+  stamp=$(ls .device-deps/*.deb | sha1sum | cut -c1-12)
+  [ "$(cat /opt/qrl-deps/.stamp 2>/dev/null)" = "$stamp" ] || rm -f /opt/qrl-deps/.done
+  source .device-deps/env.sh
+  echo "$stamp" > /opt/qrl-deps/.stamp
+  export PATH=/opt/qrl-deps/usr/bin:$PATH
+fi
+[ -f .device-kafka/env.sh ] && source .device-kafka/env.sh
+build=${BUILD:-build}
+make -j"$(nproc)" BUILD="$build" all bench > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
+echo "build: $((SECONDS - t0)) s"
+budget=()
+[[ " $* " == *" --budget-s "* ]] || { b=$((520 - (SECONDS - t0))); [ $b -le 450 ] || b=450; budget=(--budget-s "$b"); }
+rc=0
+bench/e2e.sh --build "$build" --data-dir .device-data --work "$out/e2e-work" --out "$out/e2e-h200.json" \
+  "${budget[@]}" "$@" 2>&1 | tee "$out/e2e.txt" || rc=$?
+[ -f "$out/e2e-h200.json" ] && cp "$out/e2e-h200.json" bench/results/e2e-h200.json
+echo "summary: rc=$rc, $((SECONDS - t0)) s"
+exit $rc
