@@ -411,12 +411,14 @@ static void write_metrics(ld_daemon *d, const ld_job *j, const ld_buffered *b) {
     fprintf(d->metrics, "],\"groups_used\":%zu,\"groups_dropped\":%zu,\"reward_mean\":%.6g,\"reward_std\":%.6g,"
             "\"accuracy\":%.6g,\"response_len_mean\":%.6g,\"version_min\":%" PRIu64 ",\"version_max\":%" PRIu64
             ",\"kl_behav_prox\":%.6g,\"max_w\":%.6g,\"entropy\":%.6g,\"loss\":%.6g,\"tis_frac\":%.6g,"
-            "\"acr_frac\":%.6g,\"clip_low\":%.6g,\"clip_high\":%.6g,\"grad_norm\":%.6g,\"lr\":%.6g,"
+            "\"acr_frac\":%.6g,\"seq_tis_frac\":%.6g,\"mis_frac\":%.6g,\"mis_seq_frac\":%.6g,"
+            "\"disc_mean\":%.6g,\"disc_p99\":%.6g,\"disc_max\":%.6g,\"clip_low\":%.6g,\"clip_high\":%.6g,\"grad_norm\":%.6g,\"lr\":%.6g,"
             "\"steps_taken\":%d,\"steps_skipped\":%d,\"tokens_trained\":%zu,\"train_tokens_per_s\":%.6g,"
             "\"update_s\":%.6g,\"snapshot_s\":%.6g,\"prox_s\":%.6g,\"ref_s\":%.6g,\"train_s\":%.6g}\n",
             s->groups_used, s->groups_dropped, s->reward_mean, s->reward_std, s->accuracy, s->response_len_mean,
             s->version_min, s->version_max, s->kl_behav_prox, s->max_w, s->entropy_mean, s->loss_mean,
-            s->tis_frac, s->acr_frac, s->clip_frac_low, s->clip_frac_high, s->grad_norm_mean, s->lr,
+            s->tis_frac, s->acr_frac, s->seq_tis_frac, s->mis_frac, s->mis_seq_frac, s->discrepancy_mean,
+            s->discrepancy_p99, s->discrepancy_max, s->clip_frac_low, s->clip_frac_high, s->grad_norm_mean, s->lr,
             s->steps_taken, s->steps_skipped, s->tokens_trained, s->train_tokens_per_s, j->update_s,
             j->snapshot_s, s->time_prox_s, s->time_ref_s, s->time_train_s);
     fflush(d->metrics);
