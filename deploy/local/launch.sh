@@ -203,14 +203,28 @@ xrun() {
 }
 
 # ---- process bookkeeping: everything started is stopped on exit ------------------------
-pids=() rpids=() broker=0
+# The daemons run in sessions of their own (setsid), so that a Ctrl-C in the terminal
+# reaches the launcher only; cleanup then stops them in order: the watchdog first (it would
+# signal the learner again), one SIGTERM each (the learner finishes its running update and
+# writes the final checkpoint it promises; a second signal would make it exit at once; the
+# replicas drain), the learner given up to QRL_LAUNCH_DRAIN_S (120) s for that, the others
+# 10 s, then SIGKILL.  A second Ctrl-C while waiting escalates at once.
+pids=() rpids=() broker=0 pid_learner="" wpid="" force=0
+drain_s=${QRL_LAUNCH_DRAIN_S:-120}
 cleanup() {
-  local rc=$?
-  trap - EXIT INT TERM
+  local rc=$? p end
+  trap - EXIT
+  trap 'force=1' INT TERM
+  [ -z "$wpid" ] || kill -TERM "$wpid" 2>/dev/null || true
   for p in "${pids[@]}"; do kill -TERM "$p" 2>/dev/null || true; done
-  local end=$((SECONDS + 10))
+  if [ -n "$pid_learner" ] && kill -0 "$pid_learner" 2>/dev/null; then
+    echo "launch.sh: waiting for the learner to finish its update and final checkpoint (up to $drain_s s; Ctrl-C again to stop at once)" >&2
+    end=$((SECONDS + drain_s))
+    while kill -0 "$pid_learner" 2>/dev/null && [ $SECONDS -lt $end ] && [ $force = 0 ]; do sleep 0.2; done
+  fi
+  end=$((SECONDS + 10))
   for p in "${pids[@]}"; do
-    while kill -0 "$p" 2>/dev/null && [ $SECONDS -lt $end ]; do sleep 0.2; done
+    while kill -0 "$p" 2>/dev/null && [ $SECONDS -lt $end ] && [ $force = 0 ]; do sleep 0.2; done
     kill -KILL "$p" 2>/dev/null || true
   done
   if [ $broker = 1 ]; then
@@ -360,7 +374,7 @@ if [ $dry = 1 ]; then # the rest of the run, shown; nothing was started
   show deploy/local/summary.sh "$run_dir"
   exit 0
 fi
-"${learner_cmd[@]}" >"$run_dir/learner.log" 2>&1 &
+setsid "${learner_cmd[@]}" >"$run_dir/learner.log" 2>&1 &
 pid_learner=$!
 pids+=("$pid_learner")
 end=$((SECONDS + 60))
@@ -374,7 +388,7 @@ port=$(sed -n 's/.*rpc listening port=\([0-9]*\).*/\1/p' "$run_dir/learner.log" 
 echo "127.0.0.1:$port" >"$run_dir/learner.addr"
 for i in $(seq 0 $((replicas - 1))); do
   replica_cmd "$i" "$port"
-  "${rcmd[@]}" >"$run_dir/r$i.log" 2>&1 &
+  setsid "${rcmd[@]}" >"$run_dir/r$i.log" 2>&1 &
   pids+=($!) rpids+=($!)
 done
 # Watchdog: when every replica has exited while the learner still runs (a bad setting, a
@@ -389,7 +403,8 @@ done
     if [ $alive = 0 ]; then : >"$run_dir/replicas-died"; kill -TERM "$pid_learner"; exit 0; fi
     sleep 1
   done ) &
-pids+=($!)
+wpid=$!
+pids+=("$wpid")
 log "learner at 127.0.0.1:$port, $replicas replicas ($precision weights, $kv KV cache);" \
     "T=$T groups of G=$G per update, $updates updates  mode $mode, lr $lr  ($bin/qrlctl --learner 127.0.0.1:$port --token-file $run_dir/token status)"
 

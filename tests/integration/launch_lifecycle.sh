@@ -5,6 +5,9 @@
 #   A. `qrlctl shutdown` mid-run is a normal early end: rc 0, this run's final checkpoint
 #      exported, the evaluation after RL and the summary written ("run ended early");
 #      nothing left running.
+#   C. Ctrl-C (SIGINT to the launcher's process group, as a terminal sends it) mid-run: the
+#      learner gets one SIGTERM and its drain: no "second signal", its newest checkpoint is
+#      the step of its last update; rc 130; nothing left running.
 # Skips (77) without java or the Kafka jars unless QRL_REQUIRE_KAFKA=1.
 set -u
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -42,12 +45,15 @@ t_all=$SECONDS
   fatal "init-model"
 common=(--model "$tmp/m0" --replicas 1 --quota 4 --group-size 4 --eval-n 8 --eval-k 1 --seed 2)
 
-# launch NAME ARGS...: deploy/local/launch.sh in the background in a process group of its
-# own (as a terminal runs it; $pgid), output in $tmp/NAME.out, the run folder $tmp/NAME
+# launch NAME ARGS...: deploy/local/launch.sh in the background as a terminal runs it: in a
+# process group of its own ($lpid), SIGINT not ignored (a script's background jobs start
+# with SIGINT ignored, which no trap can undo); output in $tmp/NAME.out
 launch() {
   local name=$1
   shift
-  BUILD=$build setsid deploy/local/launch.sh "$@" >"$tmp/$name.out" 2>&1 &
+  BUILD=$build setsid python3 -c 'import os, signal, sys
+signal.signal(signal.SIGINT, signal.SIG_DFL)
+os.execvp(sys.argv[1], sys.argv[1:])' deploy/local/launch.sh "$@" >"$tmp/$name.out" 2>&1 &
   lpid=$!
 }
 # until FILE has N lines (the learner's metrics: N updates done)
@@ -75,7 +81,7 @@ left_running() { # RUN: processes that still name the run folder
 exported_step() { sed -n 's/.*exported .*step-0*\([0-9][0-9]*\) (step=.*/\1/p' "$1/export.log"; }
 
 # ---- A. qrlctl shutdown mid-run: a normal early end ------------------------------------------
-t=$SECONDS
+t=$SECONDS f0=$fails
 A=$tmp/A
 launch A "${common[@]}" --updates 200 --run-dir "$A" -- --learner.dynamic_sampling false
 if wait_lines "$A/learner.jsonl" 2 90; then
@@ -92,7 +98,26 @@ if wait_lines "$A/learner.jsonl" 2 90; then
   [ -s "$A/eval-after.json" ] && jq -e '.n == 8' "$A/eval-after.json" >/dev/null || fail "A: no evaluation after RL"
   grep -q "^updates $n, versions 1..$n" "$A/summary.txt" || fail "A: summary updates: $(cat "$A/summary.txt")"
   left_running "$A"
-  echo "A: qrlctl shutdown after $n updates: rc 0, step $n exported, evaluated, summarized ($((SECONDS - t)) s)"
+  [ $fails -eq $f0 ] && echo "A: qrlctl shutdown after $n updates: rc 0, step $n exported, evaluated, summarized ($((SECONDS - t)) s)"
+fi
+
+# ---- C. Ctrl-C mid-run: the learner gets its drain and writes its final checkpoint ------------
+t=$SECONDS f0=$fails
+C=$tmp/C
+launch C "${common[@]}" --updates 200 --run-dir "$C" -- --learner.dynamic_sampling false
+if wait_lines "$C/learner.jsonl" 3 90; then
+  kill -INT -- "-$lpid" # a terminal's Ctrl-C: SIGINT to the foreground process group
+  wait_launch 150
+  n=$(wc -l <"$C/learner.jsonl")
+  [ $lrc -eq 130 ] || fail "C: launch.sh exited $lrc after Ctrl-C (expected 130)"
+  grep -q "second signal" "$C/learner.log" && fail "C: the learner got a second signal: $(grep -m2 -E 'SIGTERM|SIGINT|signal' "$C/learner.log")"
+  grep -q "no more dispatch; stopping after the running update and a checkpoint" "$C/learner.log" ||
+    fail "C: the learner was not asked to drain"
+  latest=$(cat "$C/checkpoints/latest" 2>/dev/null)
+  [ "$latest" = "$(printf 'step-%08d' "$n")" ] && [ -f "$C/checkpoints/$latest/manifest.json" ] ||
+    fail "C: newest checkpoint '$latest', the last update is step $n"
+  left_running "$C"
+  [ $fails -eq $f0 ] && echo "C: Ctrl-C after $n updates: the learner drained, final checkpoint $latest ($((SECONDS - t)) s)"
 fi
 
 [ $fails -eq 0 ] || exit 1
