@@ -226,7 +226,7 @@ cleanup() {
   stop_all
   if [ -n "$broker_dir" ]; then
     QRL_KAFKA_ADMIN=$bin/qrl-kafka-admin deploy/kafka/kafka.sh stop --dir "$broker_dir" --timeout 15 \
-      >>"$work/kafka.log" 2>&1 || true
+      >>"$work/kafka.log" 2>&1 && rm -rf "$broker_dir"
   fi
   [ -z "$watchdog" ] || kill "$watchdog" 2>/dev/null || true
   report

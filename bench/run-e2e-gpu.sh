@@ -3,11 +3,11 @@
 #   here:   .device-deps (../shared/tools/device-deps.sh), .device-kafka
 #           (../shared/tools/device-kafka.sh) and .device-data (gsm8k test JSONL, Qwen
 #           tokenizer) carried with the tree
-#   there:  bench/run-e2e-gpu.sh [OUTDIR] [bench/e2e.sh flags...]
+#   there:  [E2E_NAME=e2e-h200] bench/run-e2e-gpu.sh [OUTDIR] [bench/e2e.sh flags...]
 # Sets up the carried libraries and Kafka runtime, builds what is missing (make all bench),
-# then runs bench/e2e.sh --data-dir .device-data with its logs in OUTDIR/e2e-work and the
-# JSON in OUTDIR/e2e-h200.json (and bench/results/e2e-h200.json); the e2e budget is what is
-# left of ~520 s after the build (at most 450 s) unless --budget-s is given.
+# then runs bench/e2e.sh --data-dir .device-data with its logs in OUTDIR/$E2E_NAME-work and
+# the JSON in OUTDIR/$E2E_NAME.json (and bench/results/$E2E_NAME.json); the e2e budget is what
+# is left of ~520 s after the build (at most 450 s) unless --budget-s is given.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 t0=$SECONDS
@@ -28,8 +28,9 @@ echo "build: $((SECONDS - t0)) s"
 budget=()
 [[ " $* " == *" --budget-s "* ]] || { b=$((520 - (SECONDS - t0))); [ $b -le 450 ] || b=450; budget=(--budget-s "$b"); }
 rc=0
-bench/e2e.sh --build "$build" --data-dir .device-data --work "$out/e2e-work" --out "$out/e2e-h200.json" \
-  "${budget[@]}" "$@" 2>&1 | tee "$out/e2e.txt" || rc=$?
-[ -f "$out/e2e-h200.json" ] && cp "$out/e2e-h200.json" bench/results/e2e-h200.json
+name=${E2E_NAME:-e2e-h200}
+bench/e2e.sh --build "$build" --data-dir .device-data --work "$out/$name-work" --out "$out/$name.json" \
+  "${budget[@]}" "$@" 2>&1 | tee "$out/$name.txt" || rc=$?
+[ -f "$out/$name.json" ] && cp "$out/$name.json" "bench/results/$name.json"
 echo "summary: rc=$rc, $((SECONDS - t0)) s"
 exit $rc
