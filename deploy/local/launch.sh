@@ -315,7 +315,9 @@ if [ -z "$bootstrap" ] && [ $dry = 1 ]; then
   bootstrap=KAFKA_BOOTSTRAP
 elif [ -z "$bootstrap" ]; then
   t0=$SECONDS
-  bootstrap=$(deploy/kafka/kafka.sh start --dir "$run_dir/kafka" --port 0 2>>"$run_dir/kafka.log" |
+  # (setsid: in a session of its own, so that a Ctrl-C does not take the broker down under
+  # the learner's final checkpoint and commit; cleanup stops it last)
+  bootstrap=$(setsid deploy/kafka/kafka.sh start --dir "$run_dir/kafka" --port 0 2>>"$run_dir/kafka.log" |
               sed -n 's/^BOOTSTRAP=//p')
   [ -n "$bootstrap" ] || die "the Kafka broker did not start (see $run_dir/kafka.log; deploy/setup.sh fetches it)"
   broker=1
