@@ -419,9 +419,14 @@ while IFS= read -r line; do
   jq -r --argjson prev "$prev_ms" --argjson G "$G" '
     ((.groups | length) * $G * .response_len_mean) as $tok |
     [ .step, .version, (.reward_mean * 1000 | round / 1000), (.accuracy * 1000 | round / 1000),
-      ($tok / ((.unix_ms - $prev) / 1000 + 1e-9) | round), .kl_behav_prox, .tis_frac, .acr_frac ] |
-    "\(.[0]) \(.[1]) \(.[2]) \(.[3]) \(.[4]) \(.[5]) \(.[6]) \(.[7])"' <<<"$line" |
-    awk '{ printf "%5d %7d %7.3f %6.3f %9d %8.2e %6.3f %6.3f\n", $1, $2, $3, $4, $5, $6, $7, $8 }' |
+      ($tok / ((.unix_ms - $prev) / 1000 + 1e-9) | round), .kl_behav_prox, .tis_frac, .acr_frac,
+      .groups_used, (.groups | length) ] |
+    "\(.[0]) \(.[1]) \(.[2]) \(.[3]) \(.[4]) \(.[5]) \(.[6]) \(.[7]) \(.[8]) \(.[9])"' <<<"$line" |
+    awk '{ printf "%5d %7d %7.3f %6.3f %9d %8.2e %6.3f %6.3f", $1, $2, $3, $4, $5, $6, $7, $8
+           # an update that trained on no group (dynamic sampling dropped every one: each
+           # group'"'"'s rewards were all equal) changed nothing; say so on its line
+           if ($9 == 0) printf "  WARNING: trained on no group (all %d dropped: equal rewards)", $10
+           printf "\n" }' |
     tee -a "$run_dir/launch.log"
   prev_ms=$ms
 done < <(tail -n +1 -f --pid="$pid_learner" "$run_dir/learner.jsonl")

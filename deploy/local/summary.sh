@@ -18,8 +18,14 @@ done
 printf '%-30s %12s %12s\n' "train reward (first/last upd.)" "$(jq -r '.reward_mean' <<<"$first")" \
   "$(jq -r '.reward_mean' <<<"$last")"
 [ -s "$run/early-end" ] && echo "run ended early: $(cat "$run/early-end")"
-jq -s -r '"updates \(length), versions \(.[0].version)..\(.[-1].version), groups trained \(map(.groups | length) | add), dropped by dynamic sampling \(map(.groups_dropped) | add)",
-  "mean KL(behav||prox) \(map(.kl_behav_prox) | add / length), TIS-truncated \(map(.tis_frac) | add / length), ACR-widened \(map(.acr_frac) | add / length)"' "$m"
+# groups taken = trained + dropped by dynamic sampling (a group whose rewards are all equal
+# has no advantage to learn from)
+jq -s -r '"updates \(length), versions \(.[0].version)..\(.[-1].version), groups \(map(.groups | length) | add): trained \(map(.groups_used) | add), dropped by dynamic sampling \(map(.groups_dropped) | add)",
+  "mean KL(behav||prox) \(map(.kl_behav_prox) | add / length), TIS-truncated \(map(.tis_frac) | add / length), ACR-widened \(map(.acr_frac) | add / length)",
+  (map(select(.groups_used == 0)) | length) as $idle |
+  if $idle == length then "WARNING: no update trained on any group: dynamic sampling dropped every group (the rewards of each were all equal: a start that never, or always, solves the task), so the policy did not change; start from a stronger model (e.g. more --sft-steps)"
+  elif $idle > 0 then "WARNING: \($idle) of \(length) updates trained on no group (every group dropped by dynamic sampling)"
+  else empty end' "$m"
 
 # the curve: reward and accuracy per update
 jq -r '[.step, .reward_mean, .accuracy] | @tsv' "$m" >"$run/curve.tsv"

@@ -5,6 +5,9 @@
 #   A. `qrlctl shutdown` mid-run is a normal early end: rc 0, this run's final checkpoint
 #      exported, the evaluation after RL and the summary written ("run ended early");
 #      nothing left running.
+#   B. a run whose every update trains on no group (all dropped by dynamic sampling) warns
+#      on each progress line and in the summary, whose counts add up (groups = trained +
+#      dropped);
 #   C. Ctrl-C (SIGINT to the launcher's process group, as a terminal sends it) mid-run: the
 #      learner gets one SIGTERM and its drain: no "second signal", its newest checkpoint is
 #      the step of its last update; rc 130; nothing left running.
@@ -100,6 +103,19 @@ if wait_lines "$A/learner.jsonl" 2 90; then
   left_running "$A"
   [ $fails -eq $f0 ] && echo "A: qrlctl shutdown after $n updates: rc 0, step $n exported, evaluated, summarized ($((SECONDS - t)) s)"
 fi
+
+# ---- B. a run that trains nothing says so loudly ----------------------------------------------
+# (the random model scores 0: every group's rewards are equal, dynamic sampling drops them all)
+t=$SECONDS f0=$fails
+B=$tmp/B
+launch B "${common[@]}" --updates 2 --run-dir "$B"
+wait_launch 120
+[ $lrc -eq 0 ] || fail "B: launch.sh exited $lrc"
+[ "$(grep -c '^ *[0-9]\+ \+[0-9]\+ .*WARNING: trained on no group (all 4 dropped: equal rewards)$' "$tmp/B.out")" -eq 2 ] ||
+  fail "B: progress lines do not warn: $(grep '^ *[0-9]\+ \+[0-9]\+ ' "$tmp/B.out")"
+grep -q "^updates 2, versions 1..2, groups 8: trained 0, dropped by dynamic sampling 8$" "$B/summary.txt" &&
+  grep -q "^WARNING: no update trained on any group" "$B/summary.txt" || fail "B: summary: $(cat "$B/summary.txt")"
+[ $fails -eq $f0 ] && echo "B: nothing trained: every progress line and the summary warn ($((SECONDS - t)) s)"
 
 # ---- C. Ctrl-C mid-run: the learner gets its drain and writes its final checkpoint ------------
 t=$SECONDS f0=$fails
