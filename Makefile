@@ -151,13 +151,13 @@ $(BUILD)/bench/%: bench/%.c $(LIBQRL) $(LIBCUDA)
 
 # ---- test tiers ----------------------------------------------------------------------
 test: all $(UNIT_TESTS) $(FUZZ_REPLAY) $(INTEG_BINS)
-	@BUILD=$(BUILD) tests/run.sh unit fuzz integration
+	@BUILD=$(BUILD) tests/run.sh unit fuzz integration multihost
 
 test-cuda: all $(CUDA_TESTS)
 	@BUILD=$(BUILD) tests/run.sh cuda
 
 test-long: all
-	@BUILD=$(BUILD) tests/run.sh long
+	@BUILD=$(BUILD) tests/run.sh multihost long
 
 sanitize:
 	$(MAKE) BUILD=build/san SAN=1 OPT=-O1 QRL_CUDA=0 test

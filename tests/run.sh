@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # Runs a tier of qrl's tests and ends with one line "N passed, N failed, N skipped".
-#   tests/run.sh TIER...   TIER = unit | fuzz | integration | cuda | long
+#   tests/run.sh TIER...   TIER = unit | fuzz | integration | cuda | long | multihost
 # unit/cuda: Criterion binaries in $BUILD/tests/<tier>/ (their Synthesis lines are summed).
 # fuzz: each replay binary over tests/fuzz/corpus/<target>/ (one test per target).
-# integration/long: scripts tests/<tier>/*.sh, one test each; exit 77 means skipped.
+# integration/long/multihost: scripts tests/<tier>/*.sh, one test each; exit 77 means skipped.
 # QRL_TEST_FILTER=substring runs only the binaries/scripts whose name contains it.
 set -u
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -73,7 +73,7 @@ for tier in "$@"; do
       for b in "$build/tests/$tier"/test_*; do [ -x "$b" ] && want "$b" && run_criterion "$b"; done ;;
     fuzz)
       for b in "$build/tests/fuzz"/*-replay; do [ -x "$b" ] && want "$b" && run_fuzz_replay "$b"; done ;;
-    integration|long)
+    integration|long|multihost)
       for s in "tests/$tier"/*.sh; do [ -x "$s" ] && want "$s" && run_script "$s"; done ;;
     *) echo "run.sh: unknown tier $tier" >&2; exit 2 ;;
   esac

@@ -3,11 +3,16 @@
 # for qrl's tests and demo.  See docs/kafka.md.
 #
 #   kafka.sh start --dir DATA_DIR [--port PORT] [--controller-port P] [--timeout S]
+#                  [--host ADDR] [--cluster-id ID] [--prop KEY=VALUE]...
 #       Writes DATA_DIR/server.properties, formats DATA_DIR/data on first use (the cluster
 #       id is kept in DATA_DIR/cluster.id, so a restart keeps all data), starts the broker
 #       in the background and waits until it serves.  Prints BOOTSTRAP=127.0.0.1:PORT.
 #       PORT defaults to 19092; 0 picks a free port.  Already running: prints the same.
+#       Multi-broker quorum (tests/multihost/): --host binds ADDR instead of 127.0.0.1,
+#       --cluster-id formats with a shared id, each --prop line overrides the written
+#       config (node.id, controller.quorum.voters, replication factors, ...).
 #   kafka.sh create-topics --bootstrap B [--partitions N] [--topics a,b] [--max-message-bytes N]
+#                          [--replication-factor R]
 #       Creates qrl.prompts, qrl.results, qrl.trace, qrl.dlq (or --topics) if missing.
 #   kafka.sh stop --dir DATA_DIR [--timeout S]
 #       SIGTERM (controlled shutdown), SIGKILL after S seconds (default 30).
@@ -34,7 +39,7 @@ max_message_bytes=16777216   # QRL_KAFKA_MAX_MESSAGE_BYTES in common/kafka/kafka
 
 say() { printf 'kafka: %s\n' "$*" >&2; }
 die() { printf 'kafka: error: %s\n' "$*" >&2; exit 1; }
-usage() { sed -n '2,25p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
+usage() { sed -n '2,29p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//' >&2; exit 2; }
 
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
@@ -42,6 +47,7 @@ elapsed() { awk -v a="$1" -v b="$(now)" 'BEGIN { printf "%.1f", b - a }'; }
 # ---- options -------------------------------------------------------------------------
 cmd=${1:-}; [ $# -gt 0 ] && shift
 dir="" port=19092 cport="" timeout="" bootstrap="" partitions=4 topics=$default_topics
+host=127.0.0.1 cluster_id="" rf=1 props=()
 while [ $# -gt 0 ]; do
   case $1 in
     --dir) dir=$2; shift 2 ;;
@@ -52,6 +58,10 @@ while [ $# -gt 0 ]; do
     --partitions) partitions=$2; shift 2 ;;
     --topics) topics=$2; shift 2 ;;
     --max-message-bytes) max_message_bytes=$2; shift 2 ;;
+    --host) host=$2; shift 2 ;;
+    --cluster-id) cluster_id=$2; shift 2 ;;
+    --prop) props+=("$2"); shift 2 ;;
+    --replication-factor) rf=$2; shift 2 ;;
     -h|--help) usage ;;
     *) say "unknown option $1"; usage ;;
   esac
@@ -81,10 +91,10 @@ alive() {
   [ -n "$st" ] && [ "$st" != Z ]
 }
 
-port_in_use() { (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null; }
+port_in_use() { (exec 3<>"/dev/tcp/$host/$1") 2>/dev/null; }
 
 free_port() {
-  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+  python3 -c 'import socket,sys; s=socket.socket(); s.bind((sys.argv[1], 0)); print(s.getsockname()[1])' "$host"
 }
 
 have_admin() { [ -x "$admin" ]; }
@@ -126,9 +136,9 @@ write_config() {  # $1 = port, $2 = controller port
 # Written by deploy/kafka/kafka.sh at each start; edits here are overwritten.
 process.roles=broker,controller
 node.id=1
-controller.quorum.voters=1@127.0.0.1:$2
-listeners=PLAINTEXT://127.0.0.1:$1,CONTROLLER://127.0.0.1:$2
-advertised.listeners=PLAINTEXT://127.0.0.1:$1
+controller.quorum.voters=1@$host:$2
+listeners=PLAINTEXT://$host:$1,CONTROLLER://$host:$2
+advertised.listeners=PLAINTEXT://$host:$1
 listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT
 controller.listener.names=CONTROLLER
 inter.broker.listener.name=PLAINTEXT
@@ -159,6 +169,8 @@ background.threads=4
 log.cleaner.dedupe.buffer.size=16777216
 log.cleaner.threads=1
 EOF
+  # --prop KEY=VALUE lines come last: java.util.Properties keeps the last value of a key
+  [ ${#props[@]} -eq 0 ] || { echo "# --prop"; printf '%s\n' "${props[@]}"; } >>"$dir/server.properties"
   cat >"$dir/log4j2.properties" <<EOF
 # Written by deploy/kafka/kafka.sh: broker log to $dir/logs/server.log
 status = warn
@@ -196,6 +208,7 @@ new_cluster_id() {
 
 format_if_needed() {
   [ -f "$dir/data/meta.properties" ] && return 0
+  [ -z "$cluster_id" ] || echo "$cluster_id" >"$dir/cluster.id"
   # (an id saved by an older version may start with '-': never formatted, so replace it)
   case $(cat "$dir/cluster.id" 2>/dev/null) in ""|-*) new_cluster_id >"$dir/cluster.id" ;; esac
   say "formatting $dir/data (cluster id $(cat "$dir/cluster.id"))"
@@ -263,13 +276,13 @@ cmd_start() {
   local format_if_needed_done=0
   for attempt in 1 2 3; do
     [ "$port" = 0 ] && port=$(free_port)
-    port_in_use "$port" && die "port $port on 127.0.0.1 is in use (pick another with --port, or 0 for a free one)"
+    port_in_use "$port" && die "port $port on $host is in use (pick another with --port, or 0 for a free one)"
     if [ -z "$cport" ]; then
       cport=$((port + 1))
       port_in_use "$cport" && cport=$(free_port)
     fi
     [ "$cport" != "$port" ] || die "controller port equals the broker port ($port)"
-    port_in_use "$cport" && die "controller port $cport on 127.0.0.1 is in use"
+    port_in_use "$cport" && die "controller port $cport on $host is in use"
     write_config "$port" "$cport"
     [ $format_if_needed_done = 1 ] || { format_if_needed; format_if_needed_done=1; }
     : >"$dir/logs/stdout.log"
@@ -286,7 +299,7 @@ cmd_start() {
         </dev/null >>"$dir/logs/stdout.log" 2>&1) &
     pid=$!
     echo "$pid" >"$(pid_file)"
-    local b="127.0.0.1:$port" rc=0
+    local b="$host:$port" rc=0
     echo "$b" >"$dir/bootstrap"
     wait_serving "$b" "$pid" "${timeout:-90}" || rc=$?
     if [ $rc -eq 2 ] && [ "$attempt" -lt 3 ] && { [ "$auto_port" = 1 ] || [ "$auto_cport" = 1 ]; } &&
@@ -354,18 +367,18 @@ cmd_create_topics() {
   local t0; t0=$(now)
   if have_admin; then
     "$admin" create-topics --bootstrap "$bootstrap" --topics "$topics" --partitions "$partitions" \
-      --max-message-bytes "$max_message_bytes" --timeout "${timeout:-60}" >/dev/null ||
+      --max-message-bytes "$max_message_bytes" --replication-factor "$rf" --timeout "${timeout:-60}" >/dev/null ||
       die "creating topics $topics on $bootstrap failed"
   else
     local t
     for t in ${topics//,/ }; do
       "${java_tool[@]}" org.apache.kafka.tools.TopicCommand --bootstrap-server "$bootstrap" --create \
-        --if-not-exists --topic "$t" --partitions "$partitions" --replication-factor 1 \
+        --if-not-exists --topic "$t" --partitions "$partitions" --replication-factor "$rf" \
         --config "max.message.bytes=$max_message_bytes" >/dev/null ||
         die "creating topic $t on $bootstrap failed"
     done
   fi
-  say "topics $topics ready on $bootstrap ($partitions partitions, max.message.bytes $max_message_bytes) after $(elapsed "$t0") s"
+  say "topics $topics ready on $bootstrap ($partitions partitions, replication $rf, max.message.bytes $max_message_bytes) after $(elapsed "$t0") s"
 }
 
 # Start and stop a throwaway broker so that the class-data archive exists (fetch.sh).
