@@ -4,7 +4,8 @@
 #
 #   1. Debian packages (apt-get): compilers, gRPC C core, protobuf-c, libuv, librdkafka,
 #      jansson, libyaml, PCRE2, utf8proc, Criterion, libmicrohttpd, gnuplot, jq, clang (fuzzing),
-#      openssl (the CLI: the rpc tests make self-signed TLS certificates).
+#      openssl (the CLI: the rpc tests make self-signed TLS certificates), iproute2; the list
+#      is deploy/packages.txt.
 #   2. The CUDA 13 compiler, headers, cuBLAS and NCCL from NVIDIA's PyPI wheels into
 #      $QRL_DEPS/cuda, only where no CUDA toolkit is installed (so CUDA code compiles on a
 #      machine without a GPU).
@@ -18,11 +19,9 @@ mkdir -p "$deps"
 say() { printf 'setup: %s\n' "$*"; }
 
 # ---- 1. Debian packages -------------------------------------------------------------
-pkgs=(build-essential pkg-config git python3 python3-pip python3-venv
-      libgrpc-dev protobuf-c-compiler libprotobuf-c-dev libuv1-dev librdkafka-dev
-      libjansson-dev libyaml-dev libpcre2-dev libutf8proc-dev libcriterion-dev
-      libmicrohttpd-dev gnuplot-nox jq clang libclang-rt-14-dev openssl
-      openjdk-17-jre-headless maven curl ca-certificates)
+# the list is deploy/packages.txt (the container image, deploy/docker/, reads it too)
+# shellcheck disable=SC2207 # one package name a word
+pkgs=($(sed 's/#.*//' "$root/deploy/packages.txt"))
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")

@@ -5,6 +5,7 @@
 # manifests must be refused, each with its own message: an unknown field (strict schema),
 # an unknown qrl config key, a bad enum value, a PVC nobody defines, min.insync.replicas
 # equal to the replicas, a negative partition count, a probe on a port that does not exist.
+# The config files of deploy/systemd/ are checked against the config tables too.
 # Skips (77) when the package cannot be installed (no network, no pip).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -35,6 +36,12 @@ grep -q '^ok    rollout.yaml#0 Deployment/qrl-rollout (Kubernetes .* schema, str
 grep -q '^ok    kafka.yaml#1 Kafka/qrl-kafka (Strimzi v1 schema)$' "$tmp/out.txt" || fail "Kafka not schema-checked"
 grep -q 'ConfigMap/qrl-rollout-config rollout.yaml: [0-9]* keys of qrl-rollout with valid values' "$tmp/out.txt" ||
   fail "rollout config not checked"
+
+# the systemd units' config files (deploy/systemd/) against the same config tables
+"$py" deploy/k8s/validate.py --qrl-config qrl-learner=deploy/systemd/learner.yaml \
+  --qrl-config qrl-rollout=deploy/systemd/rollout.yaml >"$tmp/sd.txt" || { cat "$tmp/sd.txt"; fail "deploy/systemd configs"; }
+grep -c '^ok ' "$tmp/sd.txt" | grep -qx 2 || fail "systemd configs not both checked: $(cat "$tmp/sd.txt")"
+echo "deploy/systemd/learner.yaml, rollout.yaml: $(grep -o '[0-9]* keys of qrl-[a-z]*' "$tmp/sd.txt" | tr '\n' ' ')valid"
 
 # broken copies: FILE, sed expression, the error wanted
 refuse() {
