@@ -735,6 +735,10 @@ bool qrl_config_value_text(const qrl_config_t *cfg, const char *key, char *buf, 
     return true;
 }
 
+size_t qrl_config_count(const qrl_config_t *cfg) { return cfg->n; }
+
+const char *qrl_config_key_at(const qrl_config_t *cfg, size_t i) { return i < cfg->n ? cfg->table[i].name : NULL; }
+
 void qrl_config_write(const qrl_config_t *cfg, FILE *out) {
     for (size_t i = 0; i < cfg->n; i++) {
         fprintf(out, "%s: ", cfg->table[i].name);

@@ -99,8 +99,12 @@ const char *const *qrl_config_get_list(const qrl_config_t *cfg, const char *key,
 /* Text form of a key's value (the form --key=TEXT accepts; lists joined by ','), into
  * buf (truncated to len).  Returns false when the key is unknown. */
 bool qrl_config_value_text(const qrl_config_t *cfg, const char *key, char *buf, size_t len);
-/* Where the current value came from: "default", "path:line", "--name", "set". */
+/* Where the current value came from: "default", "path:line", "--name", "set", or the
+ * origin given to qrl_config_apply. */
 const char *qrl_config_origin(const qrl_config_t *cfg, const char *key);
+/* The keys in table order: how many, and the name of key i (NULL when i >= the count). */
+size_t qrl_config_count(const qrl_config_t *cfg);
+const char *qrl_config_key_at(const qrl_config_t *cfg, size_t i);
 
 /* The resolved config as flat YAML, one "key: value  # origin" line per key, in table
  * order; qrl_config_load_* reads it back to the same values. */

@@ -23,7 +23,7 @@
 
 void qrl_ckpt_state_free(qrl_ckpt_state *s) {
     if (!s) return;
-    free(s->model), free(s->tokenizer), free(s->dataset), free(s->results_topic), free(s->tag);
+    free(s->model), free(s->tokenizer), free(s->dataset), free(s->results_topic), free(s->tag), free(s->settings);
     free(s->pending), free(s->offsets);
     memset(s, 0, sizeof *s);
 }
@@ -136,6 +136,9 @@ static json_t *manifest_json(const qrl_ckpt_state *s, json_t *files) {
                                                 "offsets", offs));
     json_object_set_new(j, "tag", json_string(s->tag ? s->tag : ""));
     json_object_set_new(j, "unix_ms", ju(s->unix_ms));
+    json_t *settings = s->settings ? json_loads(s->settings, 0, NULL) : NULL;
+    if (json_is_object(settings)) json_object_set_new(j, "settings", settings);
+    else json_decref(settings);
     json_object_set_new(j, "files", files);
     return j;
 }
@@ -455,6 +458,22 @@ static qrl_status read_offsets(json_t *j, const char *mf, qrl_ckpt_state *s, qrl
     return QRL_OK;
 }
 
+/* "settings": optional (older checkpoints have none), an object of strings. */
+static qrl_status get_settings(json_t *j, const char *mf, char **out, qrl_error *err) {
+    *out = NULL;
+    json_t *st = json_object_get(j, "settings");
+    if (!st) return QRL_OK;
+    if (!json_is_object(st)) return bad(err, mf, "settings", "not an object");
+    const char *k;
+    json_t *v;
+    json_object_foreach(st, k, v) {
+        if (!json_is_string(v)) return bad(err, mf, "settings", "a value is not a string");
+    }
+    if (!(*out = json_dumps(st, JSON_COMPACT | JSON_PRESERVE_ORDER)))
+        return qrl_error_set(err, QRL_STATUS_NOMEM, "%s: settings", mf);
+    return QRL_OK;
+}
+
 static qrl_status read_manifest(json_t *j, const char *dir, const char *mf, qrl_ckpt_state *s, qrl_error *err) {
     if (!json_is_object(j)) return bad(err, mf, "(root)", "not a JSON object");
     json_t *fmt = json_object_get(j, "format");
@@ -491,6 +510,7 @@ static qrl_status read_manifest(json_t *j, const char *dir, const char *mf, qrl_
     QRL_TRY(get_u64(j, "next_group_id", mf, NULL, &s->next_group_id, err));
     QRL_TRY(read_ids(j, mf, s, err));
     QRL_TRY(read_offsets(j, mf, s, err));
+    QRL_TRY(get_settings(j, mf, &s->settings, err));
     json_t *files = json_object_get(j, "files");
     if (!json_is_object(files)) return bad(err, mf, "files", "missing or not an object");
     QRL_TRY(check_file(files, dir, PARAMS, mf, err));
@@ -512,6 +532,22 @@ qrl_status qrl_ckpt_read(const char *dir, qrl_ckpt_state *out, qrl_error *err) {
     qrl_status st = read_manifest(j, dir, mf, out, err);
     json_decref(j);
     if (st != QRL_OK) qrl_ckpt_state_free(out);
+    return st;
+}
+
+qrl_status qrl_ckpt_read_settings(const char *dir, char **out, qrl_error *err) {
+    *out = NULL;
+    char mf[QRL_CKPT_PATH_MAX];
+    join(mf, dir, MANIFEST);
+    json_error_t je;
+    json_t *j = json_load_file(mf, JSON_REJECT_DUPLICATES, &je);
+    if (!j) {
+        if (access(mf, F_OK) != 0)
+            return qrl_error_set(err, QRL_STATUS_NOT_FOUND, "%s: cannot open: %s", mf, strerror(errno));
+        return qrl_error_set(err, QRL_STATUS_PARSE, "%s: line %d column %d: %s", mf, je.line, je.column, je.text);
+    }
+    qrl_status st = json_is_object(j) ? get_settings(j, mf, out, err) : bad(err, mf, "(root)", "not a JSON object");
+    json_decref(j);
     return st;
 }
 

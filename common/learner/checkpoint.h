@@ -72,6 +72,9 @@ typedef struct qrl_ckpt_state {
     size_t n_offsets;
     char *tag;                 /* "" or the Checkpoint RPC's tag */
     uint64_t unix_ms;          /* when it was taken */
+    char *settings;            /* the run's settings: a JSON object {"key": "value text"} of the
+                                  learner's config (manifest "settings"); NULL = none recorded
+                                  (older checkpoints); qrl-learner --resume restores them */
 } qrl_ckpt_state;
 
 void qrl_ckpt_state_free(qrl_ckpt_state *s);
@@ -107,6 +110,12 @@ qrl_status qrl_ckpt_read(const char *dir, qrl_ckpt_state *out, qrl_error *err);
  * is not changed (the caller applies the scale before, see docs).  Errors name the file
  * and the tensor: NOT_FOUND, CORRUPT (shape, dtype, extra tensor), IO. */
 qrl_status qrl_ckpt_load_params(const char *dir, qrl_model *m, qrl_error *err);
+
+/* Only the "settings" object of dir/manifest.json (no file checks: cheap, for restoring a
+ * run's config before anything loads) into *out (malloc'd JSON object text; NULL when the
+ * manifest records none).  Errors: NOT_FOUND/IO, PARSE, CORRUPT ("settings" not an object
+ * of strings). */
+qrl_status qrl_ckpt_read_settings(const char *dir, char **out, qrl_error *err);
 
 /* qrl_adamw_load(opt, dir/optimizer.bin). */
 qrl_status qrl_ckpt_load_optimizer(const char *dir, qrl_adamw_t *opt, qrl_error *err);

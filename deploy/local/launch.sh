@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The local qrl cluster on one machine (issue 10; docs/demo.md): a single-node Kafka broker
+# The local qrl cluster on one machine (docs/demo.md): a single-node Kafka broker
 # (deploy/kafka/kafka.sh, data under the run folder), one qrl-learner and N qrl-rollout
 # replicas as separate processes, a built-in task prepared end to end, an evaluation
 # before and after RL, a summary table and a reward/accuracy plot.  `make demo` runs it
@@ -11,7 +11,25 @@
 #       [--seed S] [--lr LR] [--bootstrap HOST:PORT] [--run-dir DIR] [--threads N]
 #       [--sft-threads N] [--mode overlap|alternate]
 #       [--device cpu|cuda] [--gpus 0,1,...] [--gpu-memory-utilization F]
+#       [--dataset FILE.jsonl] [--testset FILE.jsonl] [--config FILE.yaml]
 #       [--dry-run] [-- extra flags]
+#   deploy/local/launch.sh --resume RUN_DIR [more options, overriding the run's]
+#
+# --run-dir DIR must be new or empty: one folder, one run.  --resume RUN_DIR continues a
+# stopped run (Ctrl-C, a crash) in its folder with the arguments it was started with
+# (RUN_DIR/launch.args; options given with --resume override them, e.g. --updates 96 to
+# go on further): the learner restarts from its newest checkpoint (and the settings its
+# manifest records), the task data, SFT model and first evaluation are reused.  A run
+# ended by `qrlctl shutdown` is a normal early end: exported, evaluated, summarized.
+#
+# --config FILE.yaml: options from a file, the command line winning: the launcher's options
+# by name (task: arith, updates: 96, group-size: 8, dataset: my.jsonl) and daemon keys as
+# nested mappings or dotted keys, routed as after -- (rollout: {slots: 32} to the replicas,
+# learner: {lr: 5e-5} or loss.mode: naive to the learner).  Read with PyYAML when python3
+# has it, else as the YAML subset such files need (nested mappings, scalars, quoted
+# strings, [a, b] and "- item" lists, comments).
+# --dataset FILE.jsonl / --testset FILE.jsonl: the train / evaluation prompts instead of
+# the task's ({"prompt", "answer"} lines; arith SFT also reads "solution").
 #
 # -- FLAGS: --rollout.* keys go to every qrl-rollout replica, every other flag to
 # qrl-learner (a "--key value" pair travels together); they come last, so they override
@@ -40,6 +58,7 @@
 # events), eval-before.json, eval-after.json, summary.txt, curve.png and every log.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+caller_pwd=$PWD # the paths given (--model, --run-dir, --dataset, ...) are the caller's
 cd "$root"
 build=${BUILD:-build}
 bin=$build/bin
@@ -47,7 +66,7 @@ data=${QRL_DATA_DIR:-../shared/data}
 
 task=arith replicas=2 lr="" mode="" precision=w8a8-int8 kv=int4-protected model="" updates="" G="" T=""
 max_new="" sft_steps="" eval_n="" eval_k=4 seed=1 bootstrap="" run_dir="" threads=1 extra=()
-device=cpu gpus=0 gpus_given=0 gpu_mem="" dry=0
+device=cpu gpus=0 gpus_given=0 gpu_mem="" dry=0 user_dataset="" user_testset="" resume=""
 # SFT and the evaluations run alone (no daemons yet / any more): --sft-threads 2 uses both
 # cores of an idle machine; 1 by default, since OpenMP threads on a busy shared box run slower
 sft_threads=1
@@ -56,12 +75,153 @@ usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BA
 usage_error() { echo "launch.sh: error: $* (--help lists the options)" >&2; exit 1; }
 value_opts=" --task --replicas --precision --kv-cache --model --updates --group-size --quota --max-new-tokens"
 value_opts+=" --sft-steps --eval-n --eval-k --seed --lr --mode --bootstrap --run-dir --threads --sft-threads"
-value_opts+=" --device --gpus --gpu-memory-utilization "
+value_opts+=" --device --gpus --gpu-memory-utilization --dataset --testset "
+
+# ---- --config FILE.yaml and --resume RUN_DIR: more arguments, ahead of the command line's ----
+# (applied in this order, the last one winning: the resumed run's saved arguments, the
+# --config file, the command line; the flags after -- likewise)
+cli_opts=() cli_extra=() config_file=""
+abs_path() { case $1 in /*|"") printf '%s' "$1" ;; *) printf '%s/%s' "${base:-$caller_pwd}" "$1" ;; esac; }
+while [ $# -gt 0 ]; do
+  case $1 in
+    --) shift; cli_extra=("$@"); break ;;
+    --resume|--config)
+      [ $# -ge 2 ] || usage_error "option '$1' needs a value"
+      if [ "$1" = --resume ]; then resume=$(abs_path "$2"); else config_file=$(abs_path "$2"); fi
+      shift 2 ;;
+    --model|--run-dir|--dataset|--testset)
+      [ $# -ge 2 ] || usage_error "option '$1' needs a value"
+      cli_opts+=("$1" "$(abs_path "$2")"); shift 2 ;;
+    *) cli_opts+=("$1"); shift ;;
+  esac
+done
+die() { echo "launch.sh: error: $*" >&2; exit 1; }
+saved_opts=() saved_extra=() file_opts=() file_extra=()
+if [ -n "$resume" ]; then
+  # the run's arguments as its first start saved them (RUN_DIR/launch.args, one per line)
+  [ -f "$resume/launch.args" ] ||
+    die "--resume $resume: not a launch.sh run folder (no $resume/launch.args; a run started by this launcher has one)"
+  to=saved_opts
+  while IFS= read -r a; do
+    if [ "$a" = -- ]; then to=saved_extra; continue; fi
+    if [ $to = saved_opts ]; then saved_opts+=("$a"); else saved_extra+=("$a"); fi
+  done <"$resume/launch.args"
+fi
+if [ -n "$config_file" ]; then
+  # YAML: the launcher's options by their flag name (task: arith, group-size: 8 or
+  # group_size: 8, dataset: FILE); nested mappings and dotted keys are daemon keys, routed as
+  # after -- (rollout.* to the replicas, the rest to the learner)
+  [ -r "$config_file" ] || die "--config $config_file: cannot read the file"
+  conv=$(python3 - "$config_file" 2>&1 <<'PY'
+import re, sys
+path = sys.argv[1]
+text = open(path).read()
+
+def subset(text):
+    """The YAML a launcher config needs, without PyYAML: block mappings by indentation,
+    scalars (quoted or plain), [a, b] flow lists and "- item" block lists, # comments."""
+    def uncomment(raw):
+        q = None
+        for i, c in enumerate(raw):
+            if q:
+                q = None if c == q else q
+            elif c in "\"'":
+                q = c
+            elif c == "#" and (i == 0 or raw[i - 1] in " \t"):
+                return raw[:i]
+        return raw
+    def scalar(v, ln):
+        v = v.strip()
+        if v and v[0] in "\"'":
+            if len(v) < 2 or v[-1] != v[0]: sys.exit("%s:%d: unterminated quoted string" % (path, ln))
+            return v[1:-1]
+        if v.startswith("["):
+            if not v.endswith("]"): sys.exit("%s:%d: unterminated [list]" % (path, ln))
+            return [scalar(x, ln) for x in v[1:-1].split(",") if x.strip()]
+        if v in ("true", "True", "yes", "on"): return True
+        if v in ("false", "False", "no", "off"): return False
+        if v in ("", "~", "null"): return None
+        return v
+    root = {}
+    stack = [(0, root)]   # (indent, container) of the open mappings and lists
+    pending = None        # (indent, parent, key) of a "key:" whose value may be a block
+    for ln, raw in enumerate(text.splitlines(), 1):
+        line = uncomment(raw).rstrip()
+        if not line.strip() or line.strip() == "---": continue
+        indent = len(line) - len(line.lstrip(" "))
+        if line[indent] == "\t": sys.exit("%s:%d: tabs are not YAML indentation" % (path, ln))
+        body = line.strip()
+        if pending and indent > pending[0]:
+            block = [] if body == "-" or body.startswith("- ") else {}
+            pending[1][pending[2]] = block
+            stack.append((indent, block))
+        pending = None
+        while indent < stack[-1][0]: stack.pop()
+        if indent != stack[-1][0]: sys.exit("%s:%d: bad indentation" % (path, ln))
+        cur = stack[-1][1]
+        if body == "-" or body.startswith("- "):
+            if not isinstance(cur, list): sys.exit("%s:%d: a list item where a key belongs" % (path, ln))
+            cur.append(scalar(body[1:], ln))
+            continue
+        if isinstance(cur, list): sys.exit("%s:%d: a key inside a list" % (path, ln))
+        m = re.match(r"^([^:\s][^:]*?)\s*:(?:\s+(.*))?$", body)
+        if not m: sys.exit("%s:%d: expected 'key: value'" % (path, ln))
+        key, val = m.group(1).strip("\"'"), (m.group(2) or "").strip()
+        if key in cur: sys.exit("%s:%d: duplicate key %s" % (path, ln, key))
+        cur[key] = scalar(val, ln)
+        if val == "": pending = (indent, cur, key)
+    return root
+
+try:
+    if __import__("os").environ.get("QRL_LAUNCH_YAML") == "subset": raise ImportError  # (tests)
+    import yaml
+except ImportError:
+    doc = subset(text)
+else:
+    try:
+        doc = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        sys.exit("%s: malformed YAML: %s" % (path, str(e).replace("\n", " ")))
+if doc is None: doc = {}
+if not isinstance(doc, dict): sys.exit("%s: the top level must be a mapping of options" % path)
+def text(k, v):
+    if isinstance(v, bool): return "true" if v else "false"
+    if isinstance(v, list): return ",".join(text(k, x) for x in v)
+    if v is None or isinstance(v, dict): sys.exit("%s: %s: expected a value" % (path, k))
+    t = str(v)
+    if "\n" in t or "\t" in t: sys.exit("%s: %s: a value may not hold a newline or tab" % (path, k))
+    return t
+def daemon(prefix, v):
+    if isinstance(v, dict):
+        for k2, v2 in v.items(): daemon(prefix + "." + str(k2), v2)
+    else:
+        print("E\t--%s\t%s" % (prefix, text(prefix, v)))
+for k, v in doc.items():
+    k = str(k)
+    if isinstance(v, dict) or "." in k: daemon(k, v)
+    else: print("O\t--%s\t%s" % (k.replace("_", "-"), text(k, v)))
+PY
+) || die "--config: ${conv:-$config_file: cannot be read}"
+  while IFS=$'\t' read -r kind k v; do
+    [ -n "$kind" ] || continue
+    if [ "$kind" = O ]; then
+      [[ $value_opts == *" $k "* && $k != --run-dir ]] ||
+        die "--config $config_file: unknown launcher option '${k#--}' (the options of --help, by name; daemon keys as section.key)"
+      # (paths in the file are relative to its folder)
+      case $k in --model|--dataset|--testset) v=$(base=$(dirname "$config_file") abs_path "$v") ;; esac
+      file_opts+=("$k" "$v")
+    else
+      file_extra+=("$k" "$v")
+    fi
+  done <<<"$conv"
+fi
+set -- "${saved_opts[@]}" "${file_opts[@]}" "${cli_opts[@]}" -- "${saved_extra[@]}" "${file_extra[@]}" "${cli_extra[@]}"
+launch_args=("$@") # what a --resume of this run starts from (saved in RUN_DIR/launch.args)
 while [ $# -gt 0 ]; do
   case $1 in
     -h|--help|--|--dry-run|--print-commands) ;;
     --*) [[ $value_opts == *" $1 "* ]] || usage_error "unknown option '$1'"
-         [ $# -ge 2 ] || usage_error "option '$1' needs a value" ;;
+         [ $# -ge 2 ] && [ "$2" != -- ] || usage_error "option '$1' needs a value" ;;
   esac
   case $1 in
     --task) task=$2; shift 2 ;;
@@ -86,13 +246,14 @@ while [ $# -gt 0 ]; do
     --device) device=$2; shift 2 ;;
     --gpus) gpus=$2 gpus_given=1; shift 2 ;;
     --gpu-memory-utilization) gpu_mem=$2; shift 2 ;;
+    --dataset) user_dataset=$2; shift 2 ;;
+    --testset) user_testset=$2; shift 2 ;;
     --dry-run|--print-commands) dry=1; shift ;;
     -h|--help) usage; exit 0 ;;
     --) shift; extra=("$@"); break ;;
     *) usage_error "unknown option '$1'" ;;
   esac
 done
-die() { echo "launch.sh: error: $*" >&2; exit 1; }
 [[ $replicas =~ ^[1-9][0-9]*$ ]] || die "--replicas must be a positive integer, not '$replicas'"
 [[ -z $mode || $mode = overlap || $mode = alternate ]] || die "--mode must be overlap or alternate, not '$mode'"
 case " f32 bf16 w8a8-int8 w8a8-fp8 w4a16-nvfp4 w4a16-mxfp4 w4a4-nvfp4 " in
@@ -160,8 +321,13 @@ if [ "$device" = cuda ] && [ -n "$gpu_mem" ]; then
 fi
 # A run folder holds one run: a used one is refused (its learner.jsonl, checkpoints and tb/
 # events would mix with this run's, and the export could take the old run's checkpoint).
-if [ -n "$run_dir" ] && [ -d "$run_dir" ] && [ -n "$(ls -A "$run_dir" 2>/dev/null)" ]; then
-  die "--run-dir $run_dir is not empty (it holds $(ls -A "$run_dir" | head -4 | tr '\n' ' ' | sed 's/ $//')$( [ "$(ls -A "$run_dir" | wc -l)" -gt 4 ] && echo ", ...")): give a new folder"
+# (--resume RUN_DIR continues that run in its folder instead.)
+if [ -n "$resume" ]; then
+  [ -z "$run_dir" ] || [ "$(cd "$run_dir" 2>/dev/null && pwd)" = "$(cd "$resume" && pwd)" ] ||
+    die "--run-dir $run_dir and --resume $resume name different folders (--resume continues the run in its own)"
+  run_dir=$resume
+elif [ -n "$run_dir" ] && [ -d "$run_dir" ] && [ -n "$(ls -A "$run_dir" 2>/dev/null)" ]; then
+  die "--run-dir $run_dir is not empty (it holds $(ls -A "$run_dir" | head -4 | tr '\n' ' ' | sed 's/ $//')$( [ "$(ls -A "$run_dir" | wc -l)" -gt 4 ] && echo ", ...")): give a new folder, or --resume $run_dir to continue that run"
 fi
 for b in qrl-learner qrl-rollout qrl-eval qrl-task qrl-kafka-admin; do
   [ -x "$bin/$b" ] || die "$bin/$b is not built: run 'make' first (after deploy/setup.sh)"
@@ -182,6 +348,15 @@ run_dir=${run_dir:-runs/$(date -u +%Y%m%d-%H%M%S)-$$}
 if [ $dry = 0 ]; then
   mkdir -p "$run_dir"
   run_dir=$(cd "$run_dir" && pwd)
+  # the arguments a --resume of this run starts from, one per line (not the folder, not
+  # --dry-run): the first start's, with a resume's additions
+  for ((i = 0; i < ${#launch_args[@]}; i++)); do
+    case ${launch_args[i]} in
+      --run-dir) i=$((i + 1)) ;;
+      --dry-run|--print-commands) ;;
+      *) printf '%s\n' "${launch_args[i]}" ;;
+    esac
+  done >"$run_dir/launch.args.tmp" && mv "$run_dir/launch.args.tmp" "$run_dir/launch.args"
 fi
 log() {
   if [ $dry = 1 ]; then printf '# %s\n' "$*"; return; fi
@@ -230,7 +405,11 @@ cleanup() {
   if [ $broker = 1 ]; then
     deploy/kafka/kafka.sh stop --dir "$run_dir/kafka" --timeout 20 >>"$run_dir/kafka.log" 2>&1 || true
   fi
-  [ $rc -eq 0 ] || echo "launch.sh: stopped (rc=$rc); logs in $run_dir" >&2
+  if [ $rc -ne 0 ]; then
+    echo "launch.sh: stopped (rc=$rc); logs in $run_dir" >&2
+    [ -z "$pid_learner" ] || [ ! -d "$run_dir/checkpoints" ] ||
+      echo "launch.sh: continue this run from its newest checkpoint with: deploy/local/launch.sh --resume $run_dir" >&2
+  fi
   exit $rc
 }
 trap cleanup EXIT
@@ -240,6 +419,16 @@ trap 'exit 130' INT TERM
 # Each task sets: model, dataset (train JSONL), testset, verifier, field flags, template,
 # and defaults for the run size.
 fields=() eval_fields=() template=none stop=() eval_stop=()
+# gen_data OUT ARGS...: the task's data (qrl-task gen ARGS --out OUT), unless --dataset /
+# --testset gave that split's file (then OUT is it) or a resumed run has it already
+gen_data() {
+  local out=$1
+  shift
+  if [ "$out" = "${dataset:-}" ] && [ -n "$user_dataset" ]; then dataset=$user_dataset; return; fi
+  if [ "$out" = "${testset:-}" ] && [ -n "$user_testset" ]; then testset=$user_testset; return; fi
+  [ -n "$resume" ] && [ -s "$out" ] && return
+  xcmd "$bin/qrl-task" gen "$@" --out "$out"
+}
 case $task in
   arith)
     verifier=arith
@@ -249,9 +438,12 @@ case $task in
     : "${updates:=48}" "${G:=8}" "${T:=32}" "${max_new:=48}" "${sft_steps:=240}" "${eval_n:=200}"
     : "${lr:=5e-5}" "${mode:=alternate}"
     dataset=$run_dir/arith-train.jsonl testset=$run_dir/arith-test.jsonl
-    xcmd "$bin/qrl-task" gen --task arith --split train --n 4000 --seed "$seed" --out "$dataset"
-    xcmd "$bin/qrl-task" gen --task arith --split test --n "$eval_n" --seed "$seed" --out "$testset"
-    if [ -z "$model" ]; then
+    gen_data "$dataset" --task arith --split train --n 4000 --seed "$seed"
+    gen_data "$testset" --task arith --split test --n "$eval_n" --seed "$seed"
+    if [ -z "$model" ] && [ -n "$resume" ] && [ -f "$run_dir/sft/config.json" ] && grep -q "\[sft\] done" "$run_dir/sft.log"; then
+      log "SFT warm start: done in this run already ($run_dir/sft)"
+      model=$run_dir/sft
+    elif [ -z "$model" ]; then
       log "SFT warm start: a fresh model on $([ $dry = 1 ] && echo 4000 || wc -l <"$dataset") worked-steps problems, $sft_steps steps"
       xrun "$run_dir/init.log" "$run_dir/init.log" \
         "$bin/qrl-task" init-model --task arith --seed "$seed" --dim 64 --layers 4 --heads 4 \
@@ -270,8 +462,8 @@ case $task in
     : "${updates:=10}" "${G:=8}" "${T:=8}" "${max_new:=400}" "${eval_n:=100}"
     model=${model:-$data/llama2c_stories260K/stories260K.bin}
     dataset=$run_dir/story-train.jsonl testset=$run_dir/story-test.jsonl
-    xcmd "$bin/qrl-task" gen --task story-name --split train --n 2000 --seed "$seed" --out "$dataset"
-    xcmd "$bin/qrl-task" gen --task story-name --split test --n "$eval_n" --seed "$seed" --out "$testset" ;;
+    gen_data "$dataset" --task story-name --split train --n 2000 --seed "$seed"
+    gen_data "$testset" --task story-name --split test --n "$eval_n" --seed "$seed" ;;
   gsm8k|math500)
     [ -n "$model" ] || die "--task $task needs --model PATH (a real instruction model; the tiny ones score 0)"
     : "${updates:=50}" "${G:=8}" "${T:=32}" "${max_new:=512}" "${eval_n:=200}"
@@ -287,6 +479,9 @@ case $task in
     fi ;;
   *) die "unknown --task '$task' (arith, story, gsm8k, math500)" ;;
 esac
+# --dataset / --testset: the prompts to train on / to evaluate on, instead of the task's
+dataset=${user_dataset:-$dataset} testset=${user_testset:-$testset}
+for f in "$dataset" "$testset"; do [ -f "$f" ] || [ $dry = 1 ] || die "dataset $f not found"; done
 : "${lr:=1e-4}" "${mode:=overlap}"
 [ -e "$model" ] || [[ $dry = 1 && $model = "$run_dir/sft" ]] || die "model $model not found"
 
@@ -305,8 +500,12 @@ evaluate() { # $1 = model, $2 = output name
     --chat_template "$template" "${eval_fields[@]}" "${eval_stop[@]}" "${edev[@]}" --json ||
     { tail -5 "$run_dir/$2.log"; die "qrl-eval failed on $1"; }
 }
-log "evaluating the starting policy on $eval_n test prompts (k=$eval_k)"
-evaluate "$model" eval-before
+if [ -n "$resume" ] && [ -s "$run_dir/eval-before.json" ]; then
+  log "the starting policy was evaluated in this run already"
+else
+  log "evaluating the starting policy on $eval_n test prompts (k=$eval_k)"
+  evaluate "$model" eval-before
+fi
 [ $dry = 1 ] || jq -r '"  before RL: avg@k \(.avg_at_k)  pass@k \(.pass_at_k)  greedy \(.greedy_accuracy)  (\(.seconds | floor) s)"' "$run_dir/eval-before.json"
 
 # ---- broker ----------------------------------------------------------------------------
@@ -328,9 +527,31 @@ fi
   --partitions 4 >>"$run_dir/kafka.log" 2>&1 || die "creating topics on $bootstrap failed"
 
 # ---- learner and replicas ----------------------------------------------------------------
-if [ $dry = 0 ]; then
+if [ $dry = 0 ] && [ ! -s "$run_dir/token" ]; then
   head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' >"$run_dir/token"
   chmod 600 "$run_dir/token"
+fi
+resume_flags=() jsonl_kept=0
+if [ -n "$resume" ] && [ $dry = 0 ]; then
+  # the learner continues from its newest complete checkpoint, with the settings its manifest
+  # records (the launcher gives them all again anyway); metrics lines of updates after that
+  # checkpoint (a crash, kill -9) are dropped, since those updates are made again
+  resume_flags=(--resume auto)
+  ck_step=0
+  for d in "$run_dir"/checkpoints/step-*; do
+    [ -f "$d/manifest.json" ] || continue
+    n=$(basename "$d" | sed 's/^step-0*\([0-9][0-9]*\).*/\1/; s/^step-0*$/0/')
+    [ "$n" -le "$ck_step" ] || ck_step=$n
+  done
+  if [ -f "$run_dir/learner.jsonl" ]; then
+    jq -c "select(.step <= $ck_step)" "$run_dir/learner.jsonl" >"$run_dir/learner.jsonl.tmp"
+    mv "$run_dir/learner.jsonl.tmp" "$run_dir/learner.jsonl"
+    jsonl_kept=$(wc -l <"$run_dir/learner.jsonl")
+  fi
+  k=1; while [ -e "$run_dir/learner.$k.log" ]; do k=$((k + 1)); done # the earlier starts' logs
+  for f in "$run_dir"/learner.log "$run_dir"/r[0-9]*.log; do [ -f "$f" ] && mv "$f" "${f%.log}.$k.log"; done
+  rm -f "$run_dir/replicas-died" "$run_dir/early-end" "$run_dir/summary.txt"
+  log "resuming $run_dir from its checkpoint of step $ck_step (start $((k + 1)); the earlier logs: *.$k.log)"
 fi
 tb=()
 # (not `--help | grep -q`: grep exits at the match, the learner may then die of SIGPIPE
@@ -343,7 +564,7 @@ learner_cmd=("$bin/qrl-learner" --learner.model "$model" --dataset.path "$datase
   --learner.group_size "$G" --learner.quota "$T" --learner.max_updates "$updates"
   --learner.seed "$seed" --learner.threads "$threads" --sampling.max_new_tokens "$max_new"
   --learner.lr "$lr" --learner.mode "$mode" --loss.beta 0 "${stop[@]}" --rpc.token_file "$run_dir/token"
-  --metrics.jsonl "$run_dir/learner.jsonl" "${tb[@]}" "${ckpt[@]}" "${ldev[@]}" "${learner_extra[@]}")
+  --metrics.jsonl "$run_dir/learner.jsonl" "${tb[@]}" "${ckpt[@]}" "${resume_flags[@]}" "${ldev[@]}" "${learner_extra[@]}")
 replica_cmd() { # $1 = index, $2 = learner port: the qrl-rollout command of replica r$1
   local i=$1 g rdev=() m
   if [ "$device" = cuda ]; then
@@ -429,7 +650,7 @@ while IFS= read -r line; do
            printf "\n" }' |
     tee -a "$run_dir/launch.log"
   prev_ms=$ms
-done < <(tail -n +1 -f --pid="$pid_learner" "$run_dir/learner.jsonl")
+done < <(tail -n +$((jsonl_kept + 1)) -f --pid="$pid_learner" "$run_dir/learner.jsonl")
 rc=0; wait "$pid_learner" || rc=$?
 if [ -e "$run_dir/replicas-died" ]; then
   for i in $(seq 0 $((replicas - 1))); do echo "--- last lines of r$i.log:"; tail -3 "$run_dir/r$i.log" | cut -c1-200; done
@@ -454,7 +675,8 @@ fi
 # ---- after RL: export, evaluate, summarize, plot --------------------------------------------
 # This run's newest checkpoint, as its learner logged it (not whatever else the folder holds),
 # and it must be the last update's.
-final_ckpt=$(sed -n 's/.* checkpoint step=\([0-9]*\) version=[0-9]* dir=\([^ ]*\) .*/\1 \2/p' "$run_dir/learner.log" | tail -1)
+final_ckpt=$(sed -n -e 's/.* checkpoint step=\([0-9]*\) version=[0-9]* dir=\([^ ]*\) .*/\1 \2/p' \
+                   -e 's/.* resumed from \([^ ]*\): step=\([0-9]*\) .*/\2 \1/p' "$run_dir/learner.log" | tail -1)
 last_step=$(tail -1 "$run_dir/learner.jsonl" | jq -r .step)
 [ -n "$final_ckpt" ] || die "the learner wrote no checkpoint (see $run_dir/learner.log)"
 [ "${final_ckpt%% *}" = "$last_step" ] ||

@@ -6,6 +6,7 @@
  * Common format code: common/learner/checkpoint.h. */
 #include <errno.h>
 #include <inttypes.h>
+#include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -136,7 +137,8 @@ void ld_ckpt_start(ld_daemon *d) {
     for (int p = 0; p < d->n_safe; p++)
         if (d->safe[p] >= 0) s->offsets[s->n_offsets++] = (qrl_ckpt_offset){p, d->safe[p]};
     s->tag = strdup(d->n_ckpt_calls ? d->ckpt_tag : "");
-    QRL_CHECK(s->tag);
+    s->settings = ld_ckpt_settings_json(d->cfg); /* the loop thread owns cfg (qrlctl set) */
+    QRL_CHECK(s->tag && s->settings);
     c->root = d->ckpt_root;
     c->keep = d->ckpt_keep;
     j->ckpt = c;
@@ -284,6 +286,76 @@ qrl_status ld_ckpt_restore(ld_daemon *d, const char *dir, const qrl_ckpt_state *
                  d->version, d->run_id, d->epoch, d->cursor, d->next_id, s->n_pending, resent,
                  (double)d->model->uaq_scale);
     return QRL_OK;
+}
+
+char *ld_ckpt_settings_json(const qrl_config_t *cfg) {
+    json_t *o = json_object();
+    char *text = NULL;
+    for (size_t i = 0; o && i < qrl_config_count(cfg); i++) {
+        const char *k = qrl_config_key_at(cfg, i);
+        char v[8192];
+        if (qrl_config_value_text(cfg, k, v, sizeof v)) json_object_set_new(o, k, json_string(v));
+    }
+    if (o) text = json_dumps(o, JSON_COMPACT | JSON_PRESERVE_ORDER);
+    json_decref(o);
+    return text;
+}
+
+qrl_status ld_ckpt_restore_settings(qrl_config_t *cfg, qrl_error *err) {
+    const char *resume = qrl_config_get_string(cfg, "learner.resume");
+    const char *root = qrl_config_get_string(cfg, "learner.checkpoint_dir");
+    if (!*resume || strcmp(resume, "none") == 0) return QRL_OK;
+    bool is_auto = strcmp(resume, "auto") == 0;
+    struct stat sb;
+    if (is_auto && (!*root || stat(root, &sb) != 0)) return QRL_OK; /* nothing to resume (yet) */
+    char dir[QRL_CKPT_PATH_MAX];
+    qrl_error e2;
+    if (qrl_ckpt_find(is_auto ? root : resume, dir, &e2) != QRL_OK) return QRL_OK; /* reported later */
+    char *text = NULL;
+    if (qrl_ckpt_read_settings(dir, &text, &e2) != QRL_OK) return QRL_OK;   /* reported later */
+    if (!text) {
+        QRL_LOG_WARN("learner", "resume: %s records no settings (an older checkpoint): the command line and "
+                     "the defaults apply", dir);
+        return QRL_OK;
+    }
+    json_t *o = json_loads(text, 0, NULL);
+    free(text);
+    const char *k;
+    json_t *v;
+    int restored = 0, kept = 0;
+    qrl_status st = QRL_OK;
+    json_object_foreach(o, k, v) {
+        if (strcmp(k, "learner.resume") == 0) continue;
+        const char *origin = NULL;
+        for (size_t i = 0; i < qrl_config_count(cfg) && !origin; i++)
+            if (strcmp(qrl_config_key_at(cfg, i), k) == 0) origin = qrl_config_origin(cfg, k);
+        if (!origin) {
+            QRL_LOG_WARN("learner", "resume: %s/manifest.json: setting %s is not a key of this build: ignored", dir, k);
+            continue;
+        }
+        char now[8192];
+        qrl_config_value_text(cfg, k, now, sizeof now);
+        if (strcmp(origin, "default") != 0) { /* given for this start: it wins */
+            if (strcmp(now, json_string_value(v)) != 0) {
+                QRL_LOG_INFO("learner", "resume: %s=%s (origin %s) instead of the run's %s", k, now, origin,
+                             json_string_value(v));
+                kept++;
+            }
+            continue;
+        }
+        if (strcmp(now, json_string_value(v)) == 0) continue;
+        if (qrl_config_apply(cfg, k, json_string_value(v), "checkpoint", &e2) != QRL_OK) {
+            st = qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "resume: %s/manifest.json: setting %s: %s "
+                               "(give --%s for this start)", dir, k, e2.msg, k);
+            break;
+        }
+        restored++;
+    }
+    json_decref(o);
+    if (st == QRL_OK)
+        QRL_LOG_INFO("learner", "resume: the run's settings from %s/manifest.json: %d restored (origin=checkpoint), "
+                     "%d given anew", dir, restored, kept);
+    return st;
 }
 
 static char *abs_path(const char *p) {

@@ -191,6 +191,17 @@ qrl_status ld_ckpt_resolve(const char *resume, const char *root, bool *found, ch
  * call after ld_trainer_start, before the first job.  Errors: as qrl_ckpt_load_*. */
 qrl_status ld_ckpt_restore_trainer(ld_trainer *t, const char *dir, const qrl_ckpt_state *s,
                                    qrl_error *err);
+/* The run's settings at resume (docs/learner-daemon.md "Resume"): when learner.resume names
+ * a checkpoint (or auto finds one), every key the manifest's "settings" record that this
+ * start leaves at its default (not on the command line, not in a --config file) takes the
+ * checkpoint's value (origin "checkpoint"), so a resumed learner runs as the run did (its
+ * quota, model, dataset, ...); learner.resume itself is never restored.  Call right after
+ * the config is parsed, before anything is read from it.  A checkpoint that cannot be
+ * resolved here is left for ld_ckpt_configure to report.  Errors: INVALID_ARGUMENT when a
+ * recorded value no longer fits this build's table (named). */
+qrl_status ld_ckpt_restore_settings(qrl_config_t *cfg, qrl_error *err);
+/* The config as a JSON object text {"key": "value text"} for the manifest (malloc'd). */
+char *ld_ckpt_settings_json(const qrl_config_t *cfg);
 /* `qrl-learner export ...` (argv[0] = "export"); returns the exit status. */
 int ld_export_main(int argc, char **argv);
 

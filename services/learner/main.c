@@ -260,6 +260,8 @@ int main(int argc, char **argv) {
         qrl_config_help_markdown(CONFIG, N_CONFIG, "qrl-learner", stdout);
         return 0;
     }
+    /* --resume: the run's settings recorded in its checkpoint, for every key not given now */
+    if (ld_ckpt_restore_settings(cfg, &err) != QRL_OK) die("%s", err.msg);
     if (action == QRL_CONFIG_ACTION_PRINT_CONFIG) { /* the resolved config as YAML, nothing run */
         qrl_config_write(cfg, stdout);
         qrl_config_destroy(cfg);

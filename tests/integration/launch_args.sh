@@ -73,6 +73,14 @@ for a in "" "--dry-run"; do
 done
 mkdir -p "$tmp/empty"
 launch --run-dir "$tmp/empty" --dry-run >/dev/null 2>"$tmp/err" || fail "an empty run folder refused: $(cat "$tmp/err")"
+grep -q -- "--resume $tmp/used to continue that run" <(launch --run-dir "$tmp/used" 2>&1) || fail "no --resume hint"
+# --resume needs a folder this launcher started (its launch.args), the same as --run-dir
+launch --resume "$tmp/used" >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "^launch.sh: error: --resume $tmp/used: not a launch.sh run folder (no $tmp/used/launch.args" "$tmp/err" ||
+  fail "--resume of a folder without launch.args: exit $rc: $(cat "$tmp/err")"
+printf -- '--replicas\n3\n--\n--rollout.slots\n8\n' >"$tmp/used/launch.args"
+launch --resume "$tmp/used" --run-dir "$tmp/empty" >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "name different folders" "$tmp/err" || fail "--resume with another --run-dir: exit $rc: $(cat "$tmp/err")"
 launch --device cuda --gpus >/dev/null 2>"$tmp/err"
 [ $? -eq 1 ] && grep -q "^launch.sh: error: option '--gpus' needs a value" "$tmp/err" || fail "--gpus without a value: $(cat "$tmp/err")"
 
@@ -195,6 +203,17 @@ for i in 0 1 2; do has "r$i" "$(replica $i)" "--rollout.gpu_memory_utilization 0
 dry --task story --device cuda --print-commands
 grep -qF "qrl-task gen --task story-name --split train --n 2000" "$tmp/cmds" || fail "story: no train split: $(cat "$tmp/cmds")"
 has qrl-eval "$(line qrl-eval | head -1)" "--stop_token_ids 1 --device cuda --device_id 0 --json"
+
+# --config: the launcher's options by name, daemon keys routed; the command line wins
+printf 'replicas: 3\nupdates: 7\nrollout:\n  slots: 8\nloss.mode: naive\n' >"$tmp/run.yaml"
+dry --config "$tmp/run.yaml" --updates 5
+[ "$(line qrl-rollout | wc -l)" -eq 3 ] || fail "--config replicas: $(line qrl-rollout | wc -l) replicas"
+has learner "$(line "qrl-learner --learner.model")" "--learner.max_updates 5 "
+has learner "$(line "qrl-learner --learner.model")" " --loss.mode naive >"
+has r0 "$(replica 0)" " --rollout.slots 8 >"
+printf 'replicas: 3\nbogus: 1\n' >"$tmp/bad.yaml"
+launch --config "$tmp/bad.yaml" --dry-run >/dev/null 2>"$tmp/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "unknown launcher option 'bogus'" "$tmp/err" || fail "--config with a bad key: exit $rc: $(cat "$tmp/err")"
 
 launch --help | grep -qE -- "--dry-run" || fail "--help does not name --dry-run"
 launch --help | grep -qE -- "--rollout\.\* keys go to every qrl-rollout replica" || fail "--help does not explain the flag routing"

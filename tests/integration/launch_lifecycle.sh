@@ -8,9 +8,15 @@
 #   B. a run whose every update trains on no group (all dropped by dynamic sampling) warns
 #      on each progress line and in the summary, whose counts add up (groups = trained +
 #      dropped);
+#   B. is configured by --config FILE.yaml (launcher options by name, daemon keys nested and
+#      routed) and trains on --dataset FILE;
 #   C. Ctrl-C (SIGINT to the launcher's process group, as a terminal sends it) mid-run: the
 #      learner gets one SIGTERM and its drain: no "second signal", its newest checkpoint is
-#      the step of its last update; rc 130; nothing left running.
+#      the step of its last update; rc 130; a hint to resume; nothing left running;
+#   D. `launch.sh --resume C --updates 14` continues C in its folder with C's arguments
+#      (T, G, replicas, ...; the first start's task data, model and evaluation reused, its
+#      logs kept as *.1.log): the learner resumes from the checkpoint, steps 1..14 once
+#      each over both starts, export of step 14, summary of 14 updates.
 # Skips (77) without java or the Kafka jars unless QRL_REQUIRE_KAFKA=1.
 set -u
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -106,11 +112,33 @@ fi
 
 # ---- B. a run that trains nothing says so loudly ----------------------------------------------
 # (the random model scores 0: every group's rewards are equal, dynamic sampling drops them all)
+# (configured from a YAML file, on prompts of our own: --config, --dataset)
 t=$SECONDS f0=$fails
 B=$tmp/B
-launch B "${common[@]}" --updates 2 --run-dir "$B"
+"$bin/qrl-task" gen --task arith --split train --n 50 --seed 5 --out "$tmp/train50.jsonl" >/dev/null 2>&1 || fatal "gen"
+cat >"$tmp/B.yaml" <<EOF
+# deploy/local/launch.sh --config: the launcher's options by name, daemon keys nested
+model: $tmp/m0
+replicas: 1
+updates: 2
+quota: 4
+group_size: 4     # or group-size
+eval-n: 8
+eval-k: 1
+seed: 2
+dataset: $tmp/train50.jsonl
+rollout:
+  slots: 8        # to the replicas
+learner:
+  heartbeat_interval_ms: 500
+EOF
+launch B --config "$tmp/B.yaml" --run-dir "$B"
 wait_launch 120
 [ $lrc -eq 0 ] || fail "B: launch.sh exited $lrc"
+grep -q "model loaded path=$tmp/m0 .* dataset=$tmp/train50.jsonl prompts=50" "$B/learner.log" ||
+  fail "B: --dataset not used: $(grep 'model loaded' "$B/learner.log")"
+grep -q "config learner.heartbeat_interval_ms=500 origin=--learner.heartbeat_interval_ms" "$B/learner.log" &&
+  grep -q "config rollout.slots=8 origin=--rollout.slots" "$B/r0.log" || fail "B: the YAML's daemon keys not routed"
 [ "$(grep -c '^ *[0-9]\+ \+[0-9]\+ .*WARNING: trained on no group (all 4 dropped: equal rewards)$' "$tmp/B.out")" -eq 2 ] ||
   fail "B: progress lines do not warn: $(grep '^ *[0-9]\+ \+[0-9]\+ ' "$tmp/B.out")"
 grep -q "^updates 2, versions 1..2, groups 8: trained 0, dropped by dynamic sampling 8$" "$B/summary.txt" &&
@@ -120,7 +148,7 @@ grep -q "^updates 2, versions 1..2, groups 8: trained 0, dropped by dynamic samp
 # ---- C. Ctrl-C mid-run: the learner gets its drain and writes its final checkpoint ------------
 t=$SECONDS f0=$fails
 C=$tmp/C
-launch C "${common[@]}" --updates 200 --run-dir "$C" -- --learner.dynamic_sampling false
+launch C "${common[@]}" --updates 12 --run-dir "$C" -- --learner.dynamic_sampling false
 if wait_lines "$C/learner.jsonl" 3 90; then
   kill -INT -- "-$lpid" # a terminal's Ctrl-C: SIGINT to the foreground process group
   wait_launch 150
@@ -134,6 +162,27 @@ if wait_lines "$C/learner.jsonl" 3 90; then
     fail "C: newest checkpoint '$latest', the last update is step $n"
   left_running "$C"
   [ $fails -eq $f0 ] && echo "C: Ctrl-C after $n updates: the learner drained, final checkpoint $latest ($((SECONDS - t)) s)"
+  grep -q "continue this run from its newest checkpoint with: deploy/local/launch.sh --resume $C" "$tmp/C.out" ||
+    fail "C: no resume hint: $(tail -2 "$tmp/C.out")"
+
+  # ---- D. --resume: the stopped run C goes on in its folder, with its own arguments (T=4,
+  # G=4, one replica, ...; --updates 14 given anew wins over the saved 12) -------------------
+  t=$SECONDS f0=$fails
+  launch D --resume "$C" --updates 14
+  wait_launch 150
+  [ $lrc -eq 0 ] || fail "D: launch.sh --resume exited $lrc: $(tail -3 "$tmp/D.out")"
+  grep -q "resuming $C from its checkpoint of step $n " "$tmp/D.out" || fail "D: no resume line: $(head -5 "$tmp/D.out")"
+  grep -q "SFT\|evaluating the starting policy" "$tmp/D.out" && fail "D: the first start's phases ran again"
+  grep -q "resumed from $C/checkpoints/step-$(printf %08d "$n"): step=$n " "$C/learner.log" ||
+    fail "D: the learner did not resume: $(grep -m3 -E 'resum|serving' "$C/learner.log")"
+  grep -q "serving .* G=4 T=4 " "$C/learner.log" || fail "D: not the run's G/T: $(grep serving "$C/learner.log")"
+  [ -f "$C/learner.1.log" ] && [ -f "$C/r0.1.log" ] || fail "D: the first start's logs were not kept"
+  jq -s -e 'map(.step) == [range(1; 15)] and map(.version) == [range(1; 15)]' "$C/learner.jsonl" >/dev/null ||
+    fail "D: steps over both starts: $(jq -c -s 'map(.step)' "$C/learner.jsonl")"
+  grep -q "^updates 14, versions 1..14" "$C/summary.txt" || fail "D: summary: $(cat "$C/summary.txt")"
+  [ "$(exported_step "$C")" = 14 ] || fail "D: exported step '$(exported_step "$C")', expected 14"
+  left_running "$C"
+  [ $fails -eq $f0 ] && echo "D: --resume continued C from step $n to 14 with its settings ($((SECONDS - t)) s)"
 fi
 
 [ $fails -eq 0 ] || exit 1

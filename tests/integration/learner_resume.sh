@@ -5,7 +5,8 @@
 #      content depends on the group id only; 1-partition topics, so the order of results
 #      is the order of ids), T = 2, G = 4, 4 updates, a checkpoint after every update:
 #      run A uninterrupted; run B holds the results of groups > 4, is killed -9 after its
-#      checkpoint of step 2, restarted with --resume auto, then the results flow again.
+#      checkpoint of step 2, restarted with only --resume auto and its checkpoint folder
+#      (every other setting restored from the manifest's "settings"), then the results flow.
 #      B continues at step 3 / version 3; every group id 1..8 trained exactly once over
 #      both processes; params.safetensors and optimizer.bin of steps 3 and 4 are
 #      byte-identical to A's (CPU, deterministic update, same quota composition);
@@ -92,7 +93,9 @@ wait_log "$tmp/feedB.log" "holding group 5" 1 20
 stop $pid_b1
 [ "$(wc -l <"$tmp/B1.jsonl")" -eq 2 ] || fail "B1 trained $(wc -l <"$tmp/B1.jsonl") updates, expected 2"
 t_resume=$(date +%s.%N)
-QRL_LOG_LEVEL=info "$learner" "${fb_args[@]}" --resume auto --metrics.jsonl "$tmp/B2.jsonl" \
+# resumed with only the checkpoint folder: model, dataset, G, T, topics, seeds, ... are the
+# run's settings as its manifest records them (before, T came back as the default 128)
+QRL_LOG_LEVEL=info "$learner" --learner.checkpoint_dir "$tmp/ckB" --resume auto --metrics.jsonl "$tmp/B2.jsonl" \
   >"$tmp/B2.log" 2>&1 &
 pids+=($!); pid_b2=$!
 pb2=$(log_port "$tmp/B2.log")
@@ -110,6 +113,13 @@ wait_exit $pid_b2 90 "learner B2"
 stop $pid_fb
 grep -q "resumed from $tmp/ckB/step-00000002: step=2 version=2 run_id=77 " "$tmp/B2.log" ||
   fail "resume line: $(grep resumed "$tmp/B2.log")"
+for kv in learner.quota=2 learner.group_size=4 learner.max_updates=4 kafka.results_topic=fb.results \
+    "learner.model=$model" dataset.task=contains; do # (strings may be logged quoted)
+  grep -qE "config ${kv%%=*}=\"?${kv#*=}\"? origin=checkpoint" "$tmp/B2.log" ||
+    fail "B2: $kv not restored: $(grep -F "config ${kv%%=*}=" "$tmp/B2.log")"
+done
+grep -qE "config metrics.jsonl=\"?$tmp/B2.jsonl\"? origin=--metrics.jsonl" "$tmp/B2.log" || fail "B2: a given key was overridden"
+grep -q "serving run_id=77 .* G=4 T=2 " "$tmp/B2.log" || fail "B2 serving line: $(grep serving "$tmp/B2.log")"
 jq -s -e 'map(.version) == [3,4] and map(.step) == [3,4]' "$tmp/B2.jsonl" >/dev/null ||
   fail "B2 versions: $(jq -c -s 'map({step, version})' "$tmp/B2.jsonl")"
 cat "$tmp/B1.jsonl" "$tmp/B2.jsonl" | jq -s -e '[.[].groups[]] | sort == [range(1;9)]' >/dev/null ||

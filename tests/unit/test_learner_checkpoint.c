@@ -1,12 +1,14 @@
 /* Learner checkpoints (common/learner/checkpoint.h) on a tiny random model:
  *  - round trip: every parameter bit-identical, the AdamW state file re-saved from the
  *    loaded optimizer byte-identical to the written one, the next AdamW step identical;
- *    every manifest field back as written; trained ranges derived from the pending ids;
+ *    every manifest field back as written (the run's settings too, also alone through
+ *    qrl_ckpt_read_settings); trained ranges derived from the pending ids;
  *  - latest pointer, keep = 2 pruning, a partial folder (no manifest) ignored by find
  *    and refused when named;
  *  - refused with the file (and field) named: truncated / garbled params.safetensors,
  *    truncated optimizer.bin, a manifest that is not JSON, one missing a field, one whose
- *    ranges do not tile the dispatched ids, a model of another shape; a bad tag;
+ *    ranges do not tile the dispatched ids, settings that are not strings, a model of
+ *    another shape; a bad tag;
  *  - a learner restored from a checkpoint (parameters, AdamW, update count; UAQ 1.5)
  *    continues bit-identically to an uninterrupted one (without the update count: not). */
 #include <criterion/criterion.h>
@@ -69,7 +71,9 @@ static qrl_ckpt_state state(uint64_t step) {
                             .tokenizer = "/m/tok512.bin", .dataset = "/d/p.jsonl", .dataset_prompts = 6,
                             .epoch = 1, .index = 3, .next_group_id = 10, .pending = pend, .n_pending = 3,
                             .results_topic = "qrl.results", .offsets = offs, .n_offsets = 2, .tag = "",
-                            .unix_ms = 1234567};
+                            .unix_ms = 1234567,
+                            .settings = "{\"learner.quota\":\"32\",\"learner.model\":\"/m/stories.bin\","
+                                        "\"sampling.stop_token_ids\":\"1,2\"}"};
 }
 
 static void write_ok(const char *root, qrl_model *m, qrl_adamw_t *o, uint64_t step, int keep, char *dir) {
@@ -139,6 +143,13 @@ Test(learner_checkpoint, round_trip_bit_identical) {
     cr_assert_eq(s.offsets[0].next_offset, 41);
     cr_assert_eq(s.offsets[1].partition, 2);
     cr_assert_eq(s.unix_ms, 1234567);
+    /* the run's settings (issue 20: a resumed learner came back with T = 128, not its 32) */
+    cr_assert_str_eq(s.settings, "{\"learner.quota\":\"32\",\"learner.model\":\"/m/stories.bin\","
+                                 "\"sampling.stop_token_ids\":\"1,2\"}");
+    char *only = NULL;
+    cr_assert_eq(qrl_ckpt_read_settings(found, &only, &err), QRL_OK, "%s", err.msg);
+    cr_assert_str_eq(only, s.settings);
+    free(only);
     /* trained = 1..9 minus {3, 7, 9}: [1,2], [4,6], [8,8] */
     size_t n;
     snprintf(p, sizeof p, "%s/manifest.json", dir);
@@ -289,6 +300,7 @@ static void not_json(const char *dir) { edit_manifest(dir, "\"step\"", "step"); 
 static void no_field(const char *dir) { edit_manifest(dir, "\"next_group_id\"", "\"next_group\""); }
 static void bad_ranges(const char *dir) { edit_manifest(dir, "\"next_group_id\": 10", "\"next_group_id\": 11"); }
 static void bad_format(const char *dir) { edit_manifest(dir, "\"format_version\": 1", "\"format_version\": 9"); }
+static void bad_settings(const char *dir) { edit_manifest(dir, "\"learner.quota\": \"32\"", "\"learner.quota\": 32"); }
 
 Test(learner_checkpoint, damaged_files_refused_with_the_file_named) {
     refused(trunc_params, QRL_STATUS_CORRUPT, "params.safetensors", "truncated");
@@ -298,6 +310,7 @@ Test(learner_checkpoint, damaged_files_refused_with_the_file_named) {
     refused(no_field, QRL_STATUS_CORRUPT, "manifest.json", "next_group_id");
     refused(bad_ranges, QRL_STATUS_CORRUPT, "manifest.json", "group 10");
     refused(bad_format, QRL_STATUS_UNSUPPORTED, "manifest.json", "format_version");
+    refused(bad_settings, QRL_STATUS_CORRUPT, "manifest.json", "settings");
 }
 
 Test(learner_checkpoint, other_model_shape_refused) {
