@@ -376,6 +376,43 @@ xrun() {
   fi
   if [ "$out" = "$errf" ]; then "$@" >"$out" 2>&1; else "$@" >"$out" 2>"$errf"; fi
 }
+# Progress of the long phases: xfollow KIND OUT ERR CMD... is xrun, showing the command's
+# progress lines (in ERR) as they come: KIND sft ("[sft] step=..." every sft.log_every
+# steps) or eval (qrl-eval's "progress" lines, every QRL_LAUNCH_PROGRESS_S seconds).
+progress_s=${QRL_LAUNCH_PROGRESS_S:-10}
+show_progress() { # KIND LINE
+  case $1 in
+    sft) [[ $2 == *"[sft] step="* ]] || return 0
+         awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+                printf "  SFT step %d/%d (%.0f%%): loss %s, %s tok/s, %.0f s, ETA %s s\n", v["step"], v["of"],
+                       100 * v["step"] / v["of"], v["loss"], v["tokens_per_s"], v["elapsed_s"], v["eta_s"] }' <<<"$2" ;;
+    eval) [[ $2 == "qrl-eval: progress "* ]] && echo "  evaluating: ${2#qrl-eval: progress }" ;;
+  esac
+}
+xfollow() {
+  local kind=$1 out=$2 errf=$3 p rc=0 l
+  shift 3
+  if [ $dry = 1 ]; then xrun "$out" "$errf" "$@"; return; fi
+  : >"$errf"
+  if [ "$out" = "$errf" ]; then "$@" >"$out" 2>&1 & else "$@" >"$out" 2>"$errf" & fi
+  p=$!
+  pids+=("$p") # (a background job: cleanup stops it on Ctrl-C)
+  # (SFT logs every 10 steps: shown about every QRL_LAUNCH_PROGRESS_S seconds, and its last)
+  local every_us last_us=0 now_us
+  every_us=$(awk -v s="$progress_s" 'BEGIN { printf "%d", s * 1e6 }')
+  while IFS= read -r l; do
+    now_us=${EPOCHREALTIME/./}
+    if [ "$kind" = sft ] && [[ $l == *"[sft] step="* ]] && [ $((now_us - last_us)) -lt "$every_us" ] &&
+       ! awk '{ for (i = 1; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] } exit !(v["step"] == v["of"]) }' <<<"$l"; then
+      continue
+    fi
+    [[ $l == *"[sft] step="* || $l == "qrl-eval: progress "* ]] && last_us=$now_us
+    show_progress "$kind" "$l" | tee -a "$run_dir/launch.log"
+  done < <(tail -n +1 -s 0.2 -f --pid="$p" "$errf" 2>/dev/null)
+  wait "$p" || rc=$?
+  pids=("${pids[@]:0:${#pids[@]}-1}")
+  return $rc
+}
 
 # ---- process bookkeeping: everything started is stopped on exit ------------------------
 # The daemons run in sessions of their own (setsid), so that a Ctrl-C in the terminal
@@ -449,7 +486,7 @@ case $task in
         "$bin/qrl-task" init-model --task arith --seed "$seed" --dim 64 --layers 4 --heads 4 \
         --out "$run_dir/init" ||
         { tail -5 "$run_dir/init.log"; die "init-model failed"; }
-      xrun "$run_dir/sft.log" "$run_dir/sft.log" \
+      xfollow sft "$run_dir/sft.log" "$run_dir/sft.log" \
         "$bin/qrl-learner" --mode sft --learner.model "$run_dir/init" --dataset.path "$dataset" \
         --dataset.chat_template none --learner.seed "$seed" --learner.threads "$sft_threads" \
         --sft.steps "$sft_steps" --sft.out "$run_dir/sft" ||
@@ -493,11 +530,13 @@ if [ "$device" = cuda ]; then
   edev=(--device cuda --device_id "$learner_gpu")
   ldev=(--learner.device cuda --learner.cuda_device "$learner_gpu" --weights.nccl_device "$learner_gpu")
 fi
+eprog=() # qrl-eval's progress lines: every 10 s by default, as the launcher's
+[ -z "${QRL_LAUNCH_PROGRESS_S:-}" ] || eprog=(--progress_s "$progress_s")
 evaluate() { # $1 = model, $2 = output name
-  xrun "$run_dir/$2.json" "$run_dir/$2.log" \
+  xfollow eval "$run_dir/$2.json" "$run_dir/$2.log" \
     "$bin/qrl-eval" --model "$1" --dataset "$testset" --task "$verifier" --k "$eval_k" --n "$eval_n" \
     --max_tokens "$max_new" --temperature 1.0 --seed "$seed" --threads "$sft_threads" \
-    --chat_template "$template" "${eval_fields[@]}" "${eval_stop[@]}" "${edev[@]}" --json ||
+    --chat_template "$template" "${eval_fields[@]}" "${eval_stop[@]}" "${edev[@]}" "${eprog[@]}" --json ||
     { tail -5 "$run_dir/$2.log"; die "qrl-eval failed on $1"; }
 }
 if [ -n "$resume" ] && [ -s "$run_dir/eval-before.json" ]; then
@@ -635,7 +674,29 @@ log "learner at 127.0.0.1:$port, $replicas replicas ($precision weights, $kv KV 
 printf '%5s %7s %7s %6s %9s %8s %6s %6s\n' step version reward acc "tok/s" "KL(b|p)" tis acr | tee -a "$run_dir/launch.log"
 prev_ms=$(($(date +%s%N) / 1000000))
 touch "$run_dir/learner.jsonl"
-while IFS= read -r line; do
+# A slow update says so: with no update line for QRL_LAUNCH_PROGRESS_S (10) s, one line with
+# the time since the last one, the groups the learner holds for the next (qrlctl status)
+# and an ETA for the rest of the run from the mean time per update so far.
+rl_t0=$SECONDS rl_last=$SECONDS rl_done=0 partial=""
+waiting_line() {
+  local st="" n=$((jsonl_kept + rl_done + 1)) eta=""
+  st=$("$bin/qrlctl" --learner "127.0.0.1:$port" --token-file "$run_dir/token" --json --timeout 2 status 2>/dev/null |
+       jq -r '"\(.groups_buffered) of \(.quota) groups in, \(.rollout_tokens_per_s | floor) rollout tok/s"' 2>/dev/null) || st=""
+  [ $rl_done -eq 0 ] || eta=$(( (SECONDS - rl_t0) * (updates - n + 1) / rl_done ))
+  printf '  ... update %d: %d s since %s%s%s\n' "$n" $((SECONDS - rl_last)) \
+    "$([ $rl_done -eq 0 ] && echo "the start" || echo "the last")" "${st:+ ($st)}" \
+    "${eta:+; ETA ${eta} s for the $((updates - n + 1)) updates left}" | tee -a "$run_dir/launch.log"
+}
+while :; do
+  rc_read=0
+  IFS= read -r -t "$progress_s" line || rc_read=$?
+  if [ $rc_read -ne 0 ]; then
+    [ $rc_read -gt 128 ] || break # the end of the metrics (the learner exited)
+    partial+=$line                 # (a timed-out read keeps what it read of a line)
+    [ $((jsonl_kept + rl_done)) -ge "$updates" ] || waiting_line # (after the last: the learner closes)
+    continue
+  fi
+  line=$partial$line partial="" rl_done=$((rl_done + 1)) rl_last=$SECONDS
   ms=$(jq -r .unix_ms <<<"$line")
   jq -r --argjson prev "$prev_ms" --argjson G "$G" '
     ((.groups | length) * $G * .response_len_mean) as $tok |

@@ -301,8 +301,8 @@ int ld_sft_run(const qrl_config_t *cfg, qrl_model *m, const qrl_tokenizer *tok, 
         if ((step + 1) % every == 0 || step + 1 == steps) {
             double t = now_s(), mean = loss_sum / (double)loss_n;
             QRL_LOG_INFO("sft", "step=%d loss=%.4f lr=%.3e grad_norm=%.3f seqs=%d tokens_per_s=%.0f "
-                         "elapsed_s=%.1f", step + 1, mean, lr, info.grad_norm, nseq,
-                         (double)tok_win / (t - tw), t - t0);
+                         "elapsed_s=%.1f of=%d eta_s=%.0f", step + 1, mean, lr, info.grad_norm, nseq,
+                         (double)tok_win / (t - tw), t - t0, steps, (t - t0) / (step + 1) * (steps - step - 1));
             if (mf) {
                 fprintf(mf, "{\"mode\": \"sft\", \"step\": %d, \"loss\": %.6f, \"lr\": %.6e, "
                         "\"grad_norm\": %.6f, \"tokens_per_s\": %.1f, \"elapsed_s\": %.3f}\n",

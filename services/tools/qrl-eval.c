@@ -70,6 +70,8 @@ static const qrl_config_entry CONFIG[] = {
     {"show", QRL_CONFIG_TYPE_INT, "0", 0, 1 << 20, NULL, false,
      "print the first N greedy (else sampled) responses to stderr"},
     {"threads", QRL_CONFIG_TYPE_INT, "0", 0, 1024, NULL, false, "OpenMP threads (0 = all cores)"},
+    {"progress_s", QRL_CONFIG_TYPE_DOUBLE, "10", 0, 86400, NULL, false,
+     "a progress line on stderr every this many seconds (groups done of all, rate, ETA; 0 = off)"},
     {"device", QRL_CONFIG_TYPE_ENUM, "cpu", 0, 0, "cpu|cuda", false,
      "engine: cpu (the CPU forward) or cuda (the rollout scheduler's CUDA engine, as a replica "
      "with rollout.device cuda: f32 runs as bf16; refused in a build without CUDA or where "
@@ -109,12 +111,14 @@ typedef struct tally {
     double *greedy_r;  /* [n] */
     const item *items;
     long long responses, eos, tokens, verify_failed;
+    long long groups_done;
 } tally;
 
 static void on_group(const qrl_scheduler_group_result *r, void *ctx) {
     tally *t = ctx;
     bool g = r->group_id >= (uint64_t)t->n;
     int i = (int)(r->group_id % (uint64_t)t->n);
+    t->groups_done++;
     for (uint32_t j = 0; j < r->group_size; j++) {
         const qrl_scheduler_response *rp = &r->responses[j];
         t->responses++, t->tokens += rp->n_tokens;
@@ -311,8 +315,23 @@ int main(int argc, char **argv) {
             if (qrl_scheduler_submit(s, &g, &err) != QRL_OK) die("prompt %zu: %s", i, err.msg);
         }
     }
-    while (!qrl_scheduler_idle(s))
+    /* groups submitted: greedy (1 response each) and sampled (k each) */
+    const long long groups_all = (long long)n * ((greedy ? 1 : 0) + (k ? 1 : 0));
+    const double every = qrl_config_get_double(cfg, "progress_s");
+    double last = t0;
+    while (!qrl_scheduler_idle(s)) {
         if (qrl_scheduler_step(s, NULL, &err) != QRL_OK) die("%s", err.msg);
+        double now = now_s();
+        if (every > 0 && now - last >= every && t.groups_done < groups_all) {
+            double el = now - t0, rate = (double)t.groups_done / el;
+            char eta[32] = "unknown";
+            if (rate > 0) snprintf(eta, sizeof eta, "%.0f s", (double)(groups_all - t.groups_done) / rate);
+            fprintf(stderr, "qrl-eval: progress %lld/%lld groups (%.0f%%), %.2f groups/s, %.0f tokens/s, "
+                    "elapsed %.0f s, ETA %s\n", t.groups_done, groups_all,
+                    100.0 * (double)t.groups_done / (double)groups_all, rate, (double)t.tokens / el, el, eta);
+            last = now;
+        }
+    }
     double secs = now_s() - t0;
 
     double avg = 0, pass = 0, gr = 0;

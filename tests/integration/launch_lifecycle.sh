@@ -4,7 +4,8 @@
 # tiny random arith model (32 dims, 2 layers; runs of a few seconds):
 #   A. `qrlctl shutdown` mid-run is a normal early end: rc 0, this run's final checkpoint
 #      exported, the evaluation after RL and the summary written ("run ended early");
-#      nothing left running.
+#      nothing left running.  Its SFT warm start shows progress lines (step, loss, tok/s,
+#      ETA), and so does the wait for the first update;
 #   B. a run whose every update trains on no group (all dropped by dynamic sampling) warns
 #      on each progress line and in the summary, whose counts add up (groups = trained +
 #      dropped);
@@ -52,7 +53,8 @@ trap cleanup EXIT
 t_all=$SECONDS
 "$bin/qrl-task" init-model --task arith --seed 1 --dim 32 --layers 2 --heads 2 --out "$tmp/m0" >/dev/null 2>&1 ||
   fatal "init-model"
-common=(--model "$tmp/m0" --replicas 1 --quota 4 --group-size 4 --eval-n 8 --eval-k 1 --seed 2)
+small=(--replicas 1 --quota 4 --group-size 4 --eval-n 8 --eval-k 1 --seed 2)
+common=(--model "$tmp/m0" "${small[@]}")
 
 # launch NAME ARGS...: deploy/local/launch.sh in the background as a terminal runs it: in a
 # process group of its own ($lpid), SIGINT not ignored (a script's background jobs start
@@ -92,7 +94,8 @@ exported_step() { sed -n 's/.*exported .*step-0*\([0-9][0-9]*\) (step=.*/\1/p' "
 # ---- A. qrlctl shutdown mid-run: a normal early end ------------------------------------------
 t=$SECONDS f0=$fails
 A=$tmp/A
-launch A "${common[@]}" --updates 200 --run-dir "$A" -- --learner.dynamic_sampling false
+# (with a short SFT warm start and progress every 0.3 s: the SFT and waiting lines)
+QRL_LAUNCH_PROGRESS_S=0.3 launch A "${small[@]}" --sft-steps 30 --updates 200 --run-dir "$A" -- --learner.dynamic_sampling false
 if wait_lines "$A/learner.jsonl" 2 90; then
   "$bin/qrlctl" --learner "$(cat "$A/learner.addr")" --token-file "$A/token" --reason "enough" shutdown \
     >"$tmp/A.ctl" 2>&1 || fail "qrlctl shutdown: $(cat "$tmp/A.ctl")"
@@ -106,6 +109,10 @@ if wait_lines "$A/learner.jsonl" 2 90; then
   [ "$(exported_step "$A")" = "$n" ] || fail "A: exported step '$(exported_step "$A")', the last update is $n"
   [ -s "$A/eval-after.json" ] && jq -e '.n == 8' "$A/eval-after.json" >/dev/null || fail "A: no evaluation after RL"
   grep -q "^updates $n, versions 1..$n" "$A/summary.txt" || fail "A: summary updates: $(cat "$A/summary.txt")"
+  # item 6: every long phase shows progress (SFT: step, loss, rate, ETA; RL: a slow update)
+  [ "$(grep -cE '^  SFT step [123]0/30 \([0-9]+%\): loss [0-9.]+, [0-9]+ tok/s, [0-9]+ s, ETA [0-9]+ s$' "$tmp/A.out")" -eq 3 ] ||
+    fail "A: SFT progress lines: $(grep SFT "$tmp/A.out")"
+  grep -qE '^  \.\.\. update 1: [0-9]+ s since the start' "$tmp/A.out" || fail "A: no line while the first update is awaited"
   left_running "$A"
   [ $fails -eq $f0 ] && echo "A: qrlctl shutdown after $n updates: rc 0, step $n exported, evaluated, summarized ($((SECONDS - t)) s)"
 fi

@@ -107,6 +107,16 @@ EOF
 python3 -c "import json,sys; e=json.load(open(sys.argv[1])); assert e['ended_fraction']==1 and e['mean_response_tokens']<=8 and e['greedy_accuracy']==0 and e['avg_at_k'] is None and e['pass_at_k'] is None, e" \
   "$tmp/e2.json" || fail "stop token ids: $(cat "$tmp/e2.json")"
 
+# progress lines on stderr (every --progress-s seconds): groups done of all, rate, ETA; the
+# JSON on stdout unchanged; --progress-s 0: none
+"$bin/qrl-eval" --model "$tmp/s1" --dataset "$tmp/test.jsonl" --task arith --k 2 --n 10 --max-tokens 24 \
+  --progress-s 0.001 --json >"$tmp/e3.json" 2>"$tmp/e3.err" || fail "eval with progress"
+grep -qE '^qrl-eval: progress [0-9]+/20 groups \([0-9]+%\), [0-9.]+ groups/s, [0-9]+ tokens/s, elapsed [0-9]+ s, ETA ([0-9]+ s|unknown)$' \
+  "$tmp/e3.err" || fail "no progress line: $(grep -v INFO "$tmp/e3.err" | head -3)"
+jq -e '.n == 10 and .k == 2' "$tmp/e3.json" >/dev/null || fail "eval JSON with progress: $(cat "$tmp/e3.json")"
+"$bin/qrl-eval" --model "$tmp/s1" --dataset "$tmp/test.jsonl" --task arith --k 2 --n 10 --max-tokens 24 \
+  --progress-s 0 --json 2>&1 >/dev/null | grep -q "progress" && fail "--progress-s 0 printed progress"
+
 # 5. bad input
 expect_error qrl-learner "sft.out is required" --mode sft --learner.model "$tmp/m0" --dataset.path "$tmp/train.jsonl"
 printf '{"prompt": "1+1=", "solution": "#### 2"}\n{"prompt": "2+2="}\n' >"$tmp/bad.jsonl"
