@@ -14,14 +14,7 @@ t0=$SECONDS
 out=${1:-/tmp/qrl-e2e-out}
 [ $# -gt 0 ] && shift
 mkdir -p "$out"
-if [ -f .device-deps/env.sh ]; then
-  stamp=$(ls .device-deps/*.deb | sha1sum | cut -c1-12)
-  [ "$(cat /opt/qrl-deps/.stamp 2>/dev/null)" = "$stamp" ] || rm -f /opt/qrl-deps/.done
-  source .device-deps/env.sh
-  echo "$stamp" > /opt/qrl-deps/.stamp
-  export PATH=/opt/qrl-deps/usr/bin:$PATH
-fi
-[ -f .device-kafka/env.sh ] && source .device-kafka/env.sh
+source bench/device_env.sh
 build=${BUILD:-build}
 make -j"$(nproc)" BUILD="$build" all bench > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 echo "build: $((SECONDS - t0)) s"

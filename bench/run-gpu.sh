@@ -5,14 +5,7 @@
 #   there:  bench/run-gpu.sh            (with .device-deps carried)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
-if [ -f .device-deps/env.sh ]; then
-  # the carried set may have grown since /opt/qrl-deps was unpacked: unpack again then
-  stamp=$(ls .device-deps/*.deb | sha1sum | cut -c1-12)
-  [ "$(cat /opt/qrl-deps/.stamp 2>/dev/null)" = "$stamp" ] || rm -f /opt/qrl-deps/.done
-  source .device-deps/env.sh
-  echo "$stamp" > /opt/qrl-deps/.stamp
-  export PATH=/opt/qrl-deps/usr/bin:$PATH
-fi
+source bench/device_env.sh
 build=${BUILD:-build-gpu}
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 make -j"$(nproc)" BUILD="$build" test-cuda > "$build.log" 2>&1; rc_cuda=$?

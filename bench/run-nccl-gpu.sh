@@ -8,13 +8,7 @@ cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=${OUT:-/tmp}
 # NVLink multicast stays off on shared hosts (the device notes): NCCL, PyTorch, NVSHMEM
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-if [ -f .device-deps/env.sh ]; then
-  stamp=$(ls .device-deps/*.deb | sha1sum | cut -c1-12)
-  [ "$(cat /opt/qrl-deps/.stamp 2>/dev/null)" = "$stamp" ] || rm -f /opt/qrl-deps/.done
-  source .device-deps/env.sh
-  echo "$stamp" > /opt/qrl-deps/.stamp
-  export PATH=/opt/qrl-deps/usr/bin:$PATH
-fi
+source bench/device_env.sh
 nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader
 nvidia-smi topo -m 2>/dev/null | head -4
 

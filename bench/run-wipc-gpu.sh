@@ -6,13 +6,7 @@
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=${1:-/tmp}
-if [ -f .device-deps/env.sh ]; then
-  stamp=$(ls .device-deps/*.deb | sha1sum | cut -c1-12)
-  [ "$(cat /opt/qrl-deps/.stamp 2>/dev/null)" = "$stamp" ] || rm -f /opt/qrl-deps/.done
-  source .device-deps/env.sh
-  echo "$stamp" > /opt/qrl-deps/.stamp
-  export PATH=/opt/qrl-deps/usr/bin:$PATH
-fi
+source bench/device_env.sh
 build=${BUILD:-build}
 make -j"$(nproc)" BUILD="$build" all bench $(ls tests/cuda/test_*.c | sed "s|tests/\(.*\)\.c|$build/tests/\1|") \
   > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }

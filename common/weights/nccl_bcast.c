@@ -305,23 +305,46 @@ static qrl_status check_live(qrl_nccl_comm_t *c, qrl_error *err) {
     return QRL_OK;
 }
 
-qrl_status qrl_nccl_bcast_send(qrl_nccl_comm_t *c, const uint8_t *manifest, size_t manifest_len,
-                               const uint8_t *stream, uint64_t total, const uint32_t *bucket_crc,
-                               int timeout_ms, qrl_error *err) {
-    QRL_TRY(check_live(c, err));
-    if (c->rank != 0)
-        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "nccl weight sync: rank %d cannot send", c->rank);
+/* Rank 0: the transfer header of a send, from the manifest it carries (which must describe
+ * a stream of `total` bytes). */
+static qrl_status send_header(qrl_nccl_comm_t *c, const uint8_t *manifest, size_t manifest_len, uint64_t total,
+                              qrl_wsync_header *h, qrl_error *err) {
     Qrl__WeightManifest *mf = NULL;
     QRL_TRY(qrl_wire_decode(&qrl__weight_manifest__descriptor, manifest, manifest_len, QRL_WSYNC_MAX_MANIFEST,
                             (ProtobufCMessage **)&mf, err));
-    qrl_wsync_header h = {.sync_epoch = c->epoch, .version = mf->version, .total_bytes = mf->total_bytes,
-                          .bucket_bytes = mf->bucket_bytes, .bucket_count = mf->bucket_count};
+    *h = (qrl_wsync_header){.sync_epoch = c->epoch, .version = mf->version, .total_bytes = mf->total_bytes,
+                            .bucket_bytes = mf->bucket_bytes, .bucket_count = mf->bucket_count};
     bool fits = mf->total_bytes == total && mf->bucket_bytes >= 1 &&
                 mf->bucket_count == qrl_wsync_bucket_count(total, mf->bucket_bytes);
     qrl_wire_free(&mf->base);
     if (!fits)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "nccl weight sync: manifest does not describe "
                              "a %llu-byte stream", (unsigned long long)total);
+    return QRL_OK;
+}
+
+/* Receivers: the transfer header, checked; without a trusted header the rest cannot be
+ * followed, so a bad one aborts the communicator. */
+static qrl_status recv_header(qrl_nccl_comm_t *c, uint64_t max_total, uint64_t deadline, qrl_wsync_header *h,
+                              qrl_error *err) {
+    uint8_t hb[QRL_WSYNC_HEADER_BYTES];
+    QRL_TRY(pipe_bytes(c, hb, sizeof hb, sizeof hb, deadline, err));
+    qrl_status st = qrl_wsync_header_decode(hb, max_total, h, err);
+    if (st == QRL_OK && h->sync_epoch != c->epoch)
+        st = qrl_error_set(err, QRL_STATUS_CORRUPT, "weight sync header: epoch %llu on a communicator of "
+                           "epoch %llu", (unsigned long long)h->sync_epoch, (unsigned long long)c->epoch);
+    if (st != QRL_OK) comm_kill(c);
+    return st;
+}
+
+qrl_status qrl_nccl_bcast_send(qrl_nccl_comm_t *c, const uint8_t *manifest, size_t manifest_len,
+                               const uint8_t *stream, uint64_t total, const uint32_t *bucket_crc,
+                               int timeout_ms, qrl_error *err) {
+    QRL_TRY(check_live(c, err));
+    if (c->rank != 0)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "nccl weight sync: rank %d cannot send", c->rank);
+    qrl_wsync_header h;
+    QRL_TRY(send_header(c, manifest, manifest_len, total, &h, err));
     uint8_t *pre = NULL, hb[QRL_WSYNC_HEADER_BYTES];
     size_t pre_len;
     uint32_t *own_crc = NULL;
@@ -376,17 +399,8 @@ qrl_status qrl_nccl_bcast_send_device(qrl_nccl_comm_t *c, const uint8_t *manifes
     if (c->rank != 0 || !bucket_crc)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "nccl weight sync: rank %d cannot send (or no "
                              "bucket CRCs)", c->rank);
-    Qrl__WeightManifest *mf = NULL;
-    QRL_TRY(qrl_wire_decode(&qrl__weight_manifest__descriptor, manifest, manifest_len, QRL_WSYNC_MAX_MANIFEST,
-                            (ProtobufCMessage **)&mf, err));
-    qrl_wsync_header h = {.sync_epoch = c->epoch, .version = mf->version, .total_bytes = mf->total_bytes,
-                          .bucket_bytes = mf->bucket_bytes, .bucket_count = mf->bucket_count};
-    bool fits = mf->total_bytes == total && mf->bucket_bytes >= 1 &&
-                mf->bucket_count == qrl_wsync_bucket_count(total, mf->bucket_bytes);
-    qrl_wire_free(&mf->base);
-    if (!fits)
-        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "nccl weight sync: manifest does not describe "
-                             "a %llu-byte stream", (unsigned long long)total);
+    qrl_wsync_header h;
+    QRL_TRY(send_header(c, manifest, manifest_len, total, &h, err));
     uint8_t *pre = NULL, hb[QRL_WSYNC_HEADER_BYTES];
     size_t pre_len;
     QRL_TRY(qrl_wsync_preamble_build(&h, manifest, manifest_len, bucket_crc, &pre, &pre_len, err));
@@ -409,17 +423,9 @@ qrl_status qrl_nccl_bcast_recv_device(qrl_nccl_comm_t *c, uint64_t expect_versio
     if (c->rank == 0)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "nccl weight sync: rank 0 cannot receive");
     uint64_t deadline = deadline_after(timeout_ms);
-    uint8_t hb[QRL_WSYNC_HEADER_BYTES];
     qrl_wsync_header h;
-    QRL_TRY(pipe_bytes(c, hb, sizeof hb, sizeof hb, deadline, err));
-    qrl_status st = qrl_wsync_header_decode(hb, max_total, &h, err);
-    if (st == QRL_OK && h.sync_epoch != c->epoch)
-        st = qrl_error_set(err, QRL_STATUS_CORRUPT, "weight sync header: epoch %llu on a communicator of "
-                           "epoch %llu", (unsigned long long)h.sync_epoch, (unsigned long long)c->epoch);
-    if (st != QRL_OK) { /* without a trusted header the rest cannot be followed */
-        comm_kill(c);
-        return st;
-    }
+    qrl_status st;
+    QRL_TRY(recv_header(c, max_total, deadline, &h, err));
     size_t pre_len = qrl_wsync_preamble_len(&h);
     uint8_t *pre = malloc(pre_len);
     uint32_t nb = h.bucket_count, *crc = malloc(((size_t)nb + 1) * sizeof *crc);
@@ -478,18 +484,10 @@ qrl_status qrl_nccl_bcast_recv(qrl_nccl_comm_t *c, uint64_t expect_version, uint
     if (c->rank == 0)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "nccl weight sync: rank 0 cannot receive");
     uint64_t t0 = now_ns(), deadline = deadline_after(timeout_ms);
-    uint8_t hb[QRL_WSYNC_HEADER_BYTES];
     qrl_wsync_header h;
-    QRL_TRY(pipe_bytes(c, hb, sizeof hb, sizeof hb, deadline, err));
-    uint64_t t1 = now_ns();
-    qrl_status st = qrl_wsync_header_decode(hb, max_total, &h, err);
-    if (st == QRL_OK && h.sync_epoch != c->epoch)
-        st = qrl_error_set(err, QRL_STATUS_CORRUPT, "weight sync header: epoch %llu on a communicator of "
-                           "epoch %llu", (unsigned long long)h.sync_epoch, (unsigned long long)c->epoch);
-    if (st != QRL_OK) { /* without a trusted header the rest cannot be followed */
-        comm_kill(c);
-        return st;
-    }
+    qrl_status st;
+    QRL_TRY(recv_header(c, max_total, deadline, &h, err));
+    uint64_t t1 = now_ns(); /* (the header decode is in the transfer time now, ~1 us) */
     size_t pre_len = qrl_wsync_preamble_len(&h);
     uint8_t *pre = malloc(pre_len);
     uint32_t *crc = malloc(((size_t)h.bucket_count + 1) * sizeof *crc);

@@ -179,8 +179,8 @@ uint32_t qrl_wsync_crc32c_combine(uint32_t crc_a, uint32_t crc_b, uint64_t len_b
     return multmodp(x2nmodp(len_b, 3), crc_a) ^ crc_b;
 }
 
-qrl_status qrl_wsync_verify_stream(const Qrl__WeightManifest *mf, const uint8_t *stream, uint64_t total,
-                                   const uint32_t *bucket_crc, qrl_error *err) {
+/* The manifest's stream length is `total` and every tensor lies inside it (CORRUPT). */
+static qrl_status tensors_inside(const Qrl__WeightManifest *mf, uint64_t total, qrl_error *err) {
     if (mf->total_bytes != total)
         return qrl_error_set(err, QRL_STATUS_CORRUPT, "stream of %llu bytes, manifest says %llu",
                              (unsigned long long)total, (unsigned long long)mf->total_bytes);
@@ -191,6 +191,12 @@ qrl_status qrl_wsync_verify_stream(const Qrl__WeightManifest *mf, const uint8_t 
                                  "stream's %llu bytes", t->name, (unsigned long long)t->byte_offset,
                                  (unsigned long long)t->byte_size, (unsigned long long)total);
     }
+    return QRL_OK;
+}
+
+qrl_status qrl_wsync_verify_stream(const Qrl__WeightManifest *mf, const uint8_t *stream, uint64_t total,
+                                   const uint32_t *bucket_crc, qrl_error *err) {
+    QRL_TRY(tensors_inside(mf, total, err));
     if (mf->checksum_algorithm != QRL__CHECKSUM_ALGORITHM__CHECKSUM_ALGORITHM_CRC32C) return QRL_OK;
     uint32_t nb = bucket_crc ? qrl_wsync_bucket_count(total, mf->bucket_bytes) : 0;
     long bad_bucket = -1, bad_tensor = -1;
@@ -250,16 +256,7 @@ uint32_t qrl_wsync_whole_crc(uint64_t total, uint64_t bucket_bytes, const uint32
 
 qrl_status qrl_wsync_check_crcs(const Qrl__WeightManifest *mf, uint64_t total, const uint32_t *bucket_sent,
                                 const uint32_t *bucket_got, const uint32_t *tensor_got, qrl_error *err) {
-    if (mf->total_bytes != total)
-        return qrl_error_set(err, QRL_STATUS_CORRUPT, "stream of %llu bytes, manifest says %llu",
-                             (unsigned long long)total, (unsigned long long)mf->total_bytes);
-    for (size_t i = 0; i < mf->n_tensors; i++) {
-        const Qrl__TensorMeta *t = mf->tensors[i];
-        if (t->byte_offset > total || t->byte_size > total - t->byte_offset)
-            return qrl_error_set(err, QRL_STATUS_CORRUPT, "tensor '%s' [%llu, +%llu) runs past the "
-                                 "stream's %llu bytes", t->name, (unsigned long long)t->byte_offset,
-                                 (unsigned long long)t->byte_size, (unsigned long long)total);
-    }
+    QRL_TRY(tensors_inside(mf, total, err));
     if (mf->checksum_algorithm != QRL__CHECKSUM_ALGORITHM__CHECKSUM_ALGORITHM_CRC32C) return QRL_OK;
     uint32_t nb = qrl_wsync_bucket_count(total, mf->bucket_bytes);
     for (uint32_t i = 0; i < nb; i++)
