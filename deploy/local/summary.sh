@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Summary of a finished run folder (deploy/local/launch.sh): a table of the evaluation
-# before and after RL and of the training curve, and RUN/curve.png (gnuplot) with the
-# per-update reward and accuracy.
+# before and after RL and of the training curve, and RUN/curve.png (gnuplot; its script
+# RUN/curve.gp) with the per-update reward and accuracy.
 #   deploy/local/summary.sh RUN_DIR
 set -euo pipefail
 run=${1:?usage: summary.sh RUN_DIR}
@@ -29,24 +29,33 @@ jq -s -r '"updates \(length), versions \(.[0].version)..\(.[-1].version), groups
 
 # the curve: reward and accuracy per update
 jq -r '[.step, .reward_mean, .accuracy] | @tsv' "$m" >"$run/curve.tsv"
-if command -v gnuplot >/dev/null; then
-  before=$(ev eval-before .avg_at_k) after=$(ev eval-after .avg_at_k)
-  gnuplot <<EOF 2>"$run/gnuplot.log" || echo "(gnuplot failed: $run/gnuplot.log)"
-set terminal pngcairo size 900,520 noenhanced
+# RUN/curve.gp: the gnuplot script of RUN/curve.png (kept, to re-draw or restyle the plot).
+# Integer ticks on the update axis; accuracy drawn first, thick and light with open circles,
+# the reward over it, thin and dark with dots, so that neither hides the other (for 0/1
+# rewards they are equal); the test avg@k before/after as dashed lines named in the legend,
+# which stands right of the plot (no text over the curves).
+before=$(ev eval-before .avg_at_k) after=$(ev eval-after .avg_at_k)
+tick=1
+for t in 1 2 5 10 20 50 100 200 500 1000 2000 5000 10000; do tick=$t; [ $((n)) -gt $((12 * t)) ] || break; done
+cat >"$run/curve.gp" <<EOF
+set terminal pngcairo size 1000,520 noenhanced
 set output "$run/curve.png"
-set title "qrl run $(basename "$run"): training reward per update; test avg@k before/after"
+set title "qrl run $(basename "$run"): training reward and accuracy per update; test avg@k before/after"
 set xlabel "update"
 set ylabel "reward / accuracy"
-set yrange [0:1.05]
-set key bottom right
+set xrange [0.5:$n.5]
+set xtics $tick
+set format x "%.0f"
+set yrange [0:1.1]
+set key outside right top vertical Left reverse
 set grid
-$( [ "$before" != - ] && echo "set arrow from graph 0, first $before to graph 1, first $before nohead dt 2 lc rgb 'gray40'
-set label 'test avg@k before RL $before' at graph 0.02, first $before offset 0,0.7" )
-$( [ "$after" != - ] && echo "set arrow from graph 0, first $after to graph 1, first $after nohead dt 2 lc rgb 'dark-green'
-set label 'test avg@k after RL $after' at graph 0.55, first $after offset 0,0.7" )
-plot "$run/curve.tsv" using 1:2 with linespoints title "train reward (mean)", \
-     "$run/curve.tsv" using 1:3 with linespoints title "train accuracy"
+plot "$run/curve.tsv" using 1:3 with linespoints lw 5 lc rgb '#9ecae1' pt 6 ps 1.8 title "train accuracy", \\
+     "$run/curve.tsv" using 1:2 with linespoints lw 1.5 lc rgb '#08519c' pt 7 ps 0.7 title "train reward (mean)"$(
+  [ "$before" = - ] || printf ', \\\n     %s with lines dt 2 lw 1.5 lc rgb "gray40" title "test avg@k before RL: %s"' "$before" "$before"
+  [ "$after" = - ] || printf ', \\\n     %s with lines dt 2 lw 1.5 lc rgb "dark-green" title "test avg@k after RL: %s"' "$after" "$after")
 EOF
+if command -v gnuplot >/dev/null; then
+  gnuplot "$run/curve.gp" 2>"$run/gnuplot.log" || echo "(gnuplot failed: $run/gnuplot.log)"
   [ -s "$run/curve.png" ] && echo "plot: $run/curve.png"
 fi
 echo "metrics: $m   events: $run/tb   logs: $run/*.log"

@@ -217,8 +217,12 @@ static void print_replica_table(const ctl *x, const Qrl__ListReplicasResponse *l
                 state = ctl_enum_short(&qrl__service_state__descriptor, (int)s->state, num,
                                        sizeof num);
                 snprintf(version, sizeof version, "%llu", (unsigned long long)s->version);
-                snprintf(slots, sizeof slots, "%u/%u", s->slots_in_use, s->slots_total);
-                snprintf(tps, sizeof tps, "%.1f", s->tokens_per_s);
+                /* a drained replica that exited (STOPPED) uses no slots and makes no tokens:
+                 * its last status's would mislead */
+                if (s->state != QRL__SERVICE_STATE__SERVICE_STATE_STOPPED) {
+                    snprintf(slots, sizeof slots, "%u/%u", s->slots_in_use, s->slots_total);
+                    snprintf(tps, sizeof tps, "%.1f", s->tokens_per_s);
+                }
             }
             heartbeat_age(e->last_heartbeat_unix_ms, hb, sizeof hb);
             const char *row[10] = {in ? in->id : "?", in ? in->host : "", in ? in->device : "",

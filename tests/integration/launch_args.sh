@@ -216,6 +216,9 @@ launch --config "$tmp/bad.yaml" --dry-run >/dev/null 2>"$tmp/err"; rc=$?
 [ $rc -eq 1 ] && grep -q "unknown launcher option 'bogus'" "$tmp/err" || fail "--config with a bad key: exit $rc: $(cat "$tmp/err")"
 
 launch --help | grep -qE -- "--dry-run" || fail "--help does not name --dry-run"
+# the help speaks of the project (docs/demo.md), not of the issue a flag came from
+launch --help | grep -qiE "issue [0-9]" && fail "--help names an issue: $(launch --help | grep -iE 'issue [0-9]')"
+for f in --resume --config --dataset --testset; do launch --help | grep -q -- "$f" || fail "--help does not name $f"; done
 launch --help | grep -qE -- "--rollout\.\* keys go to every qrl-rollout replica" || fail "--help does not explain the flag routing"
 
 [ $fails -eq 0 ] && echo "ok: launch.sh argument handling" && exit 0

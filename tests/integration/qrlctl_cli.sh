@@ -52,9 +52,11 @@ expect_rc 0 "status --json" q --json status &&
 expect_rc 0 "replicas" q replicas && {
   grep -qE '^ID +HOST +DEVICE' <<<"$out" || fail "replicas header: $out"
   grep -qE '^rollout-0 +node-a +cuda:0 +w8a8-int8 +int4-protected +RUNNING +7 +10/64 +1000.0' <<<"$out" || fail "replicas row: $out"
+  # a drained replica that exited: no stale slots or tokens/s (its last status had 12/64, 3000)
+  grep -qE '^rollout-2 +node-a +cpu +bf16 +int4-protected +STOPPED +5 +- +- ' <<<"$out" || fail "stopped replica row: $out"
 }
 expect_rc 0 "replicas --json" q --json replicas &&
-  pyjson "replicas --json" '[r["info"]["id"] for r in d["replicas"]] == ["rollout-0", "rollout-1"] and d["replicas"][1]["status"]["slots_in_use"] == 11' <<<"$out"
+  pyjson "replicas --json" '[r["info"]["id"] for r in d["replicas"]] == ["rollout-0", "rollout-1", "rollout-2"] and d["replicas"][1]["status"]["slots_in_use"] == 11' <<<"$out"
 expect_rc 0 "metrics --json" q --json metrics &&
   pyjson "metrics --json" 'd["learner"]["step"] == 42 and d["replicas"]["rollout-1"]["tokens_per_s"] == 2000 and "mode" not in d["learner"]' <<<"$out"
 

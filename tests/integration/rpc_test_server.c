@@ -5,10 +5,12 @@
  *
  * Listens on 127.0.0.1 (a free port), writes "127.0.0.1:PORT" to F once serving, and runs
  * until Learner.Shutdown, SIGTERM/SIGINT, or --lifetime seconds (default 60) have passed.
- * Learner.Status and ListReplicas answer fixed values; both replicas' control address is
- * this server, which also serves the Rollout methods.  Set goes through a config table with
- * one runtime-mutable key (rollout.max_staleness, 0..16) and one fixed key
- * (rollout.kv_cache). */
+ * Learner.Status and ListReplicas answer fixed values (rollout-0 and rollout-1 running,
+ * rollout-2 drained and gone: STOPPED, with its last status); the replicas' control address
+ * is this server, which also serves the Rollout methods.  Set goes through a config table
+ * with runtime-mutable keys (rollout.max_staleness, 0..16; and, as the real learner's,
+ * learner.lr and sampling.temperature) and fixed ones (rollout.kv_cache, learner.quota):
+ * docs/qrlctl.md's examples run against it (tests/integration/docs_commands.sh). */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -20,6 +22,9 @@
 static const qrl_config_entry table[] = {
     {"rollout.max_staleness", QRL_CONFIG_TYPE_INT, "4", 0, 16, NULL, true, "mutable"},
     {"rollout.kv_cache", QRL_CONFIG_TYPE_ENUM, "bf16", 0, 0, "bf16|int8|int4", false, "fixed"},
+    {"learner.lr", QRL_CONFIG_TYPE_DOUBLE, "1e-6", 1e-12, 1, NULL, true, "as qrl-learner's"},
+    {"learner.quota", QRL_CONFIG_TYPE_INT, "128", 1, 1 << 20, NULL, false, "as qrl-learner's"},
+    {"sampling.temperature", QRL_CONFIG_TYPE_DOUBLE, "1.0", 0, 1e4, NULL, true, "as qrl-learner's"},
 };
 
 static uv_loop_t loop;
@@ -74,12 +79,12 @@ static void h_status(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *us
 }
 
 static void h_list(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
-    Qrl__ReplicaInfo info[2];
-    Qrl__RolloutStatus st[2];
-    Qrl__ReplicaEntry e[2];
-    Qrl__ReplicaEntry *ptrs[2];
-    static const char *ids[2] = {"rollout-0", "rollout-1"};
-    for (int i = 0; i < 2; i++) {
+    Qrl__ReplicaInfo info[3];
+    Qrl__RolloutStatus st[3];
+    Qrl__ReplicaEntry e[3];
+    Qrl__ReplicaEntry *ptrs[3];
+    static const char *ids[3] = {"rollout-0", "rollout-1", "rollout-2"};
+    for (int i = 0; i < 3; i++) {
         qrl__replica_info__init(&info[i]);
         info[i].id = (char *)ids[i];
         info[i].host = "node-a";
@@ -90,7 +95,8 @@ static void h_list(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user
         info[i].control_addr = self_addr;
         qrl__rollout_status__init(&st[i]);
         st[i].replica_id = (char *)ids[i];
-        st[i].state = QRL__SERVICE_STATE__SERVICE_STATE_RUNNING;
+        /* rollout-2: drained and exited; the learner keeps its last status */
+        st[i].state = i == 2 ? QRL__SERVICE_STATE__SERVICE_STATE_STOPPED : QRL__SERVICE_STATE__SERVICE_STATE_RUNNING;
         st[i].version = 7 - (uint64_t)i;
         st[i].slots_total = 64;
         st[i].slots_in_use = 10 + (uint32_t)i;
@@ -104,7 +110,7 @@ static void h_list(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user
         ptrs[i] = &e[i];
     }
     Qrl__ListReplicasResponse r = QRL__LIST_REPLICAS_RESPONSE__INIT;
-    r.n_replicas = 2;
+    r.n_replicas = 3;
     r.replicas = ptrs;
     qrl_rpc_call_reply(call, &r.base);
 }
