@@ -9,7 +9,8 @@
  * rollout-2 drained and gone: STOPPED, with its last status); the replicas' control address
  * is this server, which also serves the Rollout methods.  Set goes through a config table
  * with runtime-mutable keys (rollout.max_staleness, 0..16; and, as the real learner's,
- * learner.lr and sampling.temperature) and fixed ones (rollout.kv_cache, learner.quota):
+ * learner.lr, sampling.temperature and, as a replica's, rollout.max_concurrency) and fixed
+ * ones (rollout.kv_cache, learner.quota):
  * docs/qrlctl.md's examples run against it (tests/integration/docs_commands.sh). */
 #include <stdio.h>
 #include <stdlib.h>
@@ -25,6 +26,7 @@ static const qrl_config_entry table[] = {
     {"learner.lr", QRL_CONFIG_TYPE_DOUBLE, "1e-6", 1e-12, 1, NULL, true, "as qrl-learner's"},
     {"learner.quota", QRL_CONFIG_TYPE_INT, "128", 1, 1 << 20, NULL, false, "as qrl-learner's"},
     {"sampling.temperature", QRL_CONFIG_TYPE_DOUBLE, "1.0", 0, 1e4, NULL, true, "as qrl-learner's"},
+    {"rollout.max_concurrency", QRL_CONFIG_TYPE_INT, "8", 1, 1 << 20, NULL, true, "as qrl-rollout's"},
 };
 
 static uv_loop_t loop;
@@ -184,7 +186,7 @@ int main(int argc, char **argv) {
         fprintf(stderr, "rpc_test_server: %s\n", err.msg);
         return 1;
     }
-    if (qrl_config_new(table, 2, &cfg, &err) != QRL_OK) return 1;
+    if (qrl_config_new(table, sizeof table / sizeof table[0], &cfg, &err) != QRL_OK) return 1;
     uv_loop_init(&loop);
     qrl_rpc_server_opts o = {.token = token_file ? token : NULL, .allow_no_token = !token_file};
     if (qrl_rpc_server_new(&loop, &o, &server, &err) != QRL_OK) {
