@@ -21,7 +21,7 @@ OPT     ?= -O2
 MAKEFLAGS += -j$(shell nproc)
 
 # ---- CUDA toolchain: system toolkit, else the PyPI wheels deploy/setup.sh installed ----
-DEPS    ?= $(CURDIR)/.deps
+DEPS    ?= $(or $(QRL_DEPS),$(CURDIR)/.deps)
 NVCC    ?= $(firstword $(shell command -v nvcc 2>/dev/null) $(wildcard /usr/local/cuda/bin/nvcc) $(wildcard $(DEPS)/cuda/nvidia/cu13/bin/nvcc))
 ifeq ($(QRL_CUDA),0)
 NVCC :=
@@ -94,15 +94,24 @@ $(PROTO_C) $(PROTO_H) &: proto/qrl.proto
 	protoc-c --c_out=$(BUILD)/gen -Iproto proto/qrl.proto
 	sed -i -e 's/(\*register)(/(*register_)(/' -e 's/## register,/## register_,/' $(PROTO_H)
 
-$(BUILD)/obj/gen/qrl.pb-c.o: $(PROTO_C)
+# Objects depend on the flags they were built with: a build that finds nvcc after one that
+# did not (or QRL_CUDA / SAN / OPT change) recompiles everything instead of mixing objects
+# with and without -DQRL_HAVE_CUDA.
+FLAGS_STAMP := $(BUILD)/.flags-$(shell echo '$(CC) $(CFLAGS) $(NVCC) $(NVCCFLAGS)' | md5sum | cut -c1-12)
+$(FLAGS_STAMP):
+	@mkdir -p $(BUILD)
+	@rm -f $(BUILD)/.flags-*
+	@touch $@
+
+$(BUILD)/obj/gen/qrl.pb-c.o: $(PROTO_C) $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Wno-unused-parameter -c $< -o $@
 
-$(BUILD)/obj/%.o: %.c $(PROTO_H)
+$(BUILD)/obj/%.o: %.c $(PROTO_H) $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -MMD -MP -c $< -o $@
 
-$(BUILD)/obj/%.o: %.cu
+$(BUILD)/obj/%.o: %.cu $(FLAGS_STAMP)
 	@mkdir -p $(dir $@)
 	$(NVCC) $(NVCCFLAGS) -MMD -MP -c $< -o $@
 

@@ -53,6 +53,10 @@ usage() { awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "${BA
 die() { echo "e2e.sh: error: $*" >&2; exit 1; }
 while [ $# -gt 0 ]; do
   case $1 in
+    --quick|--full|--no-anchor|--dry-run|-h|--help) ;;
+    --*) [ $# -ge 2 ] || die "option '$1' needs a value (--help lists them)" ;;
+  esac
+  case $1 in
     --device) device=$2; shift 2 ;;
     --quick) mode_sel=quick; shift ;;
     --full) mode_sel=full; shift ;;

@@ -23,12 +23,12 @@
 #       Start and stop a throwaway broker once, so the JVM class-data archive that
 #       halves start-up exists (deploy/kafka/fetch.sh runs it; a no-op when it exists).
 #
-# Environment: QRL_KAFKA_HOME (jars in $QRL_KAFKA_HOME/libs; default <repo>/.deps/kafka),
+# Environment: QRL_KAFKA_HOME (jars in $QRL_KAFKA_HOME/libs; default $QRL_DEPS/kafka, <repo>/.deps/kafka),
 # QRL_KAFKA_HEAP (default 512m), JAVA (default java), QRL_KAFKA_ADMIN (the C admin tool;
 # default <repo>/build/bin/qrl-kafka-admin; without it the Java tools are used, slower).
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
-kafka_home=${QRL_KAFKA_HOME:-$root/.deps/kafka}
+kafka_home=${QRL_KAFKA_HOME:-${QRL_DEPS:-$root/.deps}/kafka}
 [ -d "$kafka_home" ] && kafka_home=$(cd "$kafka_home" && pwd)  # the JVM runs in DATA_DIR
 libs="$kafka_home/libs"
 java=${JAVA:-java}

@@ -582,6 +582,9 @@ if [ -n "$resume" ] && [ $dry = 0 ]; then
     n=$(basename "$d" | sed 's/^step-0*\([0-9][0-9]*\).*/\1/; s/^step-0*$/0/')
     [ "$n" -le "$ck_step" ] || ck_step=$n
   done
+  # a finished run: nothing to resume (and nothing of it is moved or removed)
+  [ "$ck_step" -lt "$updates" ] || die "$run_dir is complete: its checkpoint is at step $ck_step of" \
+    "$updates updates; give --updates N with N > $ck_step to continue it"
   if [ -f "$run_dir/learner.jsonl" ]; then
     jq -c "select(.step <= $ck_step)" "$run_dir/learner.jsonl" >"$run_dir/learner.jsonl.tmp"
     mv "$run_dir/learner.jsonl.tmp" "$run_dir/learner.jsonl"
@@ -640,7 +643,7 @@ setsid "${learner_cmd[@]}" >"$run_dir/learner.log" 2>&1 &
 pid_learner=$!
 pids+=("$pid_learner")
 end=$((SECONDS + 60))
-until grep -q "rpc listening port=[0-9]" "$run_dir/learner.log"; do
+until grep -qs "rpc listening port=[0-9]" "$run_dir/learner.log"; do
   kill -0 "$pid_learner" 2>/dev/null || { tail -5 "$run_dir/learner.log"; die "the learner exited at start"; }
   [ $SECONDS -lt $end ] || die "the learner did not start in 60 s"
   sleep 0.2

@@ -59,7 +59,7 @@ static const qrl_config_entry CONFIG[] = {
     {"learner.device", QRL_CONFIG_TYPE_ENUM, "cpu", 0, 0, "cpu|cuda", false,
      "training engine: cpu (F32 reference) or cuda (BF16 compute, F32 master weights and "
      "AdamW on the GPU; docs/train.md); RL updates only, --mode sft trains on the CPU"},
-    {"learner.cuda_device", QRL_CONFIG_TYPE_INT, "0", 0, 1024, NULL, false,
+    {"learner.cuda_device", QRL_CONFIG_TYPE_INT, "0", 0, 64, NULL, false,
      "GPU ordinal of the cuda training engine"},
     {"learner.adv", QRL_CONFIG_TYPE_ENUM, "grpo", 0, 0, "grpo|drgrpo|rloo", false, "advantage estimator"},
     {"learner.dynamic_sampling", QRL_CONFIG_TYPE_BOOL, "true", 0, 0, NULL, false,

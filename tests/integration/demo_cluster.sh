@@ -13,7 +13,7 @@ set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 fail() { echo "FAIL: $*"; exit 1; }
-home=${QRL_KAFKA_HOME:-$root/.deps/kafka}
+home=${QRL_KAFKA_HOME:-${QRL_DEPS:-$root/.deps}/kafka}
 if ! command -v java >/dev/null || [ ! -f "$home/libs/.stamp" ]; then
   [ "${QRL_REQUIRE_KAFKA:-0}" = 1 ] && fail "no java / Kafka jars, and QRL_REQUIRE_KAFKA=1"
   echo "skipped: no java or Kafka jars (run deploy/setup.sh)"; exit 77

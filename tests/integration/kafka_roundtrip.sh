@@ -13,7 +13,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 build=${BUILD:-build}
 kafka=deploy/kafka/kafka.sh
-home=${QRL_KAFKA_HOME:-$root/.deps/kafka}
+home=${QRL_KAFKA_HOME:-${QRL_DEPS:-$root/.deps}/kafka}
 prog=$build/tests/integration/kafka_roundtrip
 export QRL_KAFKA_ADMIN=$build/bin/qrl-kafka-admin
 

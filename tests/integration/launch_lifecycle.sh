@@ -24,7 +24,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 build=${BUILD:-build}
 bin=$build/bin
-home=${QRL_KAFKA_HOME:-$root/.deps/kafka}
+home=${QRL_KAFKA_HOME:-${QRL_DEPS:-$root/.deps}/kafka}
 fail() { echo "FAIL: $*"; fails=$((fails + 1)); }
 fatal() { echo "FAIL: $*"; exit 1; }
 if ! command -v java >/dev/null || [ ! -f "$home/libs/.stamp" ]; then

@@ -24,7 +24,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 build=${BUILD:-build}
 kafka=deploy/kafka/kafka.sh
-home=${QRL_KAFKA_HOME:-$root/.deps/kafka}
+home=${QRL_KAFKA_HOME:-${QRL_DEPS:-$root/.deps}/kafka}
 export QRL_KAFKA_ADMIN=$build/bin/qrl-kafka-admin
 daemon=$build/bin/qrl-rollout
 harness=$build/tests/integration/rollout_harness

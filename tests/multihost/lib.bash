@@ -106,7 +106,7 @@ mh_kafka_pid() { cat "$tmp/kafka$1/kafka.pid" 2>/dev/null; }
 mh_kafka_kill() { local p; p=$(mh_kafka_pid "$1") || true; [ -z "$p" ] || kill -KILL "$p"; rm -f "$tmp/kafka$1/kafka.pid"; }
 # Kafka's own Java tools, run on the ops host (one JVM start each: a few seconds)
 mh_kjava() { # CLASS ARGS...
-  local libs=${QRL_KAFKA_HOME:-$root/.deps/kafka}/libs cls=$1; shift
+  local libs=${QRL_KAFKA_HOME:-${QRL_DEPS:-$root/.deps}/kafka}/libs cls=$1; shift
   mh_exec ops java -Xmx256m -XX:TieredStopAtLevel=1 -Xshare:auto -cp "$libs/*" "$cls" "$@" 2>/dev/null
 }
 

@@ -14,7 +14,7 @@ root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
 build=${BUILD:-build}
 kafka=deploy/kafka/kafka.sh
-kafka_home=${QRL_KAFKA_HOME:-$root/.deps/kafka}
+kafka_home=${QRL_KAFKA_HOME:-${QRL_DEPS:-$root/.deps}/kafka}
 export QRL_KAFKA_ADMIN=$build/bin/qrl-kafka-admin
 learner=$build/bin/qrl-learner
 rollout=$build/bin/qrl-rollout
