@@ -31,7 +31,11 @@ mh_net_init() {
   ip -n "$sw" link add br0 type bridge
   # forward at once (no STP listening delay) so a plugged-back cable works immediately
   ip -n "$sw" link set br0 type bridge forward_delay 0 stp_state 0
-  ip -n "$sw" link set br0 up
+  ip -n "$sw" link set br0 up || return 1
+  # the rest of what the hosts need, probed here so a machine that lacks it skips the test
+  # (exit 77) instead of failing half-way: a veth pair, a UTS namespace of its own
+  ip -n "$sw" link add qrlprobe0 type veth peer name qrlprobe1 && ip -n "$sw" link del qrlprobe0 || return 1
+  ip netns exec "$sw" unshare --uts true || return 1
 }
 
 mh_host() { # NAME ADDR
