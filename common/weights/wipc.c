@@ -157,7 +157,9 @@ qrl_status qrl_wipc_publish(qrl_wipc_sender *s, const qrl_wsync_tensor *t, const
     if (st == QRL_OK) st = cu(cudaStreamSynchronize(s->stream), "cast", err);
     out->cast_s = now_s() - t0;
     t0 = now_s();
-    if (st == QRL_OK) st = qrl_cuda_crc32c_ranges(d_stream, off, len, (int)(nb + n), crc, qrl_crc32c_fold_tables(), s->stream, err);
+    if (st == QRL_OK)
+        st = qrl_cuda_crc32c_ranges(d_stream, off, len, (int)(nb + n), crc, qrl_crc32c_fold_tables(), s->stream,
+                                    err);
     out->crc_s = now_s() - t0;
     if (st == QRL_OK)
         st = qrl_wsync_manifest_encode_crcs(t, n, NULL, crc + nb, qrl_wsync_whole_crc(total, bucket_bytes, crc),
@@ -372,7 +374,8 @@ qrl_status qrl_wipc_receive(qrl_wipc_receiver *r, const uint8_t *handle, size_t 
             off[nb + i] = inside ? t->byte_offset : 0; /* qrl_wsync_check_crcs names it */
             len[nb + i] = inside ? t->byte_size : 0;
         }
-        st = qrl_cuda_crc32c_ranges(r->staging, off, len, (int)(nb + mf->n_tensors), got, qrl_crc32c_fold_tables(), r->stream, err);
+        st = qrl_cuda_crc32c_ranges(r->staging, off, len, (int)(nb + mf->n_tensors), got, qrl_crc32c_fold_tables(),
+                                    r->stream, err);
     }
     if (st == QRL_OK) st = qrl_wsync_check_crcs(mf, hd.total_bytes, bcrc, got, got + nb, err);
     out->verify_s = now_s() - t0;

@@ -140,7 +140,8 @@ extern "C" qrl_status qrl_cuda_crc32c_ranges(const uint8_t *buf, const uint64_t 
             ranges_kernel<<<(n + 63) / 64, 64, 0, s>>>(buf, dr, n, dt, praw, graw, dout);
             st = qrl_cuda_launch_status_("crc32c ranges", err);
         }
-        if (st == QRL_OK) st = cst(cudaMemcpyAsync(crc, dout, (size_t)n * 4, cudaMemcpyDeviceToHost, s), "download", err);
+        if (st == QRL_OK)
+            st = cst(cudaMemcpyAsync(crc, dout, (size_t)n * 4, cudaMemcpyDeviceToHost, s), "download", err);
         cudaFreeAsync(d, s);
         cudaError_t e = cudaStreamSynchronize(s);
         if (st == QRL_OK) st = cst(e, "synchronize", err);
