@@ -246,7 +246,9 @@ qrl_status qrl_wipc_sender_corrupt(qrl_wipc_sender *s, uint64_t version, uint64_
 
 /* ---- receiver ------------------------------------------------------------------------- */
 
-#define MAPS 4
+/* one mapping per learner slot: after a learner restart its two new slots evict the old
+ * mappings, which would otherwise keep the dead process's memory allocated */
+#define MAPS 2
 
 struct qrl_wipc_receiver {
     int device;
