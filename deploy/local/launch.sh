@@ -254,6 +254,7 @@ while [ $# -gt 0 ]; do
     *) usage_error "unknown option '$1'" ;;
   esac
 done
+case $task in arith|story|gsm8k|math500) ;; *) die "unknown --task '$task' (arith, story, gsm8k, math500)" ;; esac
 [[ $replicas =~ ^[1-9][0-9]*$ ]] || die "--replicas must be a positive integer, not '$replicas'"
 [[ -z $mode || $mode = overlap || $mode = alternate ]] || die "--mode must be overlap or alternate, not '$mode'"
 case " f32 bf16 w8a8-int8 w8a8-fp8 w4a16-nvfp4 w4a16-mxfp4 w4a4-nvfp4 " in

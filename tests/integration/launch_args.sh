@@ -43,6 +43,7 @@ refused() {
 }
 
 refused "--device must be cpu or cuda, not 'gpu'" --device gpu
+refused "unknown --task 'foo' \(arith, story, gsm8k, math500\)" --task foo
 refused "--gpus must be a comma-separated list of GPU ordinals .*not '0,x'" --device cuda --gpus 0,x
 refused "--gpus must be a comma-separated list .*not ''" --device cuda --gpus ""
 refused "--gpus must be a comma-separated list .*not '-1'" --device cuda --gpus -1
