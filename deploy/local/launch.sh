@@ -334,6 +334,14 @@ for b in qrl-learner qrl-rollout qrl-eval qrl-task qrl-kafka-admin; do
   [ -x "$bin/$b" ] || die "$bin/$b is not built: run 'make' first (after deploy/setup.sh)"
 done
 command -v jq >/dev/null || die "jq is missing: run deploy/setup.sh"
+# The daemons' keys given after -- (or in --config) are checked now, by the daemons' own
+# config tables, not after the task data, SFT and the first evaluation
+for d in learner rollout; do
+  if [ $d = learner ]; then keys=("${learner_extra[@]}"); else keys=("${replica_extra[@]}"); fi
+  [ ${#keys[@]} -gt 0 ] || continue
+  msg=$("$bin/qrl-$d" "${keys[@]}" --print-config 2>&1 >/dev/null) ||
+    die "${msg#qrl-$d: error: } (a qrl-$d key given after -- or in --config)"
+done
 # The GPUs, before anything starts (qrl-eval --check-device: a build with CUDA, the device
 # visible); refused with the reason.
 if [ "$device" = cuda ] && [ $dry = 0 ]; then

@@ -44,6 +44,8 @@ refused() {
 
 refused "--device must be cpu or cuda, not 'gpu'" --device gpu
 refused "unknown --task 'foo' \(arith, story, gsm8k, math500\)" --task foo
+refused "unknown key learner.bogus .*a qrl-learner key given after --" -- --learner.bogus 1
+refused "unknown key rollout.bogus .*a qrl-rollout key given after --" -- --rollout.bogus 1
 refused "--gpus must be a comma-separated list of GPU ordinals .*not '0,x'" --device cuda --gpus 0,x
 refused "--gpus must be a comma-separated list .*not ''" --device cuda --gpus ""
 refused "--gpus must be a comma-separated list .*not '-1'" --device cuda --gpus -1
