@@ -335,13 +335,16 @@ for b in qrl-learner qrl-rollout qrl-eval qrl-task qrl-kafka-admin; do
 done
 command -v jq >/dev/null || die "jq is missing: run deploy/setup.sh"
 # The daemons' keys given after -- (or in --config) are checked now, by the daemons' own
-# config tables, not after the task data, SFT and the first evaluation
-for d in learner rollout; do
-  if [ $d = learner ]; then keys=("${learner_extra[@]}"); else keys=("${replica_extra[@]}"); fi
-  [ ${#keys[@]} -gt 0 ] || continue
-  msg=$("$bin/qrl-$d" "${keys[@]}" --print-config 2>&1 >/dev/null) ||
-    die "${msg#qrl-$d: error: } (a qrl-$d key given after -- or in --config)"
+# config tables, not after the task data, SFT and the first evaluation (a --dry-run shows
+# the commands as given, unchecked)
+for chk_prog in learner rollout; do
+  [ $dry = 0 ] || break
+  if [ $chk_prog = learner ]; then chk_keys=("${learner_extra[@]}"); else chk_keys=("${replica_extra[@]}"); fi
+  [ ${#chk_keys[@]} -gt 0 ] || continue
+  chk_msg=$("$bin/qrl-$chk_prog" "${chk_keys[@]}" --print-config 2>&1 >/dev/null) ||
+    die "${chk_msg#qrl-$chk_prog: error: } (a qrl-$chk_prog key given after -- or in --config)"
 done
+unset chk_prog chk_keys chk_msg
 # The GPUs, before anything starts (qrl-eval --check-device: a build with CUDA, the device
 # visible); refused with the reason.
 if [ "$device" = cuda ] && [ $dry = 0 ]; then
