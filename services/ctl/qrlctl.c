@@ -19,15 +19,6 @@
 #include "rpc/rpc.h"
 #include "wire/wire.h"
 
-enum {
-    EXIT_OK = 0,
-    EXIT_USAGE = 1,       /* unknown command or option, missing argument */
-    EXIT_REFUSED = 2,     /* the server refused: invalid, unknown, not changeable, permission */
-    EXIT_UNREACHABLE = 3, /* no answer: connection refused, timeout, server busy (retriable) */
-    EXIT_SERVER = 4,      /* the server failed or answered something unreadable */
-    EXIT_LOCAL = 5,       /* token file or certificate unreadable here */
-};
-
 static void usage(FILE *f) {
     fprintf(f,
             "usage: qrlctl [OPTIONS] COMMAND [ARGS]\n"
@@ -71,53 +62,6 @@ static void usage(FILE *f) {
             QRL_RPC_LEARNER_ADDR_DEFAULT, QRL_RPC_TOKEN_FILE_ENV, QRL_RPC_TOKEN_ENV);
 }
 
-typedef struct ctl {
-    const char *learner;
-    char token[QRL_RPC_TOKEN_MAX + 1];
-    bool have_token;
-    const char *tls_ca, *tls_cert, *tls_key, *tls_name;
-    bool json;
-    int timeout_ms;
-    const char *reason;
-    uint32_t drain_timeout_ms;
-    bool checkpoint_first;
-    qrl_rpc_client_t *lc; /* the learner's client */
-} ctl;
-
-static int exit_code(qrl_status st) {
-    switch (st) {
-    case QRL_OK: return EXIT_OK;
-    case QRL_STATUS_NETWORK:
-    case QRL_STATUS_TIMEOUT:
-    case QRL_STATUS_BUSY: return EXIT_UNREACHABLE;
-    case QRL_STATUS_INVALID_ARGUMENT:
-    case QRL_STATUS_NOT_FOUND:
-    case QRL_STATUS_UNSUPPORTED:
-    case QRL_STATUS_PERMISSION:
-    case QRL_STATUS_OUT_OF_RANGE: return EXIT_REFUSED;
-    default: return EXIT_SERVER;
-    }
-}
-
-/* Report a failure (stderr; and stdout as JSON with --json); returns the exit code. */
-static int fail(const ctl *x, int code, qrl_status st, const char *msg) {
-    fprintf(stderr, "qrlctl: %s\n", msg);
-    if (x->json) {
-        json_t *o = json_pack("{s:{s:s,s:s,s:b,s:i}}", "error", "status", qrl_status_name(st),
-                              "message", msg, "retriable", qrl_status_retriable(st), "exit", code);
-        if (o) {
-            json_dumpf(o, stdout, JSON_INDENT(2));
-            fputc('\n', stdout);
-            json_decref(o);
-        }
-    }
-    return code;
-}
-
-static int fail_err(const ctl *x, const qrl_error *err) {
-    return fail(x, exit_code(err->status), err->status, err->msg);
-}
-
 /* A usage error: one line "qrlctl: error: ..." and exit 1, as every qrl program. */
 static int usage_error(const char *fmt, const char *arg) {
     fprintf(stderr, "qrlctl: error: ");
@@ -126,139 +70,20 @@ static int usage_error(const char *fmt, const char *arg) {
     return EXIT_USAGE;
 }
 
-static void print_json(json_t *o) {
-    json_dumpf(o, stdout, JSON_INDENT(2));
-    fputc('\n', stdout);
-    json_decref(o);
-}
-
-static qrl_status client_for(const ctl *x, const char *target, qrl_rpc_client_t **out,
-                             qrl_error *err) {
-    qrl_rpc_client_opts o = {.target = target,
-                             .token = x->have_token ? x->token : NULL,
-                             .tls_ca_file = x->tls_ca,
-                             .tls_cert_file = x->tls_cert,
-                             .tls_key_file = x->tls_key,
-                             .tls_server_name = x->tls_name};
-    return qrl_rpc_client_new(&o, out, err);
-}
-
-static qrl_status call(const ctl *x, qrl_rpc_client_t *c, qrl_rpc_id id, ProtobufCMessage *req,
-                       ProtobufCMessage **resp, qrl_error *err) {
-    return qrl_rpc_client_call(c, id, req, x->timeout_ms, resp, err);
-}
-
-/* ---- replicas ----------------------------------------------------------------------- */
-
-static qrl_status list_replicas(const ctl *x, Qrl__ListReplicasResponse **out, qrl_error *err) {
-    Qrl__ListReplicasRequest rq = QRL__LIST_REPLICAS_REQUEST__INIT;
-    return call(x, x->lc, QRL_RPC_LEARNER_LIST_REPLICAS, &rq.base, (ProtobufCMessage **)out, err);
-}
-
-/* Client of replica `id`'s control service, found through the learner. */
-static qrl_status replica_client(const ctl *x, const char *id, qrl_rpc_client_t **out,
-                                 qrl_error *err) {
-    Qrl__ListReplicasResponse *l;
-    QRL_TRY(list_replicas(x, &l, err));
-    char known[256] = "";
-    const char *addr = NULL;
-    bool lost = false;
-    for (size_t i = 0; i < l->n_replicas; i++) {
-        const Qrl__ReplicaInfo *info = l->replicas[i]->info;
-        if (!info || !info->id) continue;
-        if (strcmp(info->id, id) == 0) {
-            addr = info->control_addr;
-            const Qrl__RolloutStatus *st = l->replicas[i]->status;
-            lost = st && (st->state == QRL__SERVICE_STATE__SERVICE_STATE_LOST ||
-                          st->state == QRL__SERVICE_STATE__SERVICE_STATE_STOPPED);
-        }
-        size_t n = strlen(known);
-        snprintf(known + n, sizeof known - n, "%s%s", n ? ", " : "", info->id);
-    }
-    qrl_status st;
-    if (!addr)
-        st = qrl_error_set(err, QRL_STATUS_NOT_FOUND,
-                           "replica '%s' is not registered with the learner at %s (registered: %s)",
-                           id, x->learner, *known ? known : "none");
-    else if (lost) /* refused here: its address answers nothing (or someone else) */
-        st = qrl_error_set(err, QRL_STATUS_NOT_FOUND,
-                           "replica '%s' is lost or stopped (no heartbeat within the learner's timeout)", id);
-    else if (!*addr)
-        st = qrl_error_set(err, QRL_STATUS_NOT_FOUND, "replica '%s' has no control address", id);
-    else
-        st = client_for(x, addr, out, err);
-    qrl_wire_free(&l->base);
-    return st;
-}
-
-static void heartbeat_age(uint64_t unix_ms, char *buf, size_t cap) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    uint64_t now = (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
-    if (!unix_ms) snprintf(buf, cap, "-");
-    else snprintf(buf, cap, "%.1fs ago", unix_ms > now ? 0.0 : (double)(now - unix_ms) / 1000);
-}
-
-static void print_replica_table(const ctl *x, const Qrl__ListReplicasResponse *l) {
-    if (l->n_replicas == 0) {
-        printf("no replicas registered with %s\n", x->learner);
-    } else {
-        ctl_table *t = ctl_table_new(10);
-        const char *head[10] = {"ID", "HOST", "DEVICE", "PRECISION", "KV", "STATE", "VERSION",
-                                "SLOTS", "TOK/S", "HEARTBEAT"};
-        ctl_table_row(t, head);
-        for (size_t i = 0; i < l->n_replicas; i++) {
-            const Qrl__ReplicaEntry *e = l->replicas[i];
-            const Qrl__ReplicaInfo *in = e->info;
-            const Qrl__RolloutStatus *s = e->status;
-            char num[16], version[24] = "-", slots[32] = "-", tps[32] = "-", hb[32];
-            const char *state = "-";
-            if (s) {
-                state = ctl_enum_short(&qrl__service_state__descriptor, (int)s->state, num,
-                                       sizeof num);
-                snprintf(version, sizeof version, "%llu", (unsigned long long)s->version);
-                /* a drained replica that exited (STOPPED) uses no slots and makes no tokens:
-                 * its last status's would mislead */
-                if (s->state != QRL__SERVICE_STATE__SERVICE_STATE_STOPPED) {
-                    snprintf(slots, sizeof slots, "%u/%u", s->slots_in_use, s->slots_total);
-                    snprintf(tps, sizeof tps, "%.1f", s->tokens_per_s);
-                }
-            }
-            heartbeat_age(e->last_heartbeat_unix_ms, hb, sizeof hb);
-            const char *row[10] = {in ? in->id : "?", in ? in->host : "", in ? in->device : "",
-                                   in ? in->precision : "", in ? in->kv_format : "", state,
-                                   version, slots, tps, hb};
-            ctl_table_row(t, row);
-        }
-        ctl_table_print(t, stdout);
-        ctl_table_free(t);
-    }
-}
-
-static int cmd_replicas(ctl *x) {
-    Qrl__ListReplicasResponse *l;
-    qrl_error err;
-    if (list_replicas(x, &l, &err) != QRL_OK) return fail_err(x, &err);
-    if (x->json) print_json(ctl_message_json(&l->base));
-    else print_replica_table(x, l);
-    qrl_wire_free(&l->base);
-    return EXIT_OK;
-}
-
 /* ---- commands ----------------------------------------------------------------------- */
 
 static int cmd_status(ctl *x) {
     Qrl__StatusRequest rq = QRL__STATUS_REQUEST__INIT;
     ProtobufCMessage *resp;
     qrl_error err;
-    if (call(x, x->lc, QRL_RPC_LEARNER_STATUS, &rq.base, &resp, &err) != QRL_OK)
-        return fail_err(x, &err);
+    if (ctl_call(x, x->lc, QRL_RPC_LEARNER_STATUS, &rq.base, &resp, &err) != QRL_OK)
+        return ctl_fail_err(x, &err);
     /* each replica's state and numbers too; a learner without ListReplicas shows none */
     Qrl__ListReplicasResponse *l = NULL;
-    if (list_replicas(x, &l, &err) != QRL_OK) {
+    if (ctl_list_replicas(x, &l, &err) != QRL_OK) {
         if (err.status != QRL_STATUS_UNSUPPORTED) {
             qrl_wire_free(resp);
-            return fail_err(x, &err);
+            return ctl_fail_err(x, &err);
         }
         l = NULL;
     }
@@ -270,13 +95,13 @@ static int cmd_status(ctl *x) {
             json_object_set_new(o, "replica_list", arr ? json_incref(arr) : json_array());
             json_decref(lj);
         }
-        print_json(o);
+        ctl_print_json(o);
     } else {
         printf("learner %s\n", x->learner);
         ctl_print_fields(stdout, resp, "  ", false);
         if (l) {
             printf("\n");
-            print_replica_table(x, l);
+            ctl_print_replica_table(x, l);
         }
     }
     if (l) qrl_wire_free(&l->base);
@@ -290,7 +115,7 @@ static void print_control(const ctl *x, const char *who, ProtobufCMessage *resp)
     if (x->json) {
         json_t *o = ctl_message_json(resp);
         json_object_set_new(o, "target", json_string(who));
-        print_json(o);
+        ctl_print_json(o);
         return;
     }
     char buf[32];
@@ -308,12 +133,12 @@ static int cmd_pause_resume(ctl *x, bool pause, const char *replica) {
     qrl_error err;
     qrl_rpc_id id = pause ? QRL_RPC_LEARNER_PAUSE : QRL_RPC_LEARNER_RESUME;
     if (replica) {
-        if (replica_client(x, replica, &c, &err) != QRL_OK) return fail_err(x, &err);
+        if (ctl_replica_client(x, replica, &c, &err) != QRL_OK) return ctl_fail_err(x, &err);
         id = pause ? QRL_RPC_ROLLOUT_PAUSE : QRL_RPC_ROLLOUT_RESUME;
     }
-    qrl_status st = call(x, c, id, req, &resp, &err);
+    qrl_status st = ctl_call(x, c, id, req, &resp, &err);
     if (c != x->lc) qrl_rpc_client_destroy(c);
-    if (st != QRL_OK) return fail_err(x, &err);
+    if (st != QRL_OK) return ctl_fail_err(x, &err);
     print_control(x, replica ? replica : "learner", resp);
     qrl_wire_free(resp);
     return EXIT_OK;
@@ -327,8 +152,8 @@ static int cmd_drain(ctl *x, const char *replica) {
     rq.timeout_ms = x->drain_timeout_ms;
     ProtobufCMessage *resp;
     qrl_error err;
-    if (call(x, x->lc, QRL_RPC_LEARNER_DRAIN, &rq.base, &resp, &err) != QRL_OK)
-        return fail_err(x, &err);
+    if (ctl_call(x, x->lc, QRL_RPC_LEARNER_DRAIN, &rq.base, &resp, &err) != QRL_OK)
+        return ctl_fail_err(x, &err);
     print_control(x, replica, resp);
     qrl_wire_free(resp);
     return EXIT_OK;
@@ -339,10 +164,10 @@ static int cmd_checkpoint(ctl *x, const char *tag) {
     rq.tag = (char *)(tag ? tag : "");
     ProtobufCMessage *resp;
     qrl_error err;
-    if (call(x, x->lc, QRL_RPC_LEARNER_CHECKPOINT, &rq.base, &resp, &err) != QRL_OK)
-        return fail_err(x, &err);
+    if (ctl_call(x, x->lc, QRL_RPC_LEARNER_CHECKPOINT, &rq.base, &resp, &err) != QRL_OK)
+        return ctl_fail_err(x, &err);
     Qrl__CheckpointResponse *r = (Qrl__CheckpointResponse *)resp;
-    if (x->json) print_json(ctl_message_json(resp));
+    if (x->json) ctl_print_json(ctl_message_json(resp));
     else printf("checkpoint %s step %llu version %llu\n", r->path, (unsigned long long)r->step,
                 (unsigned long long)r->version);
     qrl_wire_free(resp);
@@ -360,17 +185,17 @@ static int cmd_set(ctl *x, const char *assignment, const char *replica) {
     qrl_rpc_client_t *c = x->lc;
     qrl_error err;
     ProtobufCMessage *resp = NULL;
-    qrl_status st = replica ? replica_client(x, replica, &c, &err) : QRL_OK;
+    qrl_status st = replica ? ctl_replica_client(x, replica, &c, &err) : QRL_OK;
     if (st == QRL_OK)
-        st = call(x, c, replica ? QRL_RPC_ROLLOUT_SET : QRL_RPC_LEARNER_SET, &rq.base, &resp, &err);
+        st = ctl_call(x, c, replica ? QRL_RPC_ROLLOUT_SET : QRL_RPC_LEARNER_SET, &rq.base, &resp, &err);
     if (c != x->lc) qrl_rpc_client_destroy(c);
     free(key);
-    if (st != QRL_OK) return fail_err(x, &err);
+    if (st != QRL_OK) return ctl_fail_err(x, &err);
     Qrl__SetResponse *r = (Qrl__SetResponse *)resp;
     if (x->json) {
         json_t *o = ctl_message_json(resp);
         json_object_set_new(o, "target", json_string(replica ? replica : "learner"));
-        print_json(o);
+        ctl_print_json(o);
     } else {
         printf("%s: %s = %s (was %s)\n", replica ? replica : "learner", r->key, r->new_value,
                r->old_value);
@@ -384,11 +209,11 @@ static int cmd_metrics(ctl *x) {
     ProtobufCMessage *status;
     Qrl__ListReplicasResponse *l;
     qrl_error err;
-    if (call(x, x->lc, QRL_RPC_LEARNER_STATUS, &rq.base, &status, &err) != QRL_OK)
-        return fail_err(x, &err);
-    if (list_replicas(x, &l, &err) != QRL_OK) {
+    if (ctl_call(x, x->lc, QRL_RPC_LEARNER_STATUS, &rq.base, &status, &err) != QRL_OK)
+        return ctl_fail_err(x, &err);
+    if (ctl_list_replicas(x, &l, &err) != QRL_OK) {
         qrl_wire_free(status);
-        return fail_err(x, &err);
+        return ctl_fail_err(x, &err);
     }
     if (x->json) {
         json_t *reps = json_object();
@@ -397,7 +222,7 @@ static int cmd_metrics(ctl *x) {
             if (e->info && e->info->id && e->status)
                 json_object_set_new(reps, e->info->id, ctl_numeric_json(&e->status->base));
         }
-        print_json(json_pack("{s:o,s:o}", "learner", ctl_numeric_json(status), "replicas", reps));
+        ctl_print_json(json_pack("{s:o,s:o}", "learner", ctl_numeric_json(status), "replicas", reps));
     } else {
         printf("learner %s\n", x->learner);
         ctl_print_fields(stdout, status, "  ", true);
@@ -419,8 +244,8 @@ static int cmd_shutdown(ctl *x) {
     rq.reason = (char *)x->reason;
     ProtobufCMessage *resp;
     qrl_error err;
-    if (call(x, x->lc, QRL_RPC_LEARNER_SHUTDOWN, &rq.base, &resp, &err) != QRL_OK)
-        return fail_err(x, &err);
+    if (ctl_call(x, x->lc, QRL_RPC_LEARNER_SHUTDOWN, &rq.base, &resp, &err) != QRL_OK)
+        return ctl_fail_err(x, &err);
     print_control(x, "learner", resp);
     qrl_wire_free(resp);
     return EXIT_OK;
@@ -501,15 +326,15 @@ int main(int argc, char **argv) {
 
     qrl_error err;
     if (qrl_rpc_token_resolve(token_file, x.token, &x.have_token, &err) != QRL_OK)
-        return fail(&x, EXIT_LOCAL, err.status, err.msg);
-    if (client_for(&x, x.learner, &x.lc, &err) != QRL_OK)
-        return fail(&x, err.status == QRL_STATUS_INVALID_ARGUMENT ? EXIT_USAGE : EXIT_LOCAL,
+        return ctl_fail(&x, EXIT_LOCAL, err.status, err.msg);
+    if (ctl_client_for(&x, x.learner, &x.lc, &err) != QRL_OK)
+        return ctl_fail(&x, err.status == QRL_STATUS_INVALID_ARGUMENT ? EXIT_USAGE : EXIT_LOCAL,
                     err.status, err.msg);
 
     int rc;
     const char *a0 = nargs > 0 ? args[0] : NULL, *a1 = nargs > 1 ? args[1] : NULL;
     if (strcmp(cmd, "status") == 0) rc = cmd_status(&x);
-    else if (strcmp(cmd, "replicas") == 0) rc = cmd_replicas(&x);
+    else if (strcmp(cmd, "replicas") == 0) rc = ctl_cmd_replicas(&x);
     else if (strcmp(cmd, "pause") == 0) rc = cmd_pause_resume(&x, true, a0);
     else if (strcmp(cmd, "resume") == 0) rc = cmd_pause_resume(&x, false, a0);
     else if (strcmp(cmd, "drain") == 0) rc = cmd_drain(&x, a0);
