@@ -73,14 +73,9 @@ static void learner(const qrl_model_config *cfg, int to_rx, int from_rx) {
     CK(cudaDeviceSynchronize());
     cudaFree(tmp);
     size_t n = (size_t)m->n_tensors;
-    qrl_wsync_tensor *t = calloc(n, sizeof *t);
-    const float **src = calloc(n, sizeof *src);
-    for (size_t i = 0; i < n; i++) {
-        const qrl_model_tensor *mt = &m->tensors[i];
-        t[i] = (qrl_wsync_tensor){mt->name, "BF16", {(uint64_t)mt->shape[0], mt->ndim == 2 ? (uint64_t)mt->shape[1] : 0},
-                                  mt->ndim};
-        src[i] = d + (mt->data - m->arena);
-    }
+    qrl_wsync_tensor *t;
+    const float **src;
+    QK(qrl_wipc_model_table(m, d, &t, &src, &err));
     qrl_wipc_sender *s;
     QK(qrl_wipc_sender_new(0, &s, &err));
     for (uint64_t v = 1; v <= (uint64_t)REPS * NPREC + 1; v++) {

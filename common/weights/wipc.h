@@ -29,6 +29,8 @@
 #include "qrl.pb-c.h"
 #include "weights/wsync.h"
 
+struct qrl_model;
+
 #define QRL_WIPC_HANDLE_BYTES 64  /* sizeof(cudaIpcMemHandle_t) */
 #define QRL_WIPC_STREAM_OFFSET 256
 #define QRL_WIPC_NODE_ID_MAX 160
@@ -69,6 +71,13 @@ typedef struct qrl_wipc_published {
  * Errors: INVALID_ARGUMENT (dtype, bucket_bytes 0), CUDA, NOMEM. */
 qrl_status qrl_wipc_publish(qrl_wipc_sender *s, const qrl_wsync_tensor *t, const float *const *src, size_t n,
                             uint64_t version, uint64_t bucket_bytes, qrl_wipc_published *out, qrl_error *err);
+/* The publish table of model `m` whose F32 parameters sit on the device at `params` in the
+ * layout of m's host arena (the training engine's device copy): (*t)[i] = {name, "BF16",
+ * shape, ndim} and (*src)[i] = params + (tensor i's offset in the arena), for i <
+ * m->n_tensors, in the model's tensor order (the order every receiver expects).  Both arrays
+ * are malloc'd for the caller to free; names are borrowed from m.  Errors: NOMEM. */
+qrl_status qrl_wipc_model_table(const struct qrl_model *m, const float *params, qrl_wsync_tensor **t,
+                                const float ***src, qrl_error *err);
 /* Copy version `version`'s stream (total bytes) from its slot into host memory (the TCP
  * fallback for replicas on other nodes; any thread, excluded from the slot's rewrite).
  * Errors: NOT_FOUND (neither slot holds that version any more), CUDA. */

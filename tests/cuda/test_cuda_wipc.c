@@ -156,14 +156,9 @@ static int learner_child(void *arg) {
     qrl_error err;
     if (qrl_wipc_sender_new(0, &s, &err) != QRL_OK) return 4;
     size_t n = (size_t)m->n_tensors;
-    qrl_wsync_tensor *t = calloc(n, sizeof *t);
-    const float **src = calloc(n, sizeof *src);
-    for (size_t i = 0; i < n; i++) {
-        const qrl_model_tensor *mt = &m->tensors[i];
-        t[i] = (qrl_wsync_tensor){mt->name, "BF16", {(uint64_t)mt->shape[0], mt->ndim == 2 ? (uint64_t)mt->shape[1] : 0},
-                                  mt->ndim};
-        src[i] = d + (mt->data - m->arena);
-    }
+    qrl_wsync_tensor *t;
+    const float **src;
+    if (qrl_wipc_model_table(m, d, &t, &src, &err) != QRL_OK) return 4;
     for (uint64_t v = 1; v <= 3; v++) {
         if (v > 1)
             for (size_t i = 0; i < nparams; i++) m->arena[i] *= 0.5f;

@@ -11,6 +11,7 @@
 #ifdef QRL_HAVE_CUDA
 #include "cuda/runtime.cuh"
 #endif
+#include "model/model.h"
 #include "weights/wipc.h"
 #include "weights/wsync.h"
 #include "wire/wire.h"
@@ -146,4 +147,39 @@ Test(wipc_host, unsupported_without_cuda) {
         cr_assert_null(r);
     }
 #endif
+}
+
+/* The publish table follows the model's tensor order, names and shapes, and points each
+ * source into the device copy at the tensor's arena offset. */
+Test(wipc_host, model_table_mirrors_arena_layout) {
+    qrl_model_config c = {.arch = QRL_MODEL_ARCH_QWEN3, .dim = 40, .hidden_dim = 56, .n_layers = 2,
+                          .n_heads = 4, .n_kv_heads = 2, .head_dim = 12, .vocab_size = 61,
+                          .max_seq_len = 64, .norm_eps = 1e-6f, .qk_norm = true, .qkv_bias = true,
+                          .rope = {.theta = 10000.0, .layout = QRL_ROPE_LAYOUT_HALF}};
+    qrl_model *m;
+    qrl_error err;
+    cr_assert_eq(qrl_model_new(&c, &m, &err), QRL_OK, "%s", err.msg);
+    size_t np = (size_t)(m->rope_inv_freq - m->arena);
+    float *dev = calloc(np, sizeof *dev); /* stands in for the device copy: only addresses matter */
+    qrl_wsync_tensor *t;
+    const float **src;
+    cr_assert_eq(qrl_wipc_model_table(m, dev, &t, &src, &err), QRL_OK, "%s", err.msg);
+    cr_assert_gt(m->n_tensors, 10);
+    const float *end = dev; /* tensors lie in order, apart, inside the copy */
+    for (int i = 0; i < m->n_tensors; i++) {
+        const qrl_model_tensor *mt = &m->tensors[i];
+        cr_assert_str_eq(t[i].name, mt->name);
+        cr_assert_str_eq(t[i].dtype, "BF16");
+        cr_assert_eq(t[i].ndim, mt->ndim);
+        cr_assert_eq(t[i].shape[0], (uint64_t)mt->shape[0]);
+        cr_assert_eq(t[i].shape[1], mt->ndim == 2 ? (uint64_t)mt->shape[1] : 0);
+        cr_assert_eq(src[i] - dev, mt->data - m->arena, "tensor %s", mt->name);
+        cr_assert_geq(src[i], end, "tensor %s overlaps the one before", mt->name);
+        end = src[i] + t[i].shape[0] * (t[i].ndim == 2 ? t[i].shape[1] : 1);
+    }
+    cr_assert_leq(end, dev + np);
+    free(t);
+    free(src);
+    free(dev);
+    qrl_model_free(m);
 }
