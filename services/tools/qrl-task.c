@@ -14,9 +14,11 @@
  * character tokenizer (tokenizer.json, tokenizer_config.json).  init-model --shape writes
  * a random-weight model of a Qwen3 shape (transformers' config of that model) in BF16 with
  * the tokenizer files of DIR copied beside it (benchmarks: bench/e2e.sh).
- * Errors: one line "qrl-task: error: ..." and exit status 1; usage errors exit 2. */
+ * Errors, usage errors included: one line "qrl-task: error: ..." on stderr and exit status 1
+ * (the convention of every qrl program, docs/config.md "Exit status"). */
 #include <errno.h>
 #include <jansson.h>
+#include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -56,7 +58,7 @@ static long long int_arg(const char *name, const char *v, long long lo, long lon
     if (errno || end == v || *end || x < lo || x > hi) {
         char m[256];
         snprintf(m, sizeof m, "%s: '%s' is not an integer in [%lld, %lld]", name, v, lo, hi);
-        die(2, m);
+        die(1, m);
     }
     return x;
 }
@@ -68,6 +70,17 @@ typedef struct opts {
     int have_seed;
 } opts;
 
+/* Options the commands take (each with a value); an unknown one is refused as such, not as
+ * "needs a value". */
+static bool known_option(const char *a) {
+    static const char *const names[] = {"--task", "--split", "--n", "--seed", "--out", "--digits",
+                                        "--max-chars", "--dim", "--layers", "--heads", "--hidden",
+                                        "--ctx", "--shape", "--tokenizer"};
+    for (size_t i = 0; i < sizeof names / sizeof *names; i++)
+        if (strcmp(a, names[i]) == 0) return true;
+    return false;
+}
+
 static void parse(int argc, char **argv, opts *o) {
     *o = (opts){.n = -1, .max_chars = 600, .dim = 128, .layers = 4, .heads = 4, .ctx = 128};
     qrl_task_arith_params ap = qrl_task_arith_default();
@@ -75,10 +88,15 @@ static void parse(int argc, char **argv, opts *o) {
     for (int i = 2; i < argc; i++) {
         const char *a = argv[i];
         if (strcmp(a, "--help") == 0) usage(stdout), exit(0);
+        if (!known_option(a)) {
+            char m[128];
+            snprintf(m, sizeof m, "unknown option '%.60s' (see --help)", a);
+            die(1, m);
+        }
         if (i + 1 >= argc) {
             char m[128];
             snprintf(m, sizeof m, "%s needs a value (see --help)", a);
-            die(2, m);
+            die(1, m);
         }
         const char *v = argv[++i];
         if (strcmp(a, "--task") == 0) o->task = v;
@@ -98,25 +116,25 @@ static void parse(int argc, char **argv, opts *o) {
             if (sscanf(v, "%d-%d", &o->dmin, &o->dmax) != 2) {
                 char *e;
                 o->dmin = o->dmax = (int)strtol(v, &e, 10);
-                if (*e || e == v) die(2, "--digits: expected MIN-MAX or N");
+                if (*e || e == v) die(1, "--digits: expected MIN-MAX or N");
             }
         } else {
             char m[128];
             snprintf(m, sizeof m, "unknown option '%s' (see --help)", a);
-            die(2, m);
+            die(1, m);
         }
     }
-    if (!o->task && !o->shape) die(2, "--task is required (arith | story-name)");
-    if (!o->out) die(2, "--out is required");
-    if (!o->have_seed) die(2, "--seed is required");
+    if (!o->task && !o->shape) die(1, "--task is required (arith | story-name)");
+    if (!o->out) die(1, "--out is required");
+    if (!o->have_seed) die(1, "--seed is required");
 }
 
 static int cmd_gen(const opts *o) {
     bool arith = strcmp(o->task, "arith") == 0;
-    if (!arith && strcmp(o->task, "story-name") != 0) die(2, "--task: expected arith or story-name");
+    if (!arith && strcmp(o->task, "story-name") != 0) die(1, "--task: expected arith or story-name");
     int split = qrl_task_split_parse(o->split);
-    if (split < 0) die(2, "--split: expected train or test");
-    if (o->n < 0) die(2, "--n is required");
+    if (split < 0) die(1, "--split: expected train or test");
+    if (o->n < 0) die(1, "--n is required");
     qrl_task_arith_params ap = {.min_digits = o->dmin, .max_digits = o->dmax};
     FILE *f = fopen(o->out, "w");
     if (!f) {
@@ -145,8 +163,8 @@ static int cmd_gen(const opts *o) {
 
 static int cmd_init_model(const opts *o) {
     if (o->shape) return qrl_task_init_shape(o->shape, o->tokenizer, o->out, (uint64_t)o->seed);
-    if (strcmp(o->task, "arith") != 0) die(2, "init-model: --task arith is the only one (story-name uses stories260K)");
-    if (o->dim % o->heads || (o->dim / o->heads) % 2) die(2, "--dim must be a multiple of 2 x --heads");
+    if (strcmp(o->task, "arith") != 0) die(1, "init-model: --task arith is the only one (story-name uses stories260K)");
+    if (o->dim % o->heads || (o->dim / o->heads) % 2) die(1, "--dim must be a multiple of 2 x --heads");
     long long hidden = o->hidden ? o->hidden : 4 * o->dim;
     char json[1024];
     snprintf(json, sizeof json,
@@ -181,12 +199,16 @@ static int cmd_init_model(const opts *o) {
 
 int main(int argc, char **argv) {
     if (argc < 2 || strcmp(argv[1], "--help") == 0 || strcmp(argv[1], "-h") == 0) {
-        usage(argc < 2 ? stderr : stdout);
-        return argc < 2 ? 2 : 0;
+        if (argc < 2) {
+            fputs("qrl-task: error: no command given (gen | init-model; see qrl-task --help)\n", stderr);
+            return 1;
+        }
+        usage(stdout);
+        return 0;
     }
     opts o;
     if (strcmp(argv[1], "gen") == 0) return parse(argc, argv, &o), cmd_gen(&o);
     if (strcmp(argv[1], "init-model") == 0) return parse(argc, argv, &o), cmd_init_model(&o);
-    fprintf(stderr, "qrl-task: error: unknown command '%s' (gen | init-model)\n", argv[1]);
-    return 2;
+    fprintf(stderr, "qrl-task: error: unknown command '%s' (gen | init-model; see qrl-task --help)\n", argv[1]);
+    return 1;
 }

@@ -3,8 +3,7 @@
 # "Exit status"): an unknown flag (with or without a value: --foo, --version, --foo bar)
 # or an unknown command ends the program with exit status 1 and ONE stderr line
 # "<program>: error: ..." that says "unknown" (not "needs a value"), nothing on stdout;
-# --help exits 0.  qrl-task (services/tools/qrl-task.c) still exits 2 on a usage error
-# and is left out until it follows the rule.
+# --help exits 0.
 set -u
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -29,7 +28,7 @@ usage() {
   fi
 }
 
-for p in qrl-learner qrl-rollout qrl-eval qrl-generate qrl-verify qrl-inspect qrl-kafka-admin qrlctl; do
+for p in qrl-learner qrl-rollout qrl-eval qrl-generate qrl-verify qrl-inspect qrl-kafka-admin qrl-task qrlctl; do
   [ -x "$bin/$p" ] || { fail "$bin/$p is not built"; continue; }
   usage "$bin/$p" "$p" --foo
   usage "$bin/$p" "$p" --version
@@ -38,13 +37,17 @@ for p in qrl-learner qrl-rollout qrl-eval qrl-generate qrl-verify qrl-inspect qr
 done
 usage "$bin/qrlctl" qrlctl frobnicate
 usage "$bin/qrl-kafka-admin" qrl-kafka-admin frobnicate
+usage "$bin/qrl-task" qrl-task frobnicate
+usage "$bin/qrl-task" qrl-task gen --foo
+usage "$bin/qrl-task" qrl-task gen --task arith --foo 1
 usage deploy/local/launch.sh launch.sh --foo
 usage deploy/local/launch.sh launch.sh --version
 usage deploy/local/launch.sh launch.sh --foo bar
 usage deploy/local/launch.sh launch.sh stray
 deploy/local/launch.sh --help >/dev/null || fail "launch.sh --help: exit $?"
 # a known option without its value is said so, with the same exit status
-for a in "$bin/qrl-generate --max-new-tokens" "$bin/qrlctl --timeout" "deploy/local/launch.sh --updates"; do
+for a in "$bin/qrl-generate --max-new-tokens" "$bin/qrlctl --timeout" "deploy/local/launch.sh --updates" \
+         "$bin/qrl-task gen --n"; do
   # shellcheck disable=SC2086
   timeout 30 $a >/dev/null 2>"$tmp/err"; rc=$?
   [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "needs a value" "$tmp/err" ||
