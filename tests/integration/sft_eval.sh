@@ -141,5 +141,5 @@ expect_error qrl-eval "a folder of qrl-learner checkpoints.*qrl-learner export -
 expect_error qrl-eval "a launch.sh run folder, not a model folder; its trained model is $tmp/run/final" \
   --model "$tmp/run" --dataset "$tmp/test.jsonl" --task arith
 "$bin/qrl-task" gen --task nope --split train --n 1 --seed 1 --out "$tmp/x.jsonl" 2>/dev/null; rc=$?
-[ $rc -eq 2 ] || fail "qrl-task unknown task: exit $rc (want 2)"
+[ $rc -eq 1 ] || fail "qrl-task unknown task: exit $rc (want 1, a usage error)"
 echo "PASS sft_eval"
