@@ -6,7 +6,8 @@
 # random-weight Qwen3-shaped model with the real Qwen tokenizer, GSM8K prompts, T groups x G
 # responses per update, --updates updates (learner.max_updates), dynamic sampling off (random
 # weights score 0 everywhere).  Then per model shape the engine alone on the same work
-# (build/bench/e2e_engine: the same scheduler settings, prompts and KV budget), and a report
+# (build/bench/e2e_engine: every update's groups, at most 2T in flight as a replica's
+# max_concurrency, the same scheduler settings, prompts and KV budget), and a report
 # (bench/e2e_report.py): per update rollout / wait / prox / train / snapshot / transfer / swap
 # seconds and each process's idle share; per configuration end-to-end rollout tokens/s, the
 # engine-alone tokens/s, loop efficiency = their ratio, weight sync seconds per billion
@@ -336,7 +337,8 @@ run_anchor() { # $1 shape
   local gm=0 dev=-1
   if [ "$device" = cuda ]; then gm=$(shape_gpu_mem "$s"); dev=0; fi
   local cmd=("$benchbin/e2e_engine" --model "${model_of[$s]}" --dataset "$gsm8k" --runs "$runs"
-             --groups "$quota" --group-size "$gsize" --slots "$slots" --device "$dev" --seed 1
+             --groups "$quota" --updates "$updates" --in-flight $((2 * quota))
+             --group-size "$gsize" --slots "$slots" --device "$dev" --seed 1
              --gpu-memory-utilization "$(awk -v g="$gm" -v n="$replicas" 'BEGIN { printf "%.4f", g / n }')"
              --max-s 120 --label "$s" --json "$work/anchor-$s.json")
   [ "$device" = cuda ] || cmd+=(--threads 1)

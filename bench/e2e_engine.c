@@ -10,7 +10,8 @@
  *
  *   build/bench/e2e_engine --model DIR --dataset FILE.jsonl
  *       [--runs PREC:KV:MAXNEW[,PREC:KV:MAXNEW...]]   (default bf16:bf16:512)
- *       [--groups 16] [--group-size 8] [--slots 128] [--device N (-1 = CPU; default 0)]
+ *       [--groups 16] [--updates 1] [--in-flight G (default --groups)]
+ *       [--group-size 8] [--slots 128] [--device N (-1 = CPU; default 0)]
  *       [--gpu-memory-utilization F (0 = off)] [--prefill-chunk 256] [--max-staleness 1]
  *       [--kv-sink 16] [--kv-recent 128] [--prompt-field question] [--answer-field answer]
  *       [--task gsm8k] [--chat-template auto] [--seed 1] [--threads 0] [--warmup 1]
@@ -18,9 +19,13 @@
  *
  * Each run: quantize the model to PREC (from its F32 master copy), make the scheduler,
  * a warm-up group (1 group of G x 16 tokens: cuBLAS handles, first graphs) when --warmup,
- * then submit the T groups at once and step until every group is emitted; tokens/s =
- * sampled tokens / wall seconds of that loop (prefill, decode, sampling, verification:
- * what a replica does for one quota).  With --max-s the loop stops there and the run is
+ * then submit the U x T groups (--updates U, --groups T) keeping at most F of them in flight
+ * (--in-flight F: submitted, not yet emitted; a replica's rollout.max_concurrency) and step
+ * until every group is emitted; tokens/s = sampled tokens / wall seconds of that loop
+ * (prefill, decode, sampling, verification: what a replica does for the loop's work).  The
+ * defaults (U = 1, F = T) are one quota submitted at once, whose batch shrinks in its tail;
+ * bench/e2e.sh passes the loop's updates and max_concurrency, so the anchor keeps its slots
+ * as full as the overlapping loop can.  With --max-s the loop stops there and the run is
  * marked truncated (tokens/s of the part done).  Prints a table; --json writes
  * {"bench": "e2e_engine", ..., "runs": [...]}. */
 #include <errno.h>
@@ -52,7 +57,7 @@ typedef struct run_spec {
 } run_spec;
 
 typedef struct tally {
-    long long responses, tokens, eos;
+    long long responses, tokens, eos, groups; /* groups emitted */
 } tally;
 
 static _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
@@ -74,6 +79,7 @@ static double now_s(void) {
 
 static void on_group(const qrl_scheduler_group_result *r, void *ctx) {
     tally *t = ctx;
+    t->groups++;
     for (uint32_t j = 0; j < r->group_size; j++) {
         t->responses++;
         t->tokens += r->responses[j].n_tokens;
@@ -163,7 +169,7 @@ static long long int_opt(const char *name, const char *v, long long lo, long lon
 int main(int argc, char **argv) {
     const char *model = NULL, *dataset = NULL, *runs_s = "bf16:bf16:512", *pf = "question", *af = "answer";
     const char *task = "gsm8k", *tmpl = "auto", *json_path = NULL, *label = "";
-    int groups = 16, gsize = 8, slots = 128, device = 0, prefill_chunk = 256, max_stale = 1, sink = 16,
+    int groups = 16, updates = 1, in_flight = 0, gsize = 8, slots = 128, device = 0, prefill_chunk = 256, max_stale = 1, sink = 16,
         recent = 128, threads = 0, warmup = 1;
     long long seed = 1;
     double gmu = 0, max_s = 0;
@@ -171,7 +177,7 @@ int main(int argc, char **argv) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
             puts("usage: e2e_engine --model DIR --dataset FILE.jsonl [--runs PREC:KV:MAXNEW,...] [--groups 16]\n"
-                 "  [--group-size 8] [--slots 128] [--device N|-1] [--gpu-memory-utilization F] [--prefill-chunk 256]\n"
+                 "  [--updates 1] [--in-flight GROUPS] [--group-size 8] [--slots 128] [--device N|-1] [--gpu-memory-utilization F] [--prefill-chunk 256]\n"
                  "  [--max-staleness 1] [--kv-sink 16] [--kv-recent 128] [--prompt-field question]\n"
                  "  [--answer-field answer] [--task gsm8k] [--chat-template auto] [--seed 1] [--threads 0]\n"
                  "  [--warmup 0|1] [--max-s S] [--label TEXT] [--json FILE]\n"
@@ -184,6 +190,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(a, "--dataset")) dataset = v;
         else if (!strcmp(a, "--runs")) runs_s = v;
         else if (!strcmp(a, "--groups")) groups = (int)int_opt(a, v, 1, 1 << 16);
+        else if (!strcmp(a, "--updates")) updates = (int)int_opt(a, v, 1, 1 << 16);
+        else if (!strcmp(a, "--in-flight")) in_flight = (int)int_opt(a, v, 1, 1 << 20);
         else if (!strcmp(a, "--group-size")) gsize = (int)int_opt(a, v, 1, 4096);
         else if (!strcmp(a, "--slots")) slots = (int)int_opt(a, v, 1, 4096);
         else if (!strcmp(a, "--device")) device = (int)int_opt(a, v, -1, 64);
@@ -205,6 +213,8 @@ int main(int argc, char **argv) {
         else die("unknown option '%s' (see --help)", a);
     }
     if (!model || !dataset) die("--model and --dataset are required (see --help)");
+    if (!in_flight) in_flight = groups;
+    const int total = groups * updates;
     if (gmu < 0 || gmu > 1) die("--gpu-memory-utilization: %g is outside [0, 1]", gmu);
     if (threads > 0) omp_set_num_threads(threads);
     run_spec runs[64];
@@ -219,15 +229,16 @@ int main(int argc, char **argv) {
     if (qrl_model_load_with_tokenizer(model, &lo, &m, &tok, tpath, sizeof tpath, &err) != QRL_OK) die("%s", err.msg);
     t_load = now_s() - t_load;
     item *items;
-    size_t n_items = load_items(dataset, pf, af, tmpl, tok, m->cfg.max_seq_len - 1, (size_t)groups, &items);
+    size_t n_items = load_items(dataset, pf, af, tmpl, tok, m->cfg.max_seq_len - 1, (size_t)total, &items);
     double prompt_mean = 0;
     for (size_t i = 0; i < n_items; i++) prompt_mean += (double)items[i].n_ids / (double)n_items;
-    if ((int)n_items < groups) fprintf(stderr, "e2e_engine: %s has %zu prompts: using them for %d groups\n", dataset, n_items, groups);
+    if ((int)n_items < total) fprintf(stderr, "e2e_engine: %s has %zu prompts: using them for %d groups\n", dataset, n_items, total);
     size_t params = 0;
     for (int i = 0; i < m->n_tensors; i++)
         params += (size_t)m->tensors[i].shape[0] * (size_t)(m->tensors[i].ndim == 2 ? m->tensors[i].shape[1] : 1);
-    printf("e2e_engine: %s (%.2fB parameters, loaded in %.1f s), %d groups x %d, %d slots, device %d%s, "
-           "mean prompt %.0f tokens\n", model, (double)params / 1e9, t_load, groups, gsize, slots, device,
+    printf("e2e_engine: %s (%.2fB parameters, loaded in %.1f s), %d x %d groups x %d, %d in flight, %d slots, "
+           "device %d%s, mean prompt %.0f tokens\n", model, (double)params / 1e9, t_load, updates, groups, gsize,
+           in_flight, slots, device,
            gmu > 0 ? " (gpu_memory_utilization set)" : "", prompt_mean);
 
     json_t *jruns = json_array();
@@ -274,16 +285,19 @@ int main(int argc, char **argv) {
         qrl_scheduler_stats st0, st;
         qrl_scheduler_get_stats(s, &st0);
         double t0 = now_s();
-        for (int gi = 0; gi < groups; gi++) {
-            const item *it = &items[(size_t)gi % n_items];
-            qrl_scheduler_group_desc g = {.group_id = (uint64_t)gi, .group_size = (uint32_t)gsize, .prompt = it->ids,
-                                          .n_prompt = (int)it->n_ids, .sampling = sp, .max_new_tokens = rs->max_new,
-                                          .task = task, .reference = it->answer};
-            if (qrl_scheduler_submit(s, &g, &err) != QRL_OK) die("group %d: %s", gi, err.msg);
-        }
+        int submitted = 0;
         bool truncated = false;
         int max_running = 0;
-        while (!qrl_scheduler_idle(s)) {
+        for (;;) {
+            /* keep F groups in flight, as a replica whose max_concurrency is F */
+            for (; submitted < total && submitted - t.groups < in_flight; submitted++) {
+                const item *it = &items[(size_t)submitted % n_items];
+                qrl_scheduler_group_desc g = {.group_id = (uint64_t)submitted, .group_size = (uint32_t)gsize,
+                                              .prompt = it->ids, .n_prompt = (int)it->n_ids, .sampling = sp,
+                                              .max_new_tokens = rs->max_new, .task = task, .reference = it->answer};
+                if (qrl_scheduler_submit(s, &g, &err) != QRL_OK) die("group %d: %s", submitted, err.msg);
+            }
+            if (submitted == total && qrl_scheduler_idle(s)) break;
             if (qrl_scheduler_step(s, NULL, &err) != QRL_OK) die("step: %s", err.msg);
             qrl_scheduler_get_stats(s, &st);
             if (st.running > max_running) max_running = st.running;
@@ -304,7 +318,10 @@ int main(int argc, char **argv) {
         json_object_set_new(j, "precision", json_string(rs->precision));
         json_object_set_new(j, "kv_cache", json_string(rs->kv));
         json_object_set_new(j, "max_new_tokens", json_integer(rs->max_new));
-        json_object_set_new(j, "groups", json_integer(groups));
+        json_object_set_new(j, "groups", json_integer(total));
+        json_object_set_new(j, "quota", json_integer(groups));
+        json_object_set_new(j, "updates", json_integer(updates));
+        json_object_set_new(j, "in_flight", json_integer(in_flight));
         json_object_set_new(j, "group_size", json_integer(gsize));
         json_object_set_new(j, "slots", json_integer(slots));
         json_object_set_new(j, "kv_blocks", json_integer(st.kv_total_blocks));
