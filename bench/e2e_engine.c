@@ -5,7 +5,7 @@
  * format and int4-protected widths, EOS from the model, the CUDA engine on device N with
  * the KV pool sized by gpu_memory_utilization; the same prompts as the learner sends
  * (GSM8K JSONL rendered with the tokenizer's chat template and tokenized as
- * services/learner/dataset.c does), G responses per group at the learner's sampling
+ * the learner does: tasks/prompts.h), G responses per group at the learner's sampling
  * defaults (T = 1, top-p 1, top-k 0), the group's verifier run on every response.
  *
  *   build/bench/e2e_engine --model DIR --dataset FILE.jsonl
@@ -43,13 +43,8 @@
 #include "model/model.h"
 #include "rollout/gpu_memory.h"
 #include "rollout/scheduler.h"
+#include "tasks/prompts.h"
 #include "tokenizer/tokenizer.h"
-
-typedef struct item {
-    char *answer;
-    int32_t *ids;
-    size_t n_ids;
-} item;
 
 typedef struct run_spec {
     char precision[32], kv[32];
@@ -85,58 +80,6 @@ static void on_group(const qrl_scheduler_group_result *r, void *ctx) {
         t->tokens += r->responses[j].n_tokens;
         t->eos += r->responses[j].finish == QRL_FINISH_EOS || r->responses[j].finish == QRL_FINISH_STOP;
     }
-}
-
-/* The first `limit` prompts of the JSONL file, rendered and tokenized as the learner's
- * dataset does (services/learner/dataset.c). */
-static size_t load_items(const char *path, const char *pf, const char *af, const char *tmpl,
-                         const qrl_tokenizer *tok, int max_prompt, size_t limit, item **out) {
-    FILE *f = fopen(path, "r");
-    if (!f) die("%s: cannot open: %s", path, strerror(errno));
-    item *it = calloc(limit, sizeof *it);
-    if (!it) die("out of memory");
-    char *line = NULL;
-    size_t cap = 0, n = 0, lineno = 0;
-    ssize_t len;
-    qrl_error err;
-    while (n < limit && (len = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        while (len > 0 && strchr("\r\n ", line[len - 1])) len--;
-        if (len == 0) continue;
-        json_error_t je;
-        json_t *o = json_loadb(line, (size_t)len, 0, &je);
-        if (!o) die("%s:%zu: column %d: %s", path, lineno, je.column, je.text);
-        json_t *p = json_object_get(o, pf), *a = json_object_get(o, af);
-        if (!json_is_string(p)) die("%s:%zu: field \"%s\" missing or not a string", path, lineno, pf);
-        char num[64];
-        if (json_is_string(a)) it[n].answer = strdup(json_string_value(a));
-        else if (json_is_integer(a)) snprintf(num, sizeof num, "%lld", (long long)json_integer_value(a)), it[n].answer = strdup(num);
-        else if (json_is_real(a)) snprintf(num, sizeof num, "%.17g", json_real_value(a)), it[n].answer = strdup(num);
-        else die("%s:%zu: field \"%s\" missing or not a string/number", path, lineno, af);
-        char *text = NULL;
-        bool add_bos = true;
-        if (strcmp(tmpl, "none") != 0) {
-            const char *name = strcmp(tmpl, "auto") == 0 ? qrl_tokenizer_chat_template_name(tok) : tmpl;
-            if (qrl_chat_template_apply(name, NULL, json_string_value(p), &text, &err) != QRL_OK)
-                die("%s:%zu: chat template: %s", path, lineno, err.msg);
-            add_bos = strcmp(name, "plain") == 0; /* chatml/llama3 carry their own start */
-        } else {
-            text = strdup(json_string_value(p));
-        }
-        json_decref(o);
-        if (!text || !it[n].answer) die("out of memory");
-        if (qrl_tokenizer_encode(tok, text, strlen(text), add_bos, !add_bos, &it[n].ids, &it[n].n_ids, &err) != QRL_OK)
-            die("%s:%zu: tokenizing the prompt: %s", path, lineno, err.msg);
-        free(text);
-        if (it[n].n_ids == 0 || (int)it[n].n_ids > max_prompt)
-            die("%s:%zu: prompt has %zu tokens (allowed 1..%d)", path, lineno, it[n].n_ids, max_prompt);
-        n++;
-    }
-    free(line);
-    fclose(f);
-    if (n == 0) die("%s: no prompts", path);
-    *out = it;
-    return n;
 }
 
 static int parse_runs(const char *s, run_spec *out, int cap) {
@@ -228,8 +171,13 @@ int main(int argc, char **argv) {
     qrl_model_load_opts lo = {.tokenizer = NULL, .tokenizer_option = "--model's folder"};
     if (qrl_model_load_with_tokenizer(model, &lo, &m, &tok, tpath, sizeof tpath, &err) != QRL_OK) die("%s", err.msg);
     t_load = now_s() - t_load;
-    item *items;
-    size_t n_items = load_items(dataset, pf, af, tmpl, tok, m->cfg.max_seq_len - 1, (size_t)total, &items);
+    /* the first U x T prompts, rendered and tokenized as the learner's dispatcher does */
+    qrl_prompt_set ps;
+    qrl_prompts_opts po = {.prompt_field = pf, .answer_field = af, .chat_template = tmpl, .tok = tok,
+                           .max_tokens = (size_t)m->cfg.max_seq_len - 1, .limit = (size_t)total};
+    if (qrl_prompts_load(dataset, &po, &ps, &err) != QRL_OK) die("%s", err.msg);
+    const qrl_prompt *items = ps.items;
+    size_t n_items = ps.n;
     double prompt_mean = 0;
     for (size_t i = 0; i < n_items; i++) prompt_mean += (double)items[i].n_ids / (double)n_items;
     if ((int)n_items < total) fprintf(stderr, "e2e_engine: %s has %zu prompts: using them for %d groups\n", dataset, n_items, total);
@@ -291,7 +239,7 @@ int main(int argc, char **argv) {
         for (;;) {
             /* keep F groups in flight, as a replica whose max_concurrency is F */
             for (; submitted < total && submitted - t.groups < in_flight; submitted++) {
-                const item *it = &items[(size_t)submitted % n_items];
+                const qrl_prompt *it = &items[(size_t)submitted % n_items];
                 qrl_scheduler_group_desc g = {.group_id = (uint64_t)submitted, .group_size = (uint32_t)gsize,
                                               .prompt = it->ids, .n_prompt = (int)it->n_ids, .sampling = sp,
                                               .max_new_tokens = rs->max_new, .task = task, .reference = it->answer};
@@ -356,8 +304,7 @@ int main(int argc, char **argv) {
     } else {
         json_decref(jruns);
     }
-    for (size_t i = 0; i < n_items; i++) free(items[i].answer), free(items[i].ids);
-    free(items);
+    qrl_prompts_free(&ps);
     qrl_tokenizer_free(tok);
     qrl_model_free(m);
     return 0;
