@@ -91,7 +91,7 @@ static __device__ __forceinline__ float ex2(float x) {
 }
 
 /* One split: chunk s of the row's `region` positions into scratch split s + split_off. */
-template <int HD, int FMT, int STG>
+template <int HD, int FMT, int STG, int DQ>
 static __device__ __forceinline__ void tc_split(const qargs &a, int region, float sl2, int chunk,
                                                 int n_splits, int s, int split_off, int bs_shift) {
     typedef tc_geom<HD, FMT> GM;
@@ -128,10 +128,18 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
         const float *qp = a.q + (size_t)r * H * HD + (size_t)(kvh * G + (g < G ? g : 0)) * HD;
 #pragma unroll
         for (int j = 0; j < KS; j++) {
+            /* k slots (2t, 2t + 1 | 2t + 8, 2t + 9) of step j: dims d + (0, 1 | 2, 3); int4
+             * with the nibble decoder (DQ): d + (o, o + 4 | o + 1, o + 5), d = KB t + 8 (j / 2),
+             * o = 2 (j % 2), the order in which a word's nibbles come out (K loop below) */
             int d = KB * t + 4 * j;
+            int dd[4] = {d, d + 1, d + 2, d + 3};
+            if (FMT == F_INT4 && DQ) {
+                int b = KB * t + 8 * (j >> 1) + 2 * (j & 1);
+                dd[0] = b, dd[1] = b + 4, dd[2] = b + 1, dd[3] = b + 5;
+            }
             float x[4];
 #pragma unroll
-            for (int e = 0; e < 4; e++) x[e] = g < G ? qp[d + e] * sl2 : 0.0f;
+            for (int e = 0; e < 4; e++) x[e] = g < G ? qp[dd[e]] * sl2 : 0.0f;
             __half2 h01 = __floats2half2_rn(x[0], x[1]), h23 = __floats2half2_rn(x[2], x[3]);
             __half2 l01 = __floats2half2_rn(x[0] - __low2float(h01), x[1] - __high2float(h01));
             __half2 l23 = __floats2half2_rn(x[2] - __low2float(h23), x[3] - __high2float(h23));
@@ -202,13 +210,28 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
                 const uint8_t *kb = region ? (const uint8_t *)a.c.side_codes[0] + rec0 * HD : a.c.codes[0] + rec0 * CB;
                 const uint8_t *vb = region ? (const uint8_t *)a.c.side_codes[1] + rec0 * HD : a.c.codes[1] + rec0 * CB;
                 uint32_t sb = qrl_smem_u32(st);
+                if (DQ) { /* the lane's first row's address, then a constant stride (main
+                           * store): the copies take immediate offsets, no 64-bit adds */
+                    const int r0 = lane / NCH, go = r0 * rs * CB + ch * 16;
+                    const uint8_t *kp = kb + go, *vp = vb + go;
+                    const size_t step = (size_t)RPI * rs * CB;
 #pragma unroll
-                for (int it = 0; it < TQ / RPI; it++) {
-                    int row = lane / NCH + RPI * it, go = row * rs * CB + ch * 16;
-                    uint32_t so = sb + row * CB + ((ch ^ swz<NCH>(row)) << 4);
-                    bool ok = i0 + row < end;
-                    qrl_cp_async16(so, kb + go, ok);
-                    qrl_cp_async16(so + TQ * CB, vb + go, ok);
+                    for (int it = 0; it < TQ / RPI; it++) {
+                        int row = r0 + RPI * it;
+                        uint32_t so = sb + row * CB + ((ch ^ swz<NCH>(row)) << 4);
+                        bool ok = i0 + row < end;
+                        qrl_cp_async16(so, kp + it * step, ok);
+                        qrl_cp_async16(so + TQ * CB, vp + it * step, ok);
+                    }
+                } else {
+#pragma unroll
+                    for (int it = 0; it < TQ / RPI; it++) {
+                        int row = lane / NCH + RPI * it, go = row * rs * CB + ch * 16;
+                        uint32_t so = sb + row * CB + ((ch ^ swz<NCH>(row)) << 4);
+                        bool ok = i0 + row < end;
+                        qrl_cp_async16(so, kb + go, ok);
+                        qrl_cp_async16(so + TQ * CB, vb + go, ok);
+                    }
                 }
                 if (SF == 1)
                     qrl_cp_async4(qrl_smem_u32(sst + lane),
@@ -262,10 +285,11 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
         const float *sst = (const float *)(st + 2 * TQ * CB);
 
         /* scores: n-tile nt holds positions pi(nt, .); lane's K bytes [NBK t, NBK t + NBK) */
-        float c[2][4];
+        float c[2][4], c2[2][4]; /* DQ 2: odd k steps into c2, two MMA chains of KS / 2 per n-tile */
 #pragma unroll
         for (int nt = 0; nt < 2; nt++) {
             c[nt][0] = c[nt][1] = c[nt][2] = c[nt][3] = 0.0f;
+            c2[nt][0] = c2[nt][1] = c2[nt][2] = c2[nt][3] = 0.0f;
             int prow = (g >> 1) * 4 + nt * 2 + (g & 1);
             uint32_t kw[NBK / 4];
             lds_row<NCH, NBK>(st + prow * CB, prow, NBK * t, kw);
@@ -282,14 +306,28 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
                     uint32_t x = kw[jj] ^ 0x80808080u;
                     b0 = __byte_perm(x, M64, 0x4140), b1 = __byte_perm(x, M64, 0x4342);
                 } else if (FMT == F_FP8) {
-                    b0 = e4m3x2_h2(kw[jj]), b1 = e4m3x2_h2(kw[jj] >> 16);
+                    if (DQ) b0 = qrl_e4m3x2_lo(kw[jj]), b1 = qrl_e4m3x2_hi(kw[jj]);
+                    else b0 = e4m3x2_h2(kw[jj]), b1 = e4m3x2_h2(kw[jj] >> 16);
+                } else if (DQ) {
+                    /* word jj / 2 = dims 8 (jj / 2) + i at nibble i; odd steps take the word
+                     * shifted by 8.  (w & 0x000F000F) | 1024 = 1024 + (n_o, n_o+4) and
+                     * (w & 0x00F000F0) | 1024 = 1024 + 16 (n_o+1, n_o+5) as f16, exact; one
+                     * subtraction (or fma by 1/16) each, then s n + z rounded once */
+                    uint32_t w = kw[jj >> 1] >> (8 * (jj & 1));
+                    uint32_t lo = qrl_hsub2((w & 0x000F000Fu) | 0x64006400u, 0x64006400u);
+                    uint32_t hi = qrl_hfma2((w & 0x00F000F0u) | 0x64006400u, 0x2C002C00u, 0xD400D400u);
+                    b0 = qrl_hfma2(lo, s2, z2), b1 = qrl_hfma2(hi, s2, z2);
                 } else {
                     uint32_t w = kw[jj >> 1];
                     int b = (jj & 1) * 2;
                     b0 = qrl_hfma2(u4_pair(w, b), s2, z2), b1 = qrl_hfma2(u4_pair(w, b + 1), s2, z2);
                 }
-                qrl_mma_f16(c[nt], qa[jj], b0, b1);
+                if (DQ == 2 && (jj & 1)) qrl_mma_f16(c2[nt], qa[jj], b0, b1);
+                else qrl_mma_f16(c[nt], qa[jj], b0, b1);
             }
+            if (DQ == 2)
+#pragma unroll
+                for (int e = 0; e < 4; e++) c[nt][e] += c2[nt][e];
         }
         int p0 = start + (warp + j * WARPS) * TQ;
         float sc[4] = {c[0][0] + c[0][2], c[0][1] + c[0][3], c[1][0] + c[1][2], c[1][1] + c[1][3]};
@@ -357,6 +395,8 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
                         x ^= 0x80808080u;
                         lo = qrl_hmul2(qrl_hsub2(__byte_perm(x, M64, 0x4140), B1152), vs[pr]);
                         hi = qrl_hmul2(qrl_hsub2(__byte_perm(x, M64, 0x4342), B1152), vs[pr]);
+                    } else if (DQ) {
+                        lo = qrl_e4m3x2_lo(x), hi = qrl_e4m3x2_hi(x);
                     } else {
                         lo = e4m3x2_h2(x), hi = e4m3x2_h2(x >> 16);
                     }
@@ -405,18 +445,18 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
 /* Grid (n_main [+ 1], kv heads, rows).  int4-protected (prot_len > 0): block x = n_main is
  * the row's protected positions (sink + recent window) from the INT8 side cache, in the
  * same launch as the INT4 main-store splits. */
-template <int HD, int FMT, int STG>
-static __global__ void __launch_bounds__(WARPS * 32, 3) /* <= 168 registers: no spills (at 128
-                                                           * for 4 blocks/SM they spill; 3 and 4
-                                                           * measured equal before) */
+template <int HD, int FMT, int STG, int DQ>
+/* DQ 0 / 1: <= 168 registers, 3 blocks/SM (at 128 for 4 blocks/SM they spilled); DQ 2: 4
+ * blocks/SM at 119-128 registers, no spills (ptxas -v, sm_90) */
+static __global__ void __launch_bounds__(WARPS * 32, DQ == 2 ? 4 : 3)
 attnq_tc_kernel(qargs a, float sl2, int chunk, int n_splits, int bs_shift, int n_main, int prot_len) {
     if (FMT == F_INT4 && (int)blockIdx.x >= n_main)
-        tc_split<HD, F_INT8, STG>(a, 1, sl2, prot_len, n_splits, 0, n_main, bs_shift);
+        tc_split<HD, F_INT8, STG, DQ>(a, 1, sl2, prot_len, n_splits, 0, n_main, bs_shift);
     else
-        tc_split<HD, FMT, STG>(a, 0, sl2, chunk, n_splits, blockIdx.x, 0, bs_shift);
+        tc_split<HD, FMT, STG, DQ>(a, 0, sl2, chunk, n_splits, blockIdx.x, 0, bs_shift);
 }
 
-template <int HD, int FMT, int STG>
+template <int HD, int FMT, int STG, int DQ>
 static void launch_st(const qargs &a, dim3 grid, float sl2, int chunk, int ns, int sh, int n_main,
                       int prot_len, cudaStream_t st) {
     size_t raw = tc_geom<HD, FMT>::RAW > tc_geom<HD, F_INT8>::RAW ? tc_geom<HD, FMT>::RAW : tc_geom<HD, F_INT8>::RAW;
@@ -427,35 +467,46 @@ static void launch_st(const qargs &a, dim3 grid, float sl2, int chunk, int ns, i
     cudaGetDevice(&dev);
     unsigned bit = 1u << (dev & 31);
     if (!(done.load() & bit) &&
-        cudaFuncSetAttribute(attnq_tc_kernel<HD, FMT, STG>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+        cudaFuncSetAttribute(attnq_tc_kernel<HD, FMT, STG, DQ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)bytes) == cudaSuccess)
         done.fetch_or(bit);
-    attnq_tc_kernel<HD, FMT, STG><<<grid, WARPS * 32, bytes, st>>>(a, sl2, chunk, ns, sh, n_main, prot_len);
+    attnq_tc_kernel<HD, FMT, STG, DQ><<<grid, WARPS * 32, bytes, st>>>(a, sl2, chunk, ns, sh, n_main, prot_len);
 }
 
 template <int HD, int FMT>
-static void launch_hd(const qargs &a, int stages, dim3 grid, float sl2, int chunk, int ns, int sh,
-                      int n_main, int prot_len, cudaStream_t st) {
-    if (stages <= 2) launch_st<HD, FMT, 2>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
-    else if (stages == 3) launch_st<HD, FMT, 3>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
-    else launch_st<HD, FMT, 4>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+static void launch_hd(const qargs &a, int stages, int dq, dim3 grid, float sl2, int chunk, int ns,
+                      int sh, int n_main, int prot_len, cudaStream_t st) {
+    if (dq == 0) launch_st<HD, FMT, 3, 0>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+    else if (dq == 2 && stages >= 4) launch_st<HD, FMT, 4, 2>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+    else if (dq == 2) launch_st<HD, FMT, 3, 2>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+    else if (stages <= 2) launch_st<HD, FMT, 2, 1>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+    else if (stages == 3) launch_st<HD, FMT, 3, 1>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+    else launch_st<HD, FMT, 4, 1>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
 }
 
-/* cp.async depth: QRL_ATTNQ_STAGES (2..4) for A/B timing; default 3 (H200, late-stage decode
+/* Decoders: QRL_ATTNQ_DEQ for A/B timing (bench/run-kvdeq-gpu.sh; H200, late-stage decode
+ * step means, same call, int8 / fp8 / int4 / int4-protected ms): 0 = the previous ones
+ * (17.23 / 16.69 / 16.85 / 17.79), 1 = int4 K nibbles by mask into f16 mantissas in the
+ * order they come out (Q fragment permuted to match), E4M3 high pairs by the conversion's
+ * operand selector instead of a shift, tile copies at immediate offsets from one pointer
+ * per plane (17.56 / 16.58 / 16.56 / 17.59), 2 (default) = 1 with the score MMAs in two
+ * chains per n-tile, which ptxas fits in 128 registers without spills: 4 blocks per SM
+ * (17.09 / 16.62 / 16.54 / 17.61).
+ * cp.async depth: QRL_ATTNQ_STAGES (2..4) for A/B timing; default 3 (H200, late-stage decode
  * step, measured before the one-block fast path: int8 1.11x bf16 at 2 stages, 1.17x at 3,
  * 0.91x at 4 (shared memory then allows 3 blocks per SM instead of 4); int4-protected
  * 1.18x / 1.17x / 1.13x; 3 blocks per SM at 150-160 registers: no faster). */
 void qrl_attnq_tc_launch(const qargs &a, int fmt, int hd, dim3 grid, float sl2, int chunk, int ns,
                          int sh, int n_main, int prot_len, cudaStream_t st) {
-    const char *e = getenv("QRL_ATTNQ_STAGES");
-    int stg = e && *e ? atoi(e) : 3;
+    const char *e = getenv("QRL_ATTNQ_STAGES"), *ed = getenv("QRL_ATTNQ_DEQ");
+    int stg = e && *e ? atoi(e) : 3, dq = ed && *ed ? atoi(ed) : 2;
     if (hd == 64) {
-        if (fmt == F_INT8) launch_hd<64, F_INT8>(a, stg, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
-        else if (fmt == F_FP8) launch_hd<64, F_FP8>(a, stg, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
-        else launch_hd<64, F_INT4>(a, stg, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+        if (fmt == F_INT8) launch_hd<64, F_INT8>(a, stg, dq, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+        else if (fmt == F_FP8) launch_hd<64, F_FP8>(a, stg, dq, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+        else launch_hd<64, F_INT4>(a, stg, dq, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
     } else {
-        if (fmt == F_INT8) launch_hd<128, F_INT8>(a, stg, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
-        else if (fmt == F_FP8) launch_hd<128, F_FP8>(a, stg, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
-        else launch_hd<128, F_INT4>(a, stg, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+        if (fmt == F_INT8) launch_hd<128, F_INT8>(a, stg, dq, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+        else if (fmt == F_FP8) launch_hd<128, F_FP8>(a, stg, dq, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+        else launch_hd<128, F_INT4>(a, stg, dq, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
     }
 }

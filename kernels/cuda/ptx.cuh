@@ -108,4 +108,18 @@ static __device__ __forceinline__ uint32_t qrl_hfma2(uint32_t a, uint32_t b, uin
     return *(uint32_t *)&r;
 }
 
+/* Two E4M3 values as an f16x2 (cvt.rn.f16x2.e4m3x2, exact): the low or the high 16 bits of
+ * x.  The half is picked by the conversion's operand selector (F2FP ... R.H1 in SASS), so
+ * the high pair costs no shift. */
+static __device__ __forceinline__ uint32_t qrl_e4m3x2_lo(uint32_t x) {
+    uint32_t d;
+    asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, l;\n}" : "=r"(d) : "r"(x));
+    return d;
+}
+static __device__ __forceinline__ uint32_t qrl_e4m3x2_hi(uint32_t x) {
+    uint32_t d;
+    asm("{\n.reg .b16 l, h;\nmov.b32 {l, h}, %1;\ncvt.rn.f16x2.e4m3x2 %0, h;\n}" : "=r"(d) : "r"(x));
+    return d;
+}
+
 #endif
