@@ -339,7 +339,8 @@ static qrl_status check_entry(const qrl_config_entry *t, size_t n, size_t i, qrl
         [QRL_CONFIG_FIELD_DOUBLE] = QRL_CONFIG_TYPE_DOUBLE, [QRL_CONFIG_FIELD_STRING] = QRL_CONFIG_TYPE_STRING,
         [QRL_CONFIG_FIELD_ENUM] = QRL_CONFIG_TYPE_ENUM,     [QRL_CONFIG_FIELD_LIST] = QRL_CONFIG_TYPE_LIST,
     };
-    if (e->field != QRL_CONFIG_FIELD_NONE &&
+    bool enum_text = e->field == QRL_CONFIG_FIELD_STRING && e->type == QRL_CONFIG_TYPE_ENUM;
+    if (e->field != QRL_CONFIG_FIELD_NONE && !enum_text &&
         ((unsigned)e->field > QRL_CONFIG_FIELD_LIST || field_type[e->field] != e->type))
         return qrl_error_set(err, QRL_STATUS_INTERNAL, "config table: %s: field kind does not match the type",
                              e->name);

@@ -27,7 +27,8 @@
  *           (checked by qrl_config_new: an int field needs a bounded range)
  *   DOUBLE  double (or float: the value rounded to float)
  *   STRING  const char *: owned by the cfg, valid until that key changes or cfg is destroyed
- *   ENUM    int or a C enum (int-sized): the index of the value in `choices`
+ *   ENUM    int or a C enum (int-sized): the index of the value in `choices`; or
+ *           const char *: the value's text, owned as STRING's (for code that passes the name on)
  *   LIST    qrl_config_list {items, n}: array and strings owned by the cfg, valid as STRING
  * Rows written as plain initializers (no field) keep working and are read with the getters.
  *
@@ -65,7 +66,7 @@ typedef enum qrl_config_field {
     QRL_CONFIG_FIELD_INT64,    /* int64_t */
     QRL_CONFIG_FIELD_FLOAT,    /* float */
     QRL_CONFIG_FIELD_DOUBLE,   /* double */
-    QRL_CONFIG_FIELD_STRING,   /* const char * */
+    QRL_CONFIG_FIELD_STRING,   /* const char *: STRING, or an ENUM's text */
     QRL_CONFIG_FIELD_ENUM,     /* int or an int-sized C enum: index in choices */
     QRL_CONFIG_FIELD_LIST,     /* qrl_config_list */
 } qrl_config_field;
@@ -106,7 +107,8 @@ typedef struct qrl_config_entry {
     _Generic(QRL_CFG_FIELD_(T, f), double: QRL_CONFIG_FIELD_DOUBLE, float: QRL_CONFIG_FIELD_FLOAT)
 #define QRL_CFG_KIND_STRING_(T, f) _Generic(QRL_CFG_FIELD_(T, f), const char *: QRL_CONFIG_FIELD_STRING)
 #define QRL_CFG_KIND_ENUM_(T, f) /* a C enum is compatible with int or unsigned int */        \
-    _Generic(QRL_CFG_FIELD_(T, f), int: QRL_CONFIG_FIELD_ENUM, unsigned: QRL_CONFIG_FIELD_ENUM)
+    _Generic(QRL_CFG_FIELD_(T, f), int: QRL_CONFIG_FIELD_ENUM, unsigned: QRL_CONFIG_FIELD_ENUM,  \
+             const char *: QRL_CONFIG_FIELD_STRING)
 #define QRL_CFG_KIND_LIST_(T, f) _Generic(QRL_CFG_FIELD_(T, f), qrl_config_list: QRL_CONFIG_FIELD_LIST)
 #define QRL_CFG_ROW_(nm, ty, T, f, kind, df, lo, hi, ch, mut, dc)                                 \
     {.name = (nm), .type = (ty), .def = (df), .min = (lo), .max = (hi), .choices = (ch),         \

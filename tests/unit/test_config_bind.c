@@ -18,6 +18,7 @@ typedef struct settings {
     const char *model;
     kv_format kv;         /* C enum */
     int device;           /* plain int enum */
+    const char *kv_name;  /* an enum's text */
     qrl_config_list brokers;
     int untouched;        /* no row names it */
 } settings;
@@ -31,6 +32,7 @@ static const qrl_config_entry table[] = {
     QRL_CFG_STRING("rollout.model_path", settings, model, "m0", true, "model"),
     QRL_CFG_ENUM("rollout.kv_cache", settings, kv, "int4", "bf16|int8|int4", true, "KV format"),
     QRL_CFG_ENUM("device", settings, device, "cpu", "cpu|cuda", false, "engine"),
+    QRL_CFG_ENUM("rollout.kv_name", settings, kv_name, "bf16", "bf16|int8|int4", true, "as text"),
     QRL_CFG_LIST("kafka.brokers", settings, brokers, "a:1,b:2", true, "brokers"),
     {"plain.row", QRL_CONFIG_TYPE_INT, "7", 0, 0, NULL, true, "a row without a field"},
 };
@@ -57,6 +59,7 @@ Test(config_bind, bind_writes_every_default) {
     cr_assert_str_eq(s.model, "m0");
     cr_assert_eq(s.kv, KV_INT4);
     cr_assert_eq(s.device, 0);
+    cr_assert_str_eq(s.kv_name, "bf16");
     cr_assert_eq(s.brokers.n, 2);
     cr_assert_str_eq(s.brokers.items[0], "a:1");
     cr_assert_str_eq(s.brokers.items[1], "b:2");
@@ -71,7 +74,7 @@ Test(config_bind, yaml_load_writes_fields) {
     qrl_config_t *cfg = bound(&s);
     qrl_error err;
     const char *doc = "rollout:\n  stream: yes\n  max_new_tokens: 77\n  temperature: 0.25\n  top_p: 0.125\n"
-                      "  model_path: /m/one\n  kv_cache: int8\nseed: 9000000000\ndevice: cuda\n"
+                      "  model_path: /m/one\n  kv_cache: int8\n  kv_name: int4\nseed: 9000000000\ndevice: cuda\n"
                       "kafka: {brokers: [x:1, y:2, z:3]}\n";
     cr_assert_eq(qrl_config_load_buffer(cfg, "mem", doc, strlen(doc), &err), QRL_OK, "%s", err.msg);
     cr_assert_eq(s.stream, true);
@@ -82,6 +85,7 @@ Test(config_bind, yaml_load_writes_fields) {
     cr_assert_str_eq(s.model, "/m/one");
     cr_assert_eq(s.kv, KV_INT8);
     cr_assert_eq(s.device, 1);
+    cr_assert_str_eq(s.kv_name, "int4");
     cr_assert_eq(s.brokers.n, 3);
     cr_assert_str_eq(s.brokers.items[2], "z:3");
     cr_assert_eq(s.untouched, 42);
@@ -114,6 +118,8 @@ Test(config_bind, apply_writes_fields_of_immutable_keys_too) {
     cr_assert_eq(qrl_config_apply(cfg, "rollout.model_path", "", "env", &err), QRL_OK, "%s", err.msg);
     cr_assert_eq(qrl_config_apply(cfg, "rollout.kv_cache", "bf16", "env", &err), QRL_OK, "%s", err.msg);
     cr_assert_eq(qrl_config_apply(cfg, "kafka.brokers", "", "env", &err), QRL_OK, "%s", err.msg);
+    cr_assert_eq(qrl_config_apply(cfg, "rollout.kv_name", "int8", "env", &err), QRL_OK, "%s", err.msg);
+    cr_assert_str_eq(s.kv_name, "int8");
     cr_assert_eq(s.device, 1);
     cr_assert_eq(s.seed, 5);
     cr_assert_eq(s.stream, true);
@@ -137,6 +143,8 @@ Test(config_bind, runtime_set_writes_fields) {
     cr_assert_eq(qrl_config_set(cfg, "rollout.model_path", "m1", &err), QRL_OK, "%s", err.msg);
     cr_assert_eq(qrl_config_set(cfg, "rollout.kv_cache", "int8", &err), QRL_OK, "%s", err.msg);
     cr_assert_eq(qrl_config_set(cfg, "kafka.brokers", "q:9", &err), QRL_OK, "%s", err.msg);
+    cr_assert_eq(qrl_config_set(cfg, "rollout.kv_name", "int8", &err), QRL_OK, "%s", err.msg);
+    cr_assert_str_eq(s.kv_name, "int8");
     cr_assert_eq(s.stream, true);
     cr_assert_eq(s.max_new, 65536);
     cr_assert_eq(s.temperature, 0.0);
@@ -162,6 +170,8 @@ Test(config_bind, refused_set_leaves_fields) {
     cr_assert_eq(s.top_p, 0.5f);
     cr_assert_eq(qrl_config_set(cfg, "rollout.kv_cache", "int9", &err), QRL_STATUS_INVALID_ARGUMENT);
     cr_assert_eq(s.kv, KV_INT4);
+    cr_assert_eq(qrl_config_set(cfg, "rollout.kv_name", "int9", &err), QRL_STATUS_INVALID_ARGUMENT);
+    cr_assert_str_eq(s.kv_name, "bf16");
     cr_assert_eq(qrl_config_set(cfg, "rollout.stream", "maybe", &err), QRL_STATUS_INVALID_ARGUMENT);
     cr_assert_eq(s.stream, false);
     /* not runtime-mutable: refused by set, the field keeps its value */
