@@ -31,6 +31,7 @@
  *           const char *: the value's text, owned as STRING's (for code that passes the name on)
  *   LIST    qrl_config_list {items, n}: array and strings owned by the cfg, valid as STRING
  * Rows written as plain initializers (no field) keep working and are read with the getters.
+ * core/program.h binds a program's settings struct as part of the main() prelude.
  *
  * The library prints nothing on error: failures return a qrl_status and describe the
  * problem in the caller's qrl_error, naming the file:line:column and the key.
