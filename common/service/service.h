@@ -57,7 +57,7 @@ typedef struct qrl_service_callbacks {
     /* Once per tick, after the producer was polled, sets waiting were sent again and the
      * consumer was polled. */
     void (*tick)(void *user);
-    /* The daemon's state (Status, ControlResponse.state, Prometheus). */
+    /* The daemon's state (ControlResponse.state of Pause/Resume/qrl_service_reply_control). */
     Qrl__ServiceState (*state)(void *user);
     /* Pause (pause true) or Resume RPC with the request's reason (never NULL): act, and
      * return the ControlResponse message (static or owned by the daemon, read at once). */
@@ -96,7 +96,8 @@ typedef struct qrl_service_opts {
     /* metrics outputs */
     const char *metrics_jsonl;    /* metrics.jsonl: opened for appending; "" or NULL: off */
     const char *metrics_listen;   /* metrics.listen: Prometheus host:port; "" or NULL: off */
-    const char *second_signal_note; /* appended to the "second signal N" line, e.g. " while draining" */
+    /* the rest of the "second signal N" line before _exit(1); NULL: ": exiting now" */
+    const char *second_signal_note;
 } qrl_service_opts;
 
 /* A new service: the loop is initialised, nothing is connected yet.  opts' strings are

@@ -39,11 +39,9 @@ typedef struct rd_group {
     Qrl__GroupResult *result;     /* owned (qrl__group_result__free_unpacked) */
     bool rejected;                /* the scheduler refused it: goes to the DLQ */
     char error[512];
-    /* loop: result delivery */
-    qrl_wire_chunks chunks;       /* encoded result (or one DLQ record), kept to resend */
-    size_t chunks_left;
-    bool delivery_failed;
-    bool to_dlq;                  /* chunks hold a dead-letter record */
+    /* loop: result delivery (service/service.h resends them until acknowledged) */
+    qrl_wire_chunks chunks;       /* encoded result, borrowed by the service until acknowledged */
+    bool to_dlq;                  /* a dead-letter record was produced instead */
 } rd_group;
 
 typedef struct rd_engine_stats {
