@@ -114,11 +114,6 @@ void rd_engine_get_stats(rd_engine *e, rd_engine_stats *out);
 /* Ask the thread to end, join it, free the scheduler. */
 void rd_engine_join(rd_engine *e);
 
-/* GroupResult from a finished scheduler group and its PromptGroup; everything malloc'd
- * so qrl__group_result__free_unpacked(r, NULL) frees it.  NULL on NOMEM. */
-Qrl__GroupResult *rd_result_build(const qrl_scheduler_group_result *r, const Qrl__PromptGroup *pg,
-                                  const char *replica_id, bool emit_text);
-
 /* Free a group and whatever it owns. */
 void rd_group_free(rd_group *g);
 
