@@ -8,6 +8,10 @@
 #include <time.h>
 
 #include "core/log.h"
+#include "rollout/gpu_memory.h"
+#ifdef QRL_HAVE_CUDA
+#include "cuda/runtime.cuh"
+#endif
 #include "rollout.h"
 #include "rollout/result.h"
 
@@ -23,6 +27,40 @@ void rd_group_free(rd_group *g) {
     if (g->result) qrl__group_result__free_unpacked(g->result, NULL);
     qrl_wire_chunks_free(&g->chunks);
     free(g);
+}
+
+/* ---- settings ------------------------------------------------------------------------ */
+
+qrl_status rd_engine_config(const rd_settings *s, const qrl_model *model, const qrl_tokenizer *tok,
+                            qrl_scheduler_config *sc, char *device, size_t device_size, char *device_name,
+                            size_t name_size, qrl_error *err) {
+    qrl_scheduler_config_default(sc);
+    sc->max_slots = s->slots;
+    sc->prefill_chunk = s->prefill_chunk;
+    sc->max_staleness = s->max_staleness;
+    QRL_CHECK(qrl_kv_format_parse(s->kv_cache, &sc->kv_format, err) == QRL_OK);
+    sc->kv_sink = s->kv_sink;
+    sc->kv_recent = s->kv_recent;
+    sc->eos_token_id = model->cfg.n_eos > 0 ? model->cfg.eos_ids[0] : qrl_tokenizer_eos(tok);
+    snprintf(device, device_size, "cpu");
+    snprintf(device_name, name_size, "cpu");
+    if (s->device != RD_DEVICE_CUDA) return QRL_OK;
+    sc->device = s->cuda_device;
+    sc->eager = s->enforce_eager;
+    if (s->gpu_memory_utilization > 0) {
+        qrl_status st = qrl_scheduler_config_fit_gpu(sc, model, s->gpu_memory_utilization, err);
+        if (st != QRL_OK) {
+            qrl_error inner = *err;
+            return qrl_error_set(err, st, "rollout.%s", inner.msg);
+        }
+    }
+    snprintf(device, device_size, "cuda:%d", sc->device);
+#ifdef QRL_HAVE_CUDA
+    qrl_error ignored;
+    if (qrl_cuda_device_describe(sc->device, device_name, name_size, &ignored) != QRL_OK)
+#endif
+        snprintf(device_name, name_size, "cuda:%d", sc->device);
+    return QRL_OK;
 }
 
 /* ---- thread ------------------------------------------------------------------------- */

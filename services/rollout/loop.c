@@ -12,10 +12,6 @@
 #include <unistd.h>
 
 #include "core/log.h"
-#include "rollout/gpu_memory.h"
-#ifdef QRL_HAVE_CUDA
-#include "cuda/runtime.cuh"
-#endif
 #include "metrics.h"
 #include "rollout.h"
 #include "service/service.h"
@@ -27,6 +23,7 @@ struct rd_daemon {
     uv_async_t drain_async;     /* control thread: the learner announced SHUTDOWN */
     rd_control control;
     char control_addr[300], host[128];
+    const rd_settings *s;       /* bound to cfg: the Set RPC changes both */
     qrl_config_t *cfg;
     const qrl_model *model;
     rd_engine engine;
@@ -139,7 +136,7 @@ static void on_done(uv_async_t *h) {
         rd_group *next = g->next;
         g->next = NULL;
         qrl_error err;
-        size_t maxb = (size_t)qrl_config_get_int(d->cfg, "kafka.max_result_bytes");
+        size_t maxb = (size_t)d->s->kafka.max_result_bytes;
         if (g->rejected) {
             dead_letter(d, g, NULL, 0, g->error);
         } else if (qrl_wire_result_encode_chunked(g->result, maxb, &g->chunks, &err) != QRL_OK) {
@@ -165,17 +162,17 @@ static void apply_defaults(rd_daemon *d, Qrl__PromptGroup *pg) {
     Qrl__SamplingParams *s = malloc(sizeof *s); /* freed with pg (system allocator) */
     QRL_CHECK(s != NULL);
     qrl__sampling_params__init(s);
-    s->temperature = (float)qrl_config_get_double(d->cfg, "rollout.temperature");
-    s->top_p = (float)qrl_config_get_double(d->cfg, "rollout.top_p");
-    s->top_k = (uint32_t)qrl_config_get_int(d->cfg, "rollout.top_k");
-    s->max_new_tokens = (uint32_t)qrl_config_get_int(d->cfg, "rollout.max_new_tokens");
+    s->temperature = (float)d->s->temperature;
+    s->top_p = (float)d->s->top_p;
+    s->top_k = (uint32_t)d->s->top_k;
+    s->max_new_tokens = (uint32_t)d->s->max_new_tokens;
     pg->sampling = s;
 }
 
 /* Only poll with room: a full replica leaves records in Kafka (bounded memory). */
 static bool may_consume(void *user) {
     rd_daemon *d = user;
-    return !d->draining && !d->paused && d->inflight < (int)qrl_config_get_int(d->cfg, "rollout.max_concurrency");
+    return !d->draining && !d->paused && d->inflight < d->s->max_concurrency;
 }
 
 static void on_record(void *user, const qrl_kafka_message *msg, qrl_kafka_offset *off) {
@@ -273,13 +270,13 @@ static void start_drain(rd_daemon *d, const char *why, uint64_t timeout_ms) {
 static bool on_stop(void *user, int sig) {
     rd_daemon *d = user;
     start_drain(d, sig == SIGTERM ? "SIGTERM" : "SIGINT",
-                (uint64_t)qrl_config_get_int(d->cfg, "rollout.drain_timeout_ms"));
+                (uint64_t)d->s->drain_timeout_ms);
     return true;
 }
 
 static void on_drain_async(uv_async_t *h) {
     rd_daemon *d = h->data;
-    start_drain(d, "learner shutdown", (uint64_t)qrl_config_get_int(d->cfg, "rollout.drain_timeout_ms"));
+    start_drain(d, "learner shutdown", (uint64_t)d->s->drain_timeout_ms);
 }
 
 static void fill_status(rd_daemon *d, Qrl__RolloutStatus *r);
@@ -287,8 +284,8 @@ static void fill_status(rd_daemon *d, Qrl__RolloutStatus *r);
 static void on_tick(void *user) {
     rd_daemon *d = user;
     d->control.state = (int)state_of(d); /* heartbeats report it (control thread) */
-    d->control.max_concurrency = (uint32_t)qrl_config_get_int(d->cfg, "rollout.max_concurrency");
-    int delay = (int)qrl_config_get_int(d->cfg, "rollout.step_delay_ms");
+    d->control.max_concurrency = (uint32_t)d->s->max_concurrency;
+    int delay = d->s->step_delay_ms;
     if (delay != d->step_delay_ms) {
         d->step_delay_ms = delay;
         rd_engine_set_step_delay(&d->engine, delay);
@@ -317,7 +314,7 @@ static void fill_status(rd_daemon *d, Qrl__RolloutStatus *rp) {
     r.replica_id = (char *)d->replica_id;
     r.state = state_of(d);
     r.version = es.sched.version;
-    r.slots_total = (uint32_t)qrl_config_get_int(d->cfg, "rollout.slots");
+    r.slots_total = (uint32_t)d->s->slots;
     r.slots_in_use = (uint32_t)es.sched.running;
     r.active_groups = (uint32_t)es.groups_in_engine;
     r.queued_groups = (uint32_t)(d->inflight > es.groups_in_engine ? d->inflight - es.groups_in_engine : 0);
@@ -330,7 +327,7 @@ static void fill_status(rd_daemon *d, Qrl__RolloutStatus *rp) {
     r.tokens_generated = es.sched.tokens_generated;
     r.precision = d->precision;
     r.kv_format = d->kv_format;
-    r.max_concurrency = (uint32_t)qrl_config_get_int(d->cfg, "rollout.max_concurrency");
+    r.max_concurrency = (uint32_t)d->s->max_concurrency;
     *rp = r;
 }
 
@@ -359,11 +356,10 @@ static void h_drain(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *use
 
 /* Registration with the learner (learner.addr): the control and weights threads. */
 static qrl_status control_start(rd_daemon *d, qrl_error *err) {
-    qrl_config_t *cfg = d->cfg;
-    const char *learner = qrl_config_get_string(cfg, "learner.addr");
+    const char *learner = d->s->learner_addr;
     if (!*learner) return QRL_OK;
     rd_control *c = &d->control;
-    const char *listen = qrl_config_get_string(cfg, "rpc.listen");
+    const char *listen = d->s->rpc_listen;
     const char *colon = strrchr(listen, ':');
     snprintf(d->control_addr, sizeof d->control_addr, "%.*s:%d", colon ? (int)(colon - listen) : 9,
              colon ? listen : "127.0.0.1", qrl_service_rpc_port(d->svc));
@@ -379,87 +375,50 @@ static qrl_status control_start(rd_daemon *d, qrl_error *err) {
     c->info.device_name = d->device_name;
     c->info.precision = d->precision;
     c->info.kv_format = d->kv_format;
-    c->info.slots = (uint32_t)qrl_config_get_int(cfg, "rollout.slots");
+    c->info.slots = (uint32_t)d->s->slots;
     c->info.control_addr = d->control_addr;
     c->info.pid = (uint32_t)getpid();
     c->info.build = "qrl-rollout";
-    rd_nccl_configure(c, cfg); /* ReplicaInfo.nccl and the NCCL transport's settings */
-    rd_ipc_configure(c, cfg);  /* ReplicaInfo.node_id: CUDA IPC from a learner on this node */
+    rd_nccl_configure(c, d->s); /* ReplicaInfo.nccl and the NCCL transport's settings */
+    rd_ipc_configure(c, d->s);  /* ReplicaInfo.node_id: CUDA IPC from a learner on this node */
     c->engine = &d->engine;
     c->model = d->model;
     c->drain_async = &d->drain_async;
     c->state = QRL__SERVICE_STATE__SERVICE_STATE_RUNNING;
-    c->max_concurrency = (uint32_t)qrl_config_get_int(cfg, "rollout.max_concurrency");
-    const char *ca = qrl_config_get_string(cfg, "learner.tls_ca_file");
-    const char *cert = qrl_config_get_string(cfg, "learner.tls_cert_file");
-    const char *key = qrl_config_get_string(cfg, "learner.tls_key_file");
+    c->max_concurrency = (uint32_t)d->s->max_concurrency;
+    const char *ca = d->s->learner_tls_ca;
+    const char *cert = d->s->learner_tls_cert;
+    const char *key = d->s->learner_tls_key;
     c->tls_ca = *ca ? ca : NULL;
     c->tls_cert = *cert ? cert : NULL;
     c->tls_key = *key ? key : NULL;
     return rd_control_start(c, err);
 }
 
-/* The scheduler's settings; rollout.device cuda sizes the KV pool to
- * rollout.gpu_memory_utilization and names the device for ReplicaInfo. */
-static qrl_status engine_config(rd_daemon *d, const qrl_tokenizer *tok, qrl_scheduler_config *sc,
-                                qrl_error *err) {
-    qrl_config_t *cfg = d->cfg;
-    const qrl_model *model = d->model;
-    qrl_scheduler_config_default(sc);
-    sc->max_slots = (int)qrl_config_get_int(cfg, "rollout.slots");
-    sc->prefill_chunk = (int)qrl_config_get_int(cfg, "rollout.prefill_chunk");
-    sc->max_staleness = (int)qrl_config_get_int(cfg, "rollout.max_staleness");
-    QRL_CHECK(qrl_kv_format_parse(d->kv_format, &sc->kv_format, err) == QRL_OK);
-    sc->kv_sink = (int)qrl_config_get_int(cfg, "rollout.kv_sink");
-    sc->kv_recent = (int)qrl_config_get_int(cfg, "rollout.kv_recent");
-    sc->eos_token_id = model->cfg.n_eos > 0 ? model->cfg.eos_ids[0] : qrl_tokenizer_eos(tok);
-    snprintf(d->device, sizeof d->device, "cpu");
-    snprintf(d->device_name, sizeof d->device_name, "cpu");
-    if (strcmp(qrl_config_get_string(cfg, "rollout.device"), "cuda") != 0) return QRL_OK;
-    sc->device = (int)qrl_config_get_int(cfg, "rollout.cuda_device");
-    sc->eager = qrl_config_get_bool(cfg, "rollout.enforce_eager");
-    double gmu = qrl_config_get_double(cfg, "rollout.gpu_memory_utilization");
-    if (gmu > 0) {
-        qrl_status st = qrl_scheduler_config_fit_gpu(sc, model, gmu, err);
-        if (st != QRL_OK) {
-            qrl_error inner = *err;
-            return qrl_error_set(err, st, "rollout.%s", inner.msg);
-        }
-    }
-    snprintf(d->device, sizeof d->device, "cuda:%d", sc->device);
-#ifdef QRL_HAVE_CUDA
-    qrl_error ignored;
-    if (qrl_cuda_device_describe(sc->device, d->device_name, sizeof d->device_name, &ignored) != QRL_OK)
-#endif
-        snprintf(d->device_name, sizeof d->device_name, "cuda:%d", sc->device);
-    return QRL_OK;
-}
-
 /* The shell and the loop handles the engine wakes (before the engine starts). */
 static qrl_status service_new(rd_daemon *d, qrl_error *err) {
-    qrl_config_t *cfg = d->cfg;
     qrl_service_opts so = {
         .tag = "rollout",
         .client_id = d->replica_id,
-        .bootstrap = qrl_config_get_string(cfg, "kafka.bootstrap"),
-        .group = qrl_config_get_string(cfg, "kafka.group"),
+        .bootstrap = d->s->kafka.bootstrap,
+        .group = d->s->kafka.group,
         .topic = d->prompts_topic,
         .dlq_topic = d->dlq_topic,
-        .session_timeout_ms = (int)qrl_config_get_int(cfg, "kafka.session_timeout_ms"),
-        .poll_ms = (int)qrl_config_get_int(cfg, "kafka.poll_ms"),
-        .rpc = {.addr = qrl_config_get_string(cfg, "rpc.listen")},
-        .token_file = qrl_config_get_string(cfg, "rpc.token_file"),
+        .session_timeout_ms = d->s->kafka.session_timeout_ms,
+        .poll_ms = d->s->kafka.poll_ms,
+        .rpc = {.addr = d->s->rpc_listen},
+        .token_file = d->s->rpc_token_file,
         .no_token_note = "Pause/Resume/Drain/Set are refused",
         .rpc_status = QRL_RPC_ROLLOUT_STATUS,
         .rpc_pause = QRL_RPC_ROLLOUT_PAUSE,
         .rpc_resume = QRL_RPC_ROLLOUT_RESUME,
         .rpc_set = QRL_RPC_ROLLOUT_SET,
-        .cfg = cfg,
-        .metrics_jsonl = qrl_config_get_string(cfg, "metrics.jsonl"),
-        .metrics_listen = qrl_config_get_string(cfg, "metrics.listen"),
+        .cfg = d->cfg,
+        .metrics_jsonl = d->s->metrics_jsonl,
+        .metrics_listen = d->s->metrics_listen,
         .second_signal_note = " while draining: exiting now (in-flight prompts will be delivered again)",
     };
-    qrl_rpc_server_opts_tls(&so.rpc, cfg);
+    qrl_rpc_server_opts_tls(&so.rpc, d->cfg);
     qrl_service_callbacks cb = {.record = on_record, .may_consume = may_consume, .acknowledged = on_acked,
                                 .tick = on_tick, .state = state_of, .pause = on_pause, .stop = on_stop,
                                 .status = on_status, .closed = on_closed};
@@ -480,23 +439,25 @@ static qrl_status setup(rd_daemon *d, qrl_error *err) {
     return control_start(d, err);
 }
 
-int rd_daemon_run(qrl_config_t *cfg, const qrl_model *model, const qrl_tokenizer *tok) {
+int rd_daemon_run(const rd_settings *s, qrl_config_t *cfg, const qrl_model *model, const qrl_tokenizer *tok) {
     static rd_daemon dd; /* one per process; static so handles outlive every callback */
     rd_daemon *d = &dd;
+    d->s = s;
     d->cfg = cfg;
     d->model = model;
-    d->prompts_topic = qrl_config_get_string(cfg, "kafka.prompts_topic");
-    d->results_topic = qrl_config_get_string(cfg, "kafka.results_topic");
-    d->dlq_topic = qrl_config_get_string(cfg, "kafka.dlq_topic");
-    d->replica_id = qrl_config_get_string(cfg, "rollout.replica_id");
-    snprintf(d->precision, sizeof d->precision, "%s", qrl_config_get_string(cfg, "rollout.precision"));
-    snprintf(d->kv_format, sizeof d->kv_format, "%s", qrl_config_get_string(cfg, "rollout.kv_cache"));
+    d->prompts_topic = d->s->kafka.prompts_topic;
+    d->results_topic = d->s->kafka.results_topic;
+    d->dlq_topic = d->s->kafka.dlq_topic;
+    d->replica_id = d->s->replica_id;
+    snprintf(d->precision, sizeof d->precision, "%s", d->s->precision);
+    snprintf(d->kv_format, sizeof d->kv_format, "%s", d->s->kv_cache);
 
     qrl_error err;
     qrl_scheduler_config sc;
-    if (service_new(d, &err) != QRL_OK || engine_config(d, tok, &sc, &err) != QRL_OK ||
-        rd_engine_start(&d->engine, model, tok, &sc, d->replica_id,
-                        qrl_config_get_bool(cfg, "rollout.emit_text"), &d->done_async, &err) != QRL_OK) {
+    if (service_new(d, &err) != QRL_OK ||
+        rd_engine_config(s, model, tok, &sc, d->device, sizeof d->device, d->device_name, sizeof d->device_name,
+                         &err) != QRL_OK ||
+        rd_engine_start(&d->engine, model, tok, &sc, d->replica_id, s->emit_text, &d->done_async, &err) != QRL_OK) {
         fprintf(stderr, "qrl-rollout: error: %s\n", err.msg);
         return 1;
     }
@@ -506,7 +467,7 @@ int rd_daemon_run(qrl_config_t *cfg, const qrl_model *model, const qrl_tokenizer
     }
     QRL_LOG_INFO("rollout", "serving replica=%s prompts=%s results=%s dlq=%s group=%s",
                  d->replica_id, d->prompts_topic, d->results_topic, d->dlq_topic,
-                 qrl_config_get_string(cfg, "kafka.group"));
+                 d->s->kafka.group);
 
     qrl_service_run(d->svc);
 
