@@ -82,7 +82,7 @@ all: $(LIBQRL) $(LIBCUDA) $(LIBBASE) $(BINS)
 
 help:
 	@echo "make              build build/bin/* and build/lib/libqrl.a (CUDA backend when nvcc is found; QRL_CUDA=0 disables)"
-	@echo "make test         build and run the CPU tests (unit, fuzz corpora, integration); ends 'N passed, N failed'"
+	@echo "make test         the dependency rules (tests/layering.sh), then the CPU tests (unit, fuzz corpora, integration); ends 'N passed, N failed'"
 	@echo "make test-cuda    GPU tests (needs a GPU)"
 	@echo "make sanitize     the CPU tests under ASan+UBSan (build/san)"
 	@echo "make fuzz         libFuzzer runs of tests/fuzz/fuzz_*.c, FUZZ_SECONDS each (default 60)"
@@ -170,8 +170,12 @@ $(BUILD)/bench/%: bench/%.c $(LINK_LIBS)
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 # ---- test tiers ----------------------------------------------------------------------
+# tests/layering.sh: the dependency rules of docs/architecture.md; it runs first and fails
+# the target, but the test tiers still run after it.
 test: all $(UNIT_TESTS) $(FUZZ_REPLAY) $(INTEG_BINS)
-	@BUILD=$(BUILD) tests/run.sh unit fuzz integration multihost
+	@BUILD=$(BUILD) tests/layering.sh; l=$$?; \
+	 BUILD=$(BUILD) tests/run.sh unit fuzz integration multihost; r=$$?; \
+	 [ $$l -eq 0 ] && [ $$r -eq 0 ]
 
 test-cuda: all $(CUDA_TESTS)
 	@BUILD=$(BUILD) tests/run.sh cuda
