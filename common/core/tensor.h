@@ -25,13 +25,6 @@ typedef struct qrl_tensor {
     void *data;                           /* borrowed, see the owning API */
 } qrl_tensor;
 
-/* Bytes per element of `dt` (0 for unknown). */
-size_t qrl_dtype_size(qrl_dtype dt);
-/* Canonical safetensors name ("BF16"); "?" for unknown. */
-const char *qrl_dtype_name(qrl_dtype dt);
-/* Parse a safetensors dtype name; QRL_STATUS_UNSUPPORTED for unknown names. */
-qrl_status qrl_dtype_parse(const char *name, qrl_dtype *out);
-
 /* Fill shape/ndim and row-major contiguous strides.  ndim in [0, QRL_TENSOR_MAX_DIMS]. */
 void qrl_tensor_init(qrl_tensor *t, qrl_dtype dt, int ndim, const int64_t *shape, void *data);
 /* Number of elements (product of shape; 1 for a scalar). */

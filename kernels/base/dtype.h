@@ -1,7 +1,11 @@
-/* Element types of the kernels' base: the dtype table (common/core/tensor.h includes it and
- * adds the tensor descriptor and the table's functions). */
+/* Element types of the kernels' base: the dtype table and its functions (common/core/tensor.h
+ * includes it and adds the tensor descriptor). */
 #ifndef QRL_BASE_DTYPE_H
 #define QRL_BASE_DTYPE_H
+
+#include <stddef.h>
+
+#include "base/status.h"
 
 /* X(NAME, safetensors name, element size in bytes (0 = sub-byte packed)) */
 #define QRL_DTYPE_TABLE(X)          \
@@ -24,5 +28,20 @@ typedef enum qrl_dtype {
 #undef QRL_X_
     QRL_DTYPE_COUNT_
 } qrl_dtype;
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Bytes per element of `dt` (0 for unknown). */
+size_t qrl_dtype_size(qrl_dtype dt);
+/* Canonical safetensors name ("BF16"); "?" for unknown. */
+const char *qrl_dtype_name(qrl_dtype dt);
+/* Parse a safetensors dtype name; QRL_STATUS_UNSUPPORTED for unknown names. */
+qrl_status qrl_dtype_parse(const char *name, qrl_dtype *out);
+
+#ifdef __cplusplus
+}
+#endif
 
 #endif
