@@ -3,6 +3,8 @@
 # Sources are found by folder, so adding a module needs no edit here:
 #   common/*/*.c, kernels/cpu/*.c         -> build/lib/libqrl.a
 #   kernels/cuda/*.cu                     -> build/lib/libqrl_cuda.a  (when nvcc is found)
+#   kernels/base/*.c                      -> build/lib/libqrl_base.a  (status, checksums: what
+#                                            the kernels need, so each library links once)
 #   services/{learner,rollout,ctl}/*.c    -> build/bin/qrl-learner, qrl-rollout, qrlctl
 #   services/tools/qrl-*.c                -> build/bin/qrl-*  (one file, one tool)
 #   tests/unit/test_*.c                   -> build/tests/unit/test_*   (Criterion)
@@ -53,10 +55,13 @@ PROTO_C   := $(BUILD)/gen/qrl.pb-c.c
 PROTO_H   := $(BUILD)/gen/qrl.pb-c.h
 LIB_SRCS  := $(wildcard common/*/*.c kernels/cpu/*.c)
 LIB_OBJS  := $(LIB_SRCS:%.c=$(BUILD)/obj/%.o) $(BUILD)/obj/gen/qrl.pb-c.o
+BASE_SRCS := $(wildcard kernels/base/*.c)
+BASE_OBJS := $(BASE_SRCS:%.c=$(BUILD)/obj/%.o)
 CU_SRCS   := $(if $(NVCC),$(wildcard kernels/cuda/*.cu))
 CU_OBJS   := $(CU_SRCS:%.cu=$(BUILD)/obj/%.o)
 LIBQRL    := $(BUILD)/lib/libqrl.a
 LIBCUDA   := $(if $(CU_SRCS),$(BUILD)/lib/libqrl_cuda.a)
+LIBBASE   := $(BUILD)/lib/libqrl_base.a
 
 DAEMONS   := $(foreach d,learner rollout,$(if $(wildcard services/$(d)/*.c),$(BUILD)/bin/qrl-$(d))) \
              $(if $(wildcard services/ctl/*.c),$(BUILD)/bin/qrlctl)
@@ -73,11 +78,11 @@ TEST_HELPERS := $(wildcard tests/support/*.c)
 
 .SECONDARY:
 .PHONY: all test test-cuda test-long sanitize bench fuzz docs clean help proto-check demo print-nvcc print-nvflags
-all: $(LIBQRL) $(LIBCUDA) $(BINS)
+all: $(LIBQRL) $(LIBCUDA) $(LIBBASE) $(BINS)
 
 help:
 	@echo "make              build build/bin/* and build/lib/libqrl.a (CUDA backend when nvcc is found; QRL_CUDA=0 disables)"
-	@echo "make test         build and run the CPU tests (unit, fuzz corpora, integration); ends 'N passed, N failed'"
+	@echo "make test         the dependency rules (tests/layering.sh), then the CPU tests (unit, fuzz corpora, integration); ends 'N passed, N failed'"
 	@echo "make test-cuda    GPU tests (needs a GPU)"
 	@echo "make sanitize     the CPU tests under ASan+UBSan (build/san)"
 	@echo "make fuzz         libFuzzer runs of tests/fuzz/fuzz_*.c, FUZZ_SECONDS each (default 60)"
@@ -123,10 +128,16 @@ $(BUILD)/lib/libqrl_cuda.a: $(CU_OBJS)
 	@mkdir -p $(dir $@)
 	rm -f $@ && ar rcs $@ $^
 
-LINK_LIBS = $(LIBCUDA) $(LIBQRL) $(LIBCUDA)
+$(LIBBASE): $(BASE_OBJS)
+	@mkdir -p $(dir $@)
+	rm -f $@ && ar rcs $@ $^
+
+# Each library once, users before what they use: libqrl (common/, kernels/cpu) calls the
+# CUDA library, and both call only the kernels' base below them (docs/architecture.md).
+LINK_LIBS = $(LIBQRL) $(LIBCUDA) $(LIBBASE)
 
 define daemon_rule
-$(BUILD)/bin/$(2): $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard services/$(1)/*.c)) $(LIBQRL) $(LIBCUDA)
+$(BUILD)/bin/$(2): $(patsubst %.c,$(BUILD)/obj/%.o,$(wildcard services/$(1)/*.c)) $(LINK_LIBS)
 	@mkdir -p $$(dir $$@)
 	$$(CC) $$(LDFLAGS) -o $$@ $$(filter %.o,$$^) $$(LINK_LIBS) $$(LDLIBS)
 endef
@@ -134,33 +145,37 @@ $(eval $(call daemon_rule,learner,qrl-learner))
 $(eval $(call daemon_rule,rollout,qrl-rollout))
 $(eval $(call daemon_rule,ctl,qrlctl))
 
-$(BUILD)/bin/qrl-%: $(BUILD)/obj/services/tools/qrl-%.o $(TOOL_LIB:%.c=$(BUILD)/obj/%.o) $(LIBQRL) $(LIBCUDA)
+$(BUILD)/bin/qrl-%: $(BUILD)/obj/services/tools/qrl-%.o $(TOOL_LIB:%.c=$(BUILD)/obj/%.o) $(LINK_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LINK_LIBS) $(LDLIBS)
 
-$(BUILD)/tests/%: tests/%.c $(TEST_HELPERS) $(LIBQRL) $(LIBCUDA) $(PROTO_H)
+$(BUILD)/tests/%: tests/%.c $(TEST_HELPERS) $(LINK_LIBS) $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) -Itests -Wno-missing-field-initializers $(LDFLAGS) -o $@ $< $(TEST_HELPERS) $(LINK_LIBS) -lcriterion $(LDLIBS)
 
 # Helpers of the integration scripts: plain programs with their own main.
-$(BUILD)/tests/integration/%: tests/integration/%.c $(LIBQRL) $(LIBCUDA) $(PROTO_H)
+$(BUILD)/tests/integration/%: tests/integration/%.c $(LINK_LIBS) $(PROTO_H)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LINK_LIBS) $(LDLIBS)
 
 # Fuzz targets replayed over their corpus as ordinary tests (gcc, plus the sanitizers in make sanitize).
-$(BUILD)/tests/fuzz/%-replay: tests/fuzz/%.c tests/fuzz/replay_main.c $(LIBQRL) $(LIBCUDA)
+$(BUILD)/tests/fuzz/%-replay: tests/fuzz/%.c tests/fuzz/replay_main.c $(LINK_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< tests/fuzz/replay_main.c $(LINK_LIBS) $(LDLIBS)
 
-$(BUILD)/bench/%: bench/%.c $(LIBQRL) $(LIBCUDA)
+$(BUILD)/bench/%: bench/%.c $(LINK_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(CFLAGS) $(LDFLAGS) -o $@ $< $(LINK_LIBS) $(LDLIBS)
 
 -include $(shell find $(BUILD)/obj -name '*.d' 2>/dev/null)
 
 # ---- test tiers ----------------------------------------------------------------------
+# tests/layering.sh: the dependency rules of docs/architecture.md; it runs first and fails
+# the target, but the test tiers still run after it.
 test: all $(UNIT_TESTS) $(FUZZ_REPLAY) $(INTEG_BINS)
-	@BUILD=$(BUILD) tests/run.sh unit fuzz integration multihost
+	@BUILD=$(BUILD) tests/layering.sh; l=$$?; \
+	 BUILD=$(BUILD) tests/run.sh unit fuzz integration multihost; r=$$?; \
+	 [ $$l -eq 0 ] && [ $$r -eq 0 ]
 
 test-cuda: all $(CUDA_TESTS)
 	@BUILD=$(BUILD) tests/run.sh cuda
@@ -183,7 +198,7 @@ FUZZ_CFLAGS := -std=c11 -D_GNU_SOURCE -O1 -g -fsanitize=fuzzer,address,undefined
 fuzz: $(PROTO_H)
 	@mkdir -p $(BUILD)/fuzz
 	@for f in $(FUZZ_SRCS); do n=$$(basename $$f .c); \
-	  clang $(FUZZ_CFLAGS) -o $(BUILD)/fuzz/$$n $$f $(LIB_SRCS) $(PROTO_C) $(filter-out -fopenmp,$(LDLIBS)) -lgomp || exit 1; \
+	  clang $(FUZZ_CFLAGS) -o $(BUILD)/fuzz/$$n $$f $(LIB_SRCS) $(BASE_SRCS) $(PROTO_C) $(filter-out -fopenmp,$(LDLIBS)) -lgomp || exit 1; \
 	  mkdir -p $(BUILD)/fuzz/corpus-$$n; \
 	  echo "fuzz: $$n for $(FUZZ_SECONDS)s"; \
 	  $(BUILD)/fuzz/$$n -max_total_time=$(FUZZ_SECONDS) -artifact_prefix=$(BUILD)/fuzz/$$n- \

@@ -1,52 +1,77 @@
-/* The learner's training engine: CPU reference or CUDA (engine.h). */
+/* The learner's training engine (engine.h): what does not depend on where it runs, and
+ * the CPU backend.  The CUDA backend is engine_cuda.c. */
 #include "learner/engine.h"
 
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/log.h"
-#ifdef QRL_HAVE_CUDA
-#include "train/model_train_cuda.h"
-#endif
 
-#ifdef QRL_HAVE_CUDA
-/* Prefix a failure of the CUDA engine with the keys that chose it. */
-static qrl_status keyed(qrl_status st, int device, qrl_error *err) {
-    if (st != QRL_OK && err) {
-        char msg[sizeof err->msg];
-        memcpy(msg, err->msg, sizeof msg);
-        qrl_error_set(err, st, "learner.device cuda (learner.cuda_device %d): %s", device, msg);
-    }
-    return st;
+/* ---- CPU backend: the reference engine (train/model_train.h) and host AdamW ---------- */
+static qrl_status cpu_open(qrl_learner_engine *e, const qrl_learner_config *cfg,
+                           qrl_error *err) {
+    qrl_model_train_opts to = {.max_tokens = cfg->max_tokens,
+                               .recompute_activations = cfg->activation_recompute};
+    qrl_model_train_t *tr = NULL;
+    QRL_TRY(qrl_model_train_new_opts(e->m, &to, &tr, err));
+    e->policy = tr;
+    e->params = qrl_model_train_params(tr, &e->n_params);
+    e->grads = qrl_model_train_grads(tr, &e->n_params);
+    return QRL_OK;
 }
-#endif
+static qrl_status cpu_open_ref(qrl_learner_engine *e, const qrl_learner_config *cfg,
+                               qrl_error *err) {
+    qrl_model_train_opts ro = {.max_tokens = cfg->max_tokens, .recompute_activations = true};
+    qrl_model_train_t *tr = NULL;
+    QRL_TRY(qrl_model_train_new_opts(e->ref, &ro, &tr, err));
+    e->reference = tr;
+    return QRL_OK;
+}
+static void cpu_destroy(void *engine) { qrl_model_train_destroy(engine); }
+static size_t cpu_bytes(void *engine, size_t *activation_bytes) {
+    *activation_bytes = qrl_model_train_activation_bytes(engine);
+    return 0;
+}
+static qrl_status cpu_forward(void *engine, const int32_t *tok, const int32_t *tgt,
+                              const int32_t *pos, const int32_t *seg, int T, float *logp,
+                              float *ent, qrl_error *err) {
+    return qrl_model_train_forward(engine, tok, tgt, pos, seg, T, logp, ent, err);
+}
+static qrl_status cpu_backward(qrl_learner_engine *e, const float *dlogp, qrl_error *err) {
+    return qrl_model_train_backward(e->policy, dlogp, NULL, err);
+}
+static void cpu_zero_grad(qrl_learner_engine *e) { qrl_model_train_zero_grad(e->policy); }
+static qrl_status cpu_step(qrl_learner_engine *e, const qrl_adamw_config *cfg, double lr,
+                           qrl_adamw_step_info *info, qrl_error *err) {
+    (void)cfg; /* the CPU optimizer was created with it */
+    return qrl_adamw_step(e->opt, e->params, e->grads, lr, info, err);
+}
+/* the parameters are m's arena itself and AdamW's state is the host optimizer's */
+static qrl_status cpu_nothing(qrl_learner_engine *e, qrl_error *err) {
+    (void)e, (void)err;
+    return QRL_OK;
+}
+static const float *cpu_device_params(qrl_learner_engine *e, int *device) {
+    (void)e;
+    *device = -1;
+    return NULL;
+}
+static const qrl_learner_engine_backend CPU_BACKEND = {
+    .name = "cpu", .open = cpu_open, .open_ref = cpu_open_ref, .destroy = cpu_destroy,
+    .bytes = cpu_bytes, .forward = cpu_forward, .backward = cpu_backward,
+    .zero_grad = cpu_zero_grad, .step = cpu_step, .flush = cpu_nothing,
+    .device_params = cpu_device_params, .sync_host = cpu_nothing, .sync_device = cpu_nothing};
 
+/* ---- the engine ------------------------------------------------------------------------ */
 qrl_status qrl_learner_engine_init(qrl_learner_engine *e, qrl_model *m,
                                    const qrl_learner_config *cfg, qrl_error *err) {
     memset(e, 0, sizeof *e);
     e->m = m;
     e->device = cfg->device;
-    e->n_params = (size_t)(m->rope_inv_freq - m->arena);
+    e->n_params = qrl_model_param_count(m);
+    e->be = cfg->device >= 0 ? &qrl_learner_engine_cuda : &CPU_BACKEND;
     qrl_status st = QRL_OK;
-    if (cfg->device >= 0) {
-#ifdef QRL_HAVE_CUDA
-        qrl_model_train_cuda_opts go = {.max_tokens = cfg->max_tokens, .device = cfg->device,
-                                        .recompute_activations = cfg->activation_recompute,
-                                        .optimizer_state = true};
-        st = keyed(qrl_model_train_cuda_new(m, &go, &e->gtr, err), cfg->device, err);
-        if (st != QRL_OK) goto fail;
-#else
-        st = qrl_error_set(err, QRL_STATUS_UNSUPPORTED, "learner.device cuda: this build has "
-                           "no CUDA (nvcc was not found when it was built)");
-        goto fail;
-#endif
-    } else {
-        qrl_model_train_opts to = {.max_tokens = cfg->max_tokens,
-                                   .recompute_activations = cfg->activation_recompute};
-        QRL_TRY_GOTO(qrl_model_train_new_opts(m, &to, &e->tr, err), fail);
-        e->params = qrl_model_train_params(e->tr, &e->n_params);
-        e->grads = qrl_model_train_grads(e->tr, &e->n_params);
-    }
+    QRL_TRY_GOTO(e->be->open(e, cfg, err), fail);
     /* GPU: the host optimizer holds the step count and, at checkpoints, the moments */
     QRL_TRY_GOTO(qrl_adamw_new(e->n_params, &cfg->adamw, &e->opt, err), fail);
     if (cfg->loss.beta > 0) {
@@ -60,34 +85,14 @@ qrl_status qrl_learner_engine_init(qrl_learner_engine *e, qrl_model *m,
         memcpy(e->ref->arena, m->arena, e->n_params * sizeof(float));
         /* forward only (lp_ref): with recomputation it holds one layer's activations, and
          * its log-probs are the same bits */
-#ifdef QRL_HAVE_CUDA
-        if (e->gtr) {
-            qrl_model_train_cuda_opts ro = {.max_tokens = cfg->max_tokens,
-                                            .device = cfg->device,
-                                            .recompute_activations = true};
-            st = keyed(qrl_model_train_cuda_new(e->ref, &ro, &e->gref, err), cfg->device, err);
-            if (st != QRL_OK) goto fail;
-            qrl_model_free(e->ref); /* uploaded: the host copy is not needed */
-            e->ref = NULL;
-        }
-#endif
-        if (!e->gtr) {
-            qrl_model_train_opts ro = {.max_tokens = cfg->max_tokens,
-                                       .recompute_activations = true};
-            QRL_TRY_GOTO(qrl_model_train_new_opts(e->ref, &ro, &e->ref_tr, err), fail);
-        }
+        QRL_TRY_GOTO(e->be->open_ref(e, cfg, err), fail);
     }
-    size_t act = 0, ref_act = 0, dev_bytes = 0;
-#ifdef QRL_HAVE_CUDA
-    if (e->gtr) dev_bytes = qrl_model_train_cuda_bytes(e->gtr, &act);
-    if (e->gref) dev_bytes += qrl_model_train_cuda_bytes(e->gref, &ref_act);
-#endif
-    if (e->tr) act = qrl_model_train_activation_bytes(e->tr);
-    if (e->ref_tr) ref_act = qrl_model_train_activation_bytes(e->ref_tr);
+    size_t act = 0, ref_act = 0, dev_bytes = e->be->bytes(e->policy, &act);
+    if (e->reference) dev_bytes += e->be->bytes(e->reference, &ref_act);
     QRL_LOG_INFO("learner", "training engine device=%s max_tokens=%d activation_recompute=%d "
                  "activation_bytes=%zu ref_activation_bytes=%zu device_bytes=%zu",
-                 e->gtr ? "cuda" : "cpu", cfg->max_tokens, (int)cfg->activation_recompute, act,
-                 ref_act, dev_bytes);
+                 e->be->name, cfg->max_tokens, (int)cfg->activation_recompute, act, ref_act,
+                 dev_bytes);
     return QRL_OK;
 fail:
     qrl_learner_engine_free(e);
@@ -95,12 +100,10 @@ fail:
 }
 
 void qrl_learner_engine_free(qrl_learner_engine *e) {
-    qrl_model_train_destroy(e->tr);
-    qrl_model_train_destroy(e->ref_tr);
-#ifdef QRL_HAVE_CUDA
-    qrl_model_train_cuda_destroy(e->gtr);
-    qrl_model_train_cuda_destroy(e->gref);
-#endif
+    if (e->be) {
+        e->be->destroy(e->policy);
+        e->be->destroy(e->reference);
+    }
     qrl_model_free(e->ref);
     qrl_adamw_destroy(e->opt);
     qrl_model *m = e->m;
@@ -113,93 +116,38 @@ qrl_status qrl_learner_engine_forward(qrl_learner_engine *e, bool ref, const int
                                       const int32_t *tgt, const int32_t *pos,
                                       const int32_t *seg, int T, float *logp, float *ent,
                                       qrl_error *err) {
-#ifdef QRL_HAVE_CUDA
-    if (e->gtr)
-        return qrl_model_train_cuda_forward(ref ? e->gref : e->gtr, tok, tgt, pos, seg, T, logp,
-                                            ent, err);
-#endif
-    return qrl_model_train_forward(ref ? e->ref_tr : e->tr, tok, tgt, pos, seg, T, logp, ent,
-                                   err);
+    return e->be->forward(ref ? e->reference : e->policy, tok, tgt, pos, seg, T, logp, ent,
+                          err);
 }
 
 qrl_status qrl_learner_engine_backward(qrl_learner_engine *e, const float *dlogp,
                                        qrl_error *err) {
-#ifdef QRL_HAVE_CUDA
-    if (e->gtr) return qrl_model_train_cuda_backward(e->gtr, dlogp, NULL, false, err);
-#endif
-    return qrl_model_train_backward(e->tr, dlogp, NULL, err);
+    return e->be->backward(e, dlogp, err);
 }
 
-void qrl_learner_engine_zero_grad(qrl_learner_engine *e) {
-#ifdef QRL_HAVE_CUDA
-    if (e->gtr) {
-        qrl_model_train_cuda_zero_grad(e->gtr);
-        return;
-    }
-#endif
-    qrl_model_train_zero_grad(e->tr);
-}
+void qrl_learner_engine_zero_grad(qrl_learner_engine *e) { e->be->zero_grad(e); }
 
 qrl_status qrl_learner_engine_step(qrl_learner_engine *e, const qrl_adamw_config *cfg,
                                    double lr, qrl_adamw_step_info *info, qrl_error *err) {
-#ifdef QRL_HAVE_CUDA
-    if (e->gtr) {
-        QRL_TRY(qrl_model_train_cuda_adamw_step(e->gtr, cfg, lr, info, err));
-        qrl_adamw_set_steps(e->opt, info->step);
-        e->dirty = true;
-        return QRL_OK;
-    }
-#endif
-    (void)cfg; /* the CPU optimizer was created with it */
-    return qrl_adamw_step(e->opt, e->params, e->grads, lr, info, err);
+    return e->be->step(e, cfg, lr, info, err);
 }
 
 qrl_status qrl_learner_engine_flush(qrl_learner_engine *e, qrl_error *err) {
-#ifdef QRL_HAVE_CUDA
-    if (e->gtr && e->dirty) {
-        QRL_TRY(qrl_model_train_cuda_get_params(e->gtr, e->m->arena, err));
-        e->dirty = false;
-    }
-#endif
-    (void)e, (void)err;
-    return QRL_OK;
+    return e->be ? e->be->flush(e, err) : QRL_OK; /* freed: nothing to copy */
 }
 
 const float *qrl_learner_engine_device_params(qrl_learner_engine *e, int *device) {
-#ifdef QRL_HAVE_CUDA
-    if (e->gtr) return qrl_model_train_cuda_params_device(e->gtr, device);
-#endif
-    (void)e;
-    *device = -1;
-    return NULL;
+    if (!e->be) {
+        *device = -1;
+        return NULL;
+    }
+    return e->be->device_params(e, device);
 }
 
 qrl_status qrl_learner_engine_sync_host(qrl_learner_engine *e, qrl_error *err) {
-#ifdef QRL_HAVE_CUDA
-    if (e->gtr) {
-        QRL_TRY(qrl_learner_engine_flush(e, err));
-        float *m, *v;
-        int64_t steps;
-        qrl_adamw_moments(e->opt, &m, &v);
-        QRL_TRY(qrl_model_train_cuda_adamw_state(e->gtr, m, v, &steps, true, err));
-        qrl_adamw_set_steps(e->opt, steps);
-    }
-#endif
-    (void)e, (void)err;
-    return QRL_OK;
+    return e->be ? e->be->sync_host(e, err) : QRL_OK; /* freed: nothing to copy */
 }
 
 qrl_status qrl_learner_engine_sync_device(qrl_learner_engine *e, qrl_error *err) {
-#ifdef QRL_HAVE_CUDA
-    if (e->gtr) {
-        float *m, *v;
-        int64_t steps = qrl_adamw_steps(e->opt);
-        qrl_adamw_moments(e->opt, &m, &v);
-        QRL_TRY(qrl_model_train_cuda_set_params(e->gtr, e->m->arena, err));
-        QRL_TRY(qrl_model_train_cuda_adamw_state(e->gtr, m, v, &steps, false, err));
-        e->dirty = false;
-    }
-#endif
-    (void)e, (void)err;
-    return QRL_OK;
+    return e->be ? e->be->sync_device(e, err) : QRL_OK; /* freed: nothing to copy */
 }

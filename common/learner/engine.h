@@ -19,13 +19,14 @@
 #include "learner/update.h"
 #include "train/model_train.h"
 
-typedef struct qrl_model_train_cuda qrl_model_train_cuda_t;
+struct qrl_learner_engine_backend;
 
 typedef struct qrl_learner_engine {
     qrl_model *m;                        /* the policy's weights (borrowed) */
-    qrl_model *ref;                      /* frozen initial weights (beta > 0), else NULL */
-    qrl_model_train_t *tr, *ref_tr;      /* CPU engines */
-    qrl_model_train_cuda_t *gtr, *gref;  /* CUDA engines (device >= 0) */
+    qrl_model *ref;                      /* frozen initial weights (beta > 0) while the host
+                                            needs them (the CPU engine), else NULL */
+    const struct qrl_learner_engine_backend *be; /* CPU or CUDA, chosen once by init */
+    void *policy, *reference;            /* the backend's engines (reference: beta > 0) */
     qrl_adamw_t *opt;
     float *params, *grads;               /* CPU: the flat F32 blocks AdamW updates */
     size_t n_params;
@@ -64,5 +65,39 @@ const float *qrl_learner_engine_device_params(qrl_learner_engine *e, int *device
 qrl_status qrl_learner_engine_sync_host(qrl_learner_engine *e, qrl_error *err);
 /* GPU: upload m's weights and the host optimizer state (after a checkpoint was loaded). */
 qrl_status qrl_learner_engine_sync_device(qrl_learner_engine *e, qrl_error *err);
+
+/* ---- backends (engine.c: the CPU one; engine_cuda.c: the CUDA one) --------------------
+ * One table per place the engine runs, chosen once by qrl_learner_engine_init from
+ * cfg->device, like the rollout scheduler's engine backend.  `policy` / `reference` are
+ * the backend's own engine objects.  Only engine_cuda.c knows whether this build has
+ * CUDA: without it, its open() fails UNSUPPORTED and nothing else of it is reached. */
+typedef struct qrl_learner_engine_backend {
+    const char *name; /* the log line's device= */
+    /* e->policy for e->m (cfg: max_tokens, device, activation_recompute); the CPU one also
+     * sets e->params, e->grads and e->n_params */
+    qrl_status (*open)(qrl_learner_engine *e, const qrl_learner_config *cfg, qrl_error *err);
+    /* e->reference, forward-only, for e->ref (may free e->ref and set it NULL once it was
+     * uploaded) */
+    qrl_status (*open_ref)(qrl_learner_engine *e, const qrl_learner_config *cfg,
+                           qrl_error *err);
+    void (*destroy)(void *engine); /* NULL-safe */
+    /* device bytes held by engine (0 on the CPU); *activation_bytes its activation bytes */
+    size_t (*bytes)(void *engine, size_t *activation_bytes);
+    qrl_status (*forward)(void *engine, const int32_t *tok, const int32_t *tgt,
+                          const int32_t *pos, const int32_t *seg, int T, float *logp,
+                          float *ent, qrl_error *err);
+    qrl_status (*backward)(qrl_learner_engine *e, const float *dlogp, qrl_error *err);
+    void (*zero_grad)(qrl_learner_engine *e);
+    qrl_status (*step)(qrl_learner_engine *e, const qrl_adamw_config *cfg, double lr,
+                       qrl_adamw_step_info *info, qrl_error *err);
+    /* the rest have the meaning of the public functions of the same name */
+    qrl_status (*flush)(qrl_learner_engine *e, qrl_error *err);
+    const float *(*device_params)(qrl_learner_engine *e, int *device);
+    qrl_status (*sync_host)(qrl_learner_engine *e, qrl_error *err);
+    qrl_status (*sync_device)(qrl_learner_engine *e, qrl_error *err);
+} qrl_learner_engine_backend;
+
+/* The CUDA backend (engine_cuda.c; its open() fails UNSUPPORTED in a build without CUDA). */
+extern const qrl_learner_engine_backend qrl_learner_engine_cuda;
 
 #endif

@@ -585,7 +585,7 @@ qrl_status qrl_learner_update(qrl_learner_t *l, const qrl_learner_group *groups,
     S.time_prox_s = t2 - t1;
 
     /* reference log-probs from the frozen initial weights (beta > 0 only) */
-    if (l->e.ref_tr || l->e.gref) {
+    if (l->e.reference) {
         lp_ref = malloc(n_tok * sizeof *lp_ref);
         if (!lp_ref) {
             st = qrl_error_set(err, QRL_STATUS_NOMEM, "learner update: lp_ref");

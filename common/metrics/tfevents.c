@@ -13,7 +13,7 @@
 #include <unistd.h>
 
 #include "core/buf.h"
-#include "wire/wire.h"
+#include "core/crc32.h"
 
 #define TFEVENTS_MAX_EVENT (16u << 20)
 
@@ -23,7 +23,7 @@ struct qrl_tfevents {
 };
 
 uint32_t qrl_tfrecord_masked_crc(const void *data, size_t len) {
-    uint32_t c = qrl_wire_crc32c(0, data, len);
+    uint32_t c = qrl_crc32c(0, data, len);
     return ((c >> 15) | (c << 17)) + 0xa282ead8u;
 }
 

@@ -87,6 +87,13 @@ static inline const qrl_linear *qrl_model_linear(const qrl_model *m, int layer,
     return &m->linears[(size_t)layer * QRL_LINEAR_SLOTS + slot];
 }
 
+/* Trainable parameters: the F32 floats of the arena before rope_inv_freq, which the
+ * arena keeps last (qrl_model_new): the flat block AdamW and the training engines
+ * update. */
+static inline size_t qrl_model_param_count(const qrl_model *m) {
+    return (size_t)(m->rope_inv_freq - m->arena);
+}
+
 /* Allocate a zero-filled model for `cfg` (validated first): one arena for all weights,
  * the tensor table, and rope_inv_freq computed from cfg.rope.  *out owned by the caller
  * (qrl_model_free).  Errors: OUT_OF_RANGE (bad config), NOMEM. */

@@ -6,10 +6,6 @@
 
 #include "core/log.h"
 
-#ifdef QRL_HAVE_CUDA
-#include <cuda_runtime.h>
-#endif
-
 static size_t cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
 
@@ -111,36 +107,6 @@ void qrl_gpu_budget_estimate(const qrl_model *model, const qrl_scheduler_config 
     b->block_size = sc->kv_block_size;
     b->ctx_len = ctx;
     b->max_slots = sc->max_slots;
-}
-
-qrl_status qrl_rollout_gpu_check(int device, char *desc, size_t desc_size, size_t *total_bytes,
-                                 qrl_error *err) {
-#ifndef QRL_HAVE_CUDA
-    (void)desc, (void)desc_size, (void)total_bytes;
-    return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
-                         "CUDA device %d: UNSUPPORTED: this build has no CUDA (nvcc was not found "
-                         "when it was built)", device);
-#else
-    int n = 0;
-    cudaError_t e = cudaGetDeviceCount(&n);
-    if (e != cudaSuccess) n = 0;
-    if (device < 0 || device >= n)
-        return qrl_error_set(err, QRL_STATUS_CUDA,
-                             "CUDA device %d does not exist (%d visible%s%s)", device, n,
-                             e != cudaSuccess ? "; no GPU or no driver, the CUDA runtime says: " : "",
-                             e != cudaSuccess ? cudaGetErrorString(e) : "");
-    struct cudaDeviceProp prop;
-    e = cudaGetDeviceProperties(&prop, device);
-    if (e != cudaSuccess)
-        return qrl_error_set(err, QRL_STATUS_CUDA, "CUDA device %d: %s", device,
-                             cudaGetErrorString(e));
-    if (total_bytes) *total_bytes = prop.totalGlobalMem;
-    if (desc && desc_size)
-        snprintf(desc, desc_size, "cuda:%d %s, %d SMs, %.1f GiB, compute capability %d.%d", device,
-                 prop.name, prop.multiProcessorCount, (double)prop.totalGlobalMem / (1 << 30),
-                 prop.major, prop.minor);
-    return QRL_OK;
-#endif
 }
 
 qrl_status qrl_scheduler_config_fit_gpu(qrl_scheduler_config *sc, const qrl_model *model,

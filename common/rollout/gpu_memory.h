@@ -6,7 +6,8 @@
  *
  * The arithmetic (qrl_gpu_budget_kv_blocks) and the engine's size estimate
  * (qrl_gpu_budget_estimate) are plain C and make no CUDA call (unit-tested on the CPU);
- * qrl_rollout_gpu_check and qrl_scheduler_config_fit_gpu ask the CUDA runtime. */
+ * qrl_rollout_gpu_check (rollout_cuda.c) and qrl_scheduler_config_fit_gpu ask the CUDA
+ * runtime. */
 #ifndef QRL_ROLLOUT_GPU_MEMORY_H
 #define QRL_ROLLOUT_GPU_MEMORY_H
 

@@ -89,6 +89,49 @@ struct qrl_scheduler {
     qrl_scheduler_stats stats;
 };
 
+/* ---- engine backend ----------------------------------------------------------------
+ * Chosen once by qrl_scheduler_new: the CPU one (scheduler.c) or the CUDA one
+ * (rollout_cuda.c, the only file of common/rollout that knows whether this build has
+ * CUDA).  The CPU forward over a qrl_kv_cache, or the CUDA engine (cfg.device >= 0), which owns
+ * its KV cache.  Both hand back host F32 logits, or the CUDA engine samples its decode
+ * rows itself with the CPU sampler's keyed procedure (decode_sample), so admission,
+ * log-probs, end checks and the sync boundary are one code path.  The CPU functions are
+ * the calls the scheduler made before the seam existed, in the same order (bit-identical
+ * results). */
+typedef struct qrl_sched_backend {
+    qrl_status (*seq_new)(qrl_scheduler *s, int *seq, qrl_error *err);
+    void (*seq_free)(qrl_scheduler *s, int seq);
+    /* blocks for positions [0, n) taken now */
+    qrl_status (*reserve)(qrl_scheduler *s, int seq, int n, qrl_error *err);
+    void (*clear)(qrl_scheduler *s, int seq); /* length 0, blocks back to the pool */
+    int (*free_blocks)(const qrl_scheduler *s);
+    /* append ids[0..n); logits [vocab] of the last position when non-NULL */
+    qrl_status (*prefill)(qrl_scheduler *s, int seq, const int32_t *ids, int n, float *logits,
+                          qrl_error *err);
+    /* one token per row: s->dec_seqs / s->dec_tokens [b] -> s->dec_logits [b, vocab] */
+    qrl_status (*decode)(qrl_scheduler *s, int b, qrl_error *err);
+    /* the same step sampling on the engine: draws s->dec_draws [b] -> s->dec_samples,
+     * s->dec_errs [b]; NULL when the engine cannot (the CPU one) */
+    qrl_status (*decode_sample)(qrl_scheduler *s, int b, qrl_error *err);
+    /* weights: the workspace / device copy for `model` (new, or a sync-boundary swap) */
+    qrl_status (*load)(qrl_scheduler *s, const qrl_model *model, qrl_error *err);
+    /* weights from a device BF16 stream (NULL: this engine cannot) */
+    qrl_status (*load_stream)(qrl_scheduler *s, const struct qrl_cuda_stream_tensor *t, size_t n,
+                              qrl_error *err);
+    void (*close)(qrl_scheduler *s);
+} qrl_sched_backend;
+
+/* The CUDA engine for s (rollout_cuda.c): checks (qrl_scheduler_check_device), makes the
+ * device forward with n_blocks KV blocks, uploads model and sets s->gpu and s->be.
+ * Errors: UNSUPPORTED (no CUDA in this build, model precision, kv format), CUDA. */
+qrl_status qrl_sched_gpu_open(qrl_scheduler *s, const qrl_model *model, int n_blocks,
+                              qrl_error *err);
+/* cudaSetDevice is per thread, and the daemon makes the scheduler on one thread and steps
+ * it on another: every entry point selects the device and restores the caller's.
+ * Returns the device to restore (-1: none; always -1 on the CPU engine). */
+int qrl_sched_dev_enter(const qrl_scheduler *s);
+void qrl_sched_dev_leave(const qrl_scheduler *s, int prev);
+
 uint64_t qrl_sched_now_us(void);
 uint64_t qrl_sched_unix_ms(void);
 /* Most tokens a response of g can generate: min(max_new_tokens, context - prompt). */

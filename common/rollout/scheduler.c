@@ -10,11 +10,6 @@
 
 #include "core/log.h"
 #include "model/forward.h"
-#ifdef QRL_HAVE_CUDA
-#include <cuda_runtime.h>
-
-#include "model/forward_cuda.h"
-#endif
 
 uint64_t qrl_sched_now_us(void) {
     struct timespec ts;
@@ -55,35 +50,6 @@ void qrl_scheduler_config_default(qrl_scheduler_config *c) {
 
 static int ceil_div(int a, int b) { return (a + b - 1) / b; }
 
-/* ---- engine backend ----------------------------------------------------------------
- * The CPU forward over a qrl_kv_cache, or the CUDA engine (cfg.device >= 0), which owns
- * its KV cache.  Both hand back host F32 logits, or the CUDA engine samples its decode
- * rows itself with the CPU sampler's keyed procedure (decode_sample), so admission,
- * log-probs, end checks and the sync boundary are one code path.  The CPU functions are
- * the calls the scheduler made before the seam existed, in the same order (bit-identical
- * results). */
-typedef struct qrl_sched_backend {
-    qrl_status (*seq_new)(qrl_scheduler *s, int *seq, qrl_error *err);
-    void (*seq_free)(qrl_scheduler *s, int seq);
-    /* blocks for positions [0, n) taken now */
-    qrl_status (*reserve)(qrl_scheduler *s, int seq, int n, qrl_error *err);
-    void (*clear)(qrl_scheduler *s, int seq); /* length 0, blocks back to the pool */
-    int (*free_blocks)(const qrl_scheduler *s);
-    /* append ids[0..n); logits [vocab] of the last position when non-NULL */
-    qrl_status (*prefill)(qrl_scheduler *s, int seq, const int32_t *ids, int n, float *logits,
-                          qrl_error *err);
-    /* one token per row: s->dec_seqs / s->dec_tokens [b] -> s->dec_logits [b, vocab] */
-    qrl_status (*decode)(qrl_scheduler *s, int b, qrl_error *err);
-    /* the same step sampling on the engine: draws s->dec_draws [b] -> s->dec_samples,
-     * s->dec_errs [b]; NULL when the engine cannot (the CPU one) */
-    qrl_status (*decode_sample)(qrl_scheduler *s, int b, qrl_error *err);
-    /* weights: the workspace / device copy for `model` (new, or a sync-boundary swap) */
-    qrl_status (*load)(qrl_scheduler *s, const qrl_model *model, qrl_error *err);
-    /* weights from a device BF16 stream (NULL: this engine cannot) */
-    qrl_status (*load_stream)(qrl_scheduler *s, const struct qrl_cuda_stream_tensor *t, size_t n,
-                              qrl_error *err);
-    void (*close)(qrl_scheduler *s);
-} qrl_sched_backend;
 
 static qrl_status cpu_seq_new(qrl_scheduler *s, int *seq, qrl_error *err) {
     return qrl_kv_cache_seq_new(s->kv, seq, err);
@@ -131,118 +97,6 @@ static qrl_status cpu_open(qrl_scheduler *s, const qrl_model *model, int n_block
     return qrl_forward_new(model, s->max_rows, s->ctx_len, &s->fwd, err);
 }
 
-#ifdef QRL_HAVE_CUDA
-static qrl_status gpu_seq_new(qrl_scheduler *s, int *seq, qrl_error *err) {
-    return qrl_cuda_forward_seq_new(s->gpu, seq, err);
-}
-static void gpu_seq_free(qrl_scheduler *s, int seq) { qrl_cuda_forward_seq_free(s->gpu, seq); }
-static qrl_status gpu_reserve(qrl_scheduler *s, int seq, int n, qrl_error *err) {
-    return qrl_cuda_forward_seq_reserve(s->gpu, seq, n, err);
-}
-static void gpu_clear(qrl_scheduler *s, int seq) { qrl_cuda_forward_seq_clear(s->gpu, seq); }
-static int gpu_free_blocks(const qrl_scheduler *s) { return qrl_cuda_forward_free_blocks(s->gpu); }
-static qrl_status gpu_prefill(qrl_scheduler *s, int seq, const int32_t *ids, int n,
-                              float *logits, qrl_error *err) {
-    return qrl_cuda_forward_prefill(s->gpu, seq, ids, n, logits, false, err);
-}
-static qrl_status gpu_decode(qrl_scheduler *s, int b, qrl_error *err) {
-    return qrl_cuda_forward_decode(s->gpu, s->dec_seqs, s->dec_tokens, b, s->dec_logits, NULL,
-                                   NULL, err);
-}
-static qrl_status gpu_decode_sample(qrl_scheduler *s, int b, qrl_error *err) {
-    return qrl_cuda_forward_decode_sample(s->gpu, s->dec_seqs, s->dec_tokens, b, s->dec_draws,
-                                          s->dec_samples, s->dec_errs, err);
-}
-/* The GPU forward has BF16, W8A8 (INT8, FP8) and W4A16 (NVFP4, MXFP4) weight GEMMs: the
- * model's F32 master weights are rounded to BF16 on upload, which is what f32 and bf16
- * precision mean for it; w4a4-nvfp4 (FP4 activations too) would silently run as w4a16, so
- * it is refused. */
-static qrl_status gpu_check_precision(const qrl_model *model, qrl_error *err) {
-    if (model->precision != QRL_PRECISION_W4A4_NVFP4) return QRL_OK;
-    return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
-                         "scheduler: the CUDA engine runs BF16, w8a8-int8, w8a8-fp8, w4a16-nvfp4 "
-                         "or w4a16-mxfp4 weights; model precision '%s' has no GPU GEMMs (use one "
-                         "of those or f32)", qrl_precision_name(model->precision));
-}
-static qrl_status gpu_load(qrl_scheduler *s, const qrl_model *model, qrl_error *err) {
-    QRL_TRY(gpu_check_precision(model, err));
-    return qrl_cuda_forward_upload(s->gpu, model, err);
-}
-static qrl_status gpu_load_stream(qrl_scheduler *s, const struct qrl_cuda_stream_tensor *t, size_t n,
-                                  qrl_error *err) {
-    return qrl_cuda_forward_upload_stream(s->gpu, s->model, t, n, err);
-}
-static void gpu_close(qrl_scheduler *s) { qrl_cuda_forward_free(s->gpu); }
-static const qrl_sched_backend GPU_BACKEND = {
-    .seq_new = gpu_seq_new, .seq_free = gpu_seq_free, .reserve = gpu_reserve,
-    .clear = gpu_clear, .free_blocks = gpu_free_blocks, .prefill = gpu_prefill,
-    .decode = gpu_decode, .decode_sample = gpu_decode_sample, .load = gpu_load,
-    .load_stream = gpu_load_stream, .close = gpu_close};
-
-/* cudaSetDevice is per thread, and the daemon makes the scheduler on one thread and steps
- * it on another: every entry point selects the device and restores the caller's. */
-static int dev_enter(const qrl_scheduler *s) {
-    if (!s->gpu && s->cfg.device < 0) return -1;
-    int prev = -1;
-    if (cudaGetDevice(&prev) != cudaSuccess) prev = -1;
-    if (prev != s->cfg.device) cudaSetDevice(s->cfg.device);
-    return prev;
-}
-static void dev_leave(const qrl_scheduler *s, int prev) {
-    if (prev >= 0 && prev != s->cfg.device) cudaSetDevice(prev);
-}
-
-static qrl_status gpu_open(qrl_scheduler *s, const qrl_model *model, int n_blocks,
-                           qrl_error *err) {
-    const qrl_scheduler_config *cfg = &s->cfg;
-    if (cfg->kv_format == QRL_KV_FORMAT_FP4)
-        return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
-                             "scheduler: kv format fp4 has no CUDA kernels (device %d; "
-                             "supported: bf16, fp8, int8, int4, int4-protected)", cfg->device);
-    QRL_TRY(gpu_check_precision(model, err));
-    int n_dev = 0;
-    if (cudaGetDeviceCount(&n_dev) != cudaSuccess) n_dev = 0;
-    if (cfg->device >= n_dev)
-        return qrl_error_set(err, QRL_STATUS_CUDA,
-                             "scheduler: CUDA device %d does not exist (%d visible)", cfg->device,
-                             n_dev);
-    cudaError_t ce = cudaSetDevice(cfg->device);
-    if (ce != cudaSuccess)
-        return qrl_error_set(err, QRL_STATUS_CUDA, "scheduler: cudaSetDevice(%d): %s",
-                             cfg->device, cudaGetErrorString(ce));
-    /* prefill passes of up to prefill_chunk rows (256 when unlimited): a re-prefill after a
-     * weight update reads the weights once per pass, so 32-row passes cost 8x the bytes */
-    int rows = cfg->prefill_chunk > 0 ? cfg->prefill_chunk : 256;
-    if (rows > s->ctx_len) rows = s->ctx_len;
-    if (rows < s->max_rows) rows = s->max_rows;
-    qrl_cuda_forward_desc d = {
-        .max_rows = rows, .max_ctx = s->ctx_len, .block_size = cfg->kv_block_size,
-        .n_blocks = n_blocks, .max_seqs = cfg->max_slots, .kv_format = cfg->kv_format,
-        .protected_sink = cfg->kv_sink, .protected_recent = cfg->kv_recent,
-        .precision = model->precision, .eager = cfg->eager};
-    QRL_TRY(qrl_cuda_forward_new(&model->cfg, &d, &s->gpu, err));
-    s->be = &GPU_BACKEND;
-    QRL_TRY(qrl_cuda_forward_upload(s->gpu, model, err));
-    QRL_LOG_INFO("sched", "engine device=cuda:%d weights=%s kv=%s blocks=%d weight_bytes=%zu "
-                 "kv_bytes_per_pos=%zu cuda_graphs=%s", cfg->device,
-                 qrl_precision_name(qrl_cuda_forward_precision(s->gpu)),
-                 qrl_kv_format_name(qrl_cuda_forward_kv_format(s->gpu)), n_blocks,
-                 qrl_cuda_forward_weight_bytes(s->gpu), qrl_cuda_forward_kv_bytes_per_pos(s->gpu),
-                 cfg->eager ? "off" : "on");
-    return QRL_OK;
-}
-#else
-static int dev_enter(const qrl_scheduler *s) { (void)s; return -1; }
-static void dev_leave(const qrl_scheduler *s, int prev) { (void)s, (void)prev; }
-static qrl_status gpu_open(qrl_scheduler *s, const qrl_model *model, int n_blocks,
-                           qrl_error *err) {
-    (void)model, (void)n_blocks;
-    return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
-                         "scheduler: device %d (CUDA): this build has no CUDA (nvcc was not "
-                         "found when it was built)", s->cfg.device);
-}
-#endif
-
 qrl_status qrl_scheduler_new(const qrl_model *model, const qrl_tokenizer *tok,
                              const qrl_scheduler_config *cfg, qrl_scheduler_group_fn on_group,
                              void *ctx, qrl_scheduler **out, qrl_error *err) {
@@ -284,10 +138,10 @@ qrl_status qrl_scheduler_new(const qrl_model *model, const qrl_tokenizer *tok,
     s->n_slots = cfg->max_slots;
     s->max_rows = cfg->max_slots > 32 ? cfg->max_slots : 32;
     s->kv_total_blocks = n_blocks;
-    int prev = dev_enter(s);
-    if (cfg->device >= 0) st = gpu_open(s, model, n_blocks, err);
+    int prev = qrl_sched_dev_enter(s);
+    if (cfg->device >= 0) st = qrl_sched_gpu_open(s, model, n_blocks, err);
     else st = cpu_open(s, model, n_blocks, err);
-    dev_leave(s, prev);
+    qrl_sched_dev_leave(s, prev);
     if (st != QRL_OK) goto fail;
     QRL_TRY_GOTO(qrl_sampler_new(s->vocab, &s->sampler, err), fail);
     s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
@@ -322,9 +176,9 @@ void qrl_scheduler_free(qrl_scheduler *s) {
         qrl_sched_group_free(g);
     }
     if (s->be) {
-        int prev = dev_enter(s);
+        int prev = qrl_sched_dev_enter(s);
         s->be->close(s);
-        dev_leave(s, prev);
+        qrl_sched_dev_leave(s, prev);
     }
     qrl_sampler_free(s->sampler);
     free(s->slots);
@@ -530,9 +384,9 @@ static qrl_status step(qrl_scheduler *s, int *emitted, qrl_error *err) {
 }
 
 qrl_status qrl_scheduler_step(qrl_scheduler *s, int *emitted, qrl_error *err) {
-    int prev = dev_enter(s);
+    int prev = qrl_sched_dev_enter(s);
     qrl_status st = step(s, emitted, err);
-    dev_leave(s, prev);
+    qrl_sched_dev_leave(s, prev);
     return st;
 }
 
@@ -564,9 +418,9 @@ static qrl_status swap_weights(qrl_scheduler *s, const qrl_model *model, uint64_
 
 qrl_status qrl_scheduler_swap_weights(qrl_scheduler *s, const qrl_model *model,
                                       uint64_t version, qrl_error *err) {
-    int prev = dev_enter(s);
+    int prev = qrl_sched_dev_enter(s);
     qrl_status st = swap_weights(s, model, version, err);
-    dev_leave(s, prev);
+    qrl_sched_dev_leave(s, prev);
     return st;
 }
 
@@ -585,10 +439,10 @@ qrl_status qrl_scheduler_swap_weights_stream(qrl_scheduler *s, const struct qrl_
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "swap_weights: version %llu is not newer than %llu",
                              (unsigned long long)version, (unsigned long long)s->version);
-    int prev = dev_enter(s);
+    int prev = qrl_sched_dev_enter(s);
     qrl_status st = s->be->load_stream(s, t, n, err);
     if (st == QRL_OK) st = sync_boundary(s, version, err);
-    dev_leave(s, prev);
+    qrl_sched_dev_leave(s, prev);
     return st;
 }
 

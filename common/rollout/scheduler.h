@@ -168,6 +168,13 @@ typedef struct qrl_scheduler qrl_scheduler; /* opaque */
 qrl_status qrl_scheduler_new(const qrl_model *model, const qrl_tokenizer *tok,
                              const qrl_scheduler_config *cfg, qrl_scheduler_group_fn on_group,
                              void *ctx, qrl_scheduler **out, qrl_error *err);
+/* The engine precondition qrl_scheduler_new checks first, callable before loading a model
+ * (a daemon refuses its settings at once): cfg->device < 0 is always OK; device >= 0 needs
+ * a build with CUDA, a kv format other than fp4 and a precision other than w4a4-nvfp4.
+ * Errors: UNSUPPORTED, naming which.  Whether the device exists is not checked here
+ * (qrl_rollout_gpu_check, gpu_memory.h). */
+qrl_status qrl_scheduler_check_device(const qrl_scheduler_config *cfg, qrl_precision precision,
+                                      qrl_error *err);
 /* Free everything; unfinished groups are dropped without a callback. */
 void qrl_scheduler_free(qrl_scheduler *s);
 

@@ -160,7 +160,7 @@ qrl_status qrl_model_train_new_opts(qrl_model *m, const qrl_model_train_opts *o,
     tr->m = m;
     tr->max_T = o->max_tokens;
     tr->recompute = o->recompute_activations;
-    tr->n_params = (size_t)(m->rope_inv_freq - m->arena);
+    tr->n_params = qrl_model_param_count(m);
     tr->xs = calloc((size_t)m->cfg.n_layers + 1, sizeof *tr->xs);
     tr->layers = calloc((size_t)n_layer_sets(tr) + 1, sizeof *tr->layers);
     void *blk = NULL, *g = NULL;

@@ -213,7 +213,7 @@ qrl_status qrl_model_train_cuda_new(const qrl_model *m, const qrl_model_train_cu
     tr->o = *opts;
     if (tr->o.lm_head_chunk <= 0) tr->o.lm_head_chunk = 1024;
     if (tr->o.lm_head_chunk > tr->o.max_tokens) tr->o.lm_head_chunk = tr->o.max_tokens;
-    tr->n_params = (size_t)(m->rope_inv_freq - m->arena);
+    tr->n_params = qrl_model_param_count(m);
     size_t T = (size_t)opts->max_tokens, half = (size_t)c->head_dim / 2;
     tr->lw = calloc((size_t)c->n_layers + 1, sizeof *tr->lw);
     tr->layers = calloc((size_t)c->n_layers + 1, sizeof *tr->layers);

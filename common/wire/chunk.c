@@ -4,7 +4,6 @@
  * pieces carried by GroupResult chunk messages.  Byte-level cutting (rather than spreading
  * responses over chunks) handles a single response larger than the limit with no extra
  * rule, and the consumer must hold the whole group before training anyway. */
-#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -223,48 +222,4 @@ qrl_status qrl_wire_group_key_parse(const void *key, size_t len, uint64_t *group
     }
     *group_id = v;
     return QRL_OK;
-}
-
-/* ---- CRC-32C ------------------------------------------------------------------------ */
-
-static uint32_t crc_table[256];
-static pthread_once_t crc_once = PTHREAD_ONCE_INIT;
-
-static void crc_table_init(void) {
-    for (uint32_t i = 0; i < 256; i++) {
-        uint32_t c = i;
-        for (int k = 0; k < 8; k++) c = c & 1 ? (c >> 1) ^ 0x82f63b78u : c >> 1; /* reflected */
-        crc_table[i] = c;
-    }
-}
-
-uint32_t qrl_wire_crc32c_sw(uint32_t crc, const void *data, size_t len) {
-    pthread_once(&crc_once, crc_table_init);
-    const uint8_t *p = data;
-    uint32_t c = ~crc;
-    while (len--) c = crc_table[(c ^ *p++) & 0xff] ^ (c >> 8);
-    return ~c;
-}
-
-#if defined(__x86_64__)
-__attribute__((target("sse4.2"))) static uint32_t crc32c_hw(uint32_t crc, const void *data,
-                                                             size_t len) {
-    const uint8_t *p = data;
-    uint64_t c = (uint32_t)~crc;
-    for (; len && ((uintptr_t)p & 7); len--) c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
-    for (; len >= 8; len -= 8, p += 8) {
-        uint64_t v;
-        memcpy(&v, p, 8);
-        c = __builtin_ia32_crc32di(c, v);
-    }
-    for (; len; len--) c = __builtin_ia32_crc32qi((uint32_t)c, *p++);
-    return ~(uint32_t)c;
-}
-#endif
-
-uint32_t qrl_wire_crc32c(uint32_t crc, const void *data, size_t len) {
-#if defined(__x86_64__)
-    if (__builtin_cpu_supports("sse4.2")) return crc32c_hw(crc, data, len);
-#endif
-    return qrl_wire_crc32c_sw(crc, data, len);
 }

@@ -21,6 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
+#include "core/crc32.h"
 #include "core/status.h"
 #include "qrl.pb-c.h"
 
@@ -155,10 +156,13 @@ size_t qrl_wire_group_key(uint64_t group_id, char out[QRL_WIRE_KEY_MAX]);
 qrl_status qrl_wire_group_key_parse(const void *key, size_t len, uint64_t *group_id,
                                     qrl_error *err);
 
-/* CRC-32C (Castagnoli), continuing from `crc` (start with 0). */
-uint32_t qrl_wire_crc32c(uint32_t crc, const void *data, size_t len);
-/* Portable table-driven reference of the same function (qrl_wire_crc32c uses the SSE4.2
- * instruction where the CPU has it; the tests compare the two). */
-uint32_t qrl_wire_crc32c_sw(uint32_t crc, const void *data, size_t len);
+/* CRC-32C (Castagnoli), continuing from `crc` (start with 0): the wire's names for
+ * qrl_crc32c and qrl_crc32c_sw (core/crc32.h), kept for its callers. */
+static inline uint32_t qrl_wire_crc32c(uint32_t crc, const void *data, size_t len) {
+    return qrl_crc32c(crc, data, len);
+}
+static inline uint32_t qrl_wire_crc32c_sw(uint32_t crc, const void *data, size_t len) {
+    return qrl_crc32c_sw(crc, data, len);
+}
 
 #endif

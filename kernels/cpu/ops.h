@@ -14,7 +14,7 @@
 #include <stdint.h>
 #include <string.h>
 
-#include "core/tensor.h"
+#include "base/dtype.h"
 
 /* ---- linear algebra --------------------------------------------------------------- */
 

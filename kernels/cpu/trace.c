@@ -5,7 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "core/crc32.h"
+#include "base/crc.h"
 #include "cpu/quant.h"
 
 #define HEADER_BYTES 16u

@@ -24,7 +24,7 @@
 
 #include <stdint.h>
 
-#include "core/status.h"
+#include "base/status.h"
 
 #ifdef __cplusplus
 extern "C" {

@@ -23,7 +23,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "cuda/gemm.cuh"
 
 #ifdef __cplusplus

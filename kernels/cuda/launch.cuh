@@ -4,7 +4,7 @@
 
 #include <cuda_runtime.h>
 
-#include "core/status.h"
+#include "base/status.h"
 
 static inline qrl_status qrl_cuda_launch_status_(const char *what, qrl_error *err) {
     cudaError_t e = cudaGetLastError();

@@ -7,7 +7,7 @@
 
 #include <stdint.h>
 
-#include "core/status.h"
+#include "base/status.h"
 #include "cuda/gemm_w8a8.cuh"
 
 #ifdef __cplusplus

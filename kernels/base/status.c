@@ -1,4 +1,5 @@
-#include "core/status.h"
+/* Status table and qrl_error (status.h). */
+#include "base/status.h"
 
 #include <stdio.h>
 #include <stdlib.h>
