@@ -237,7 +237,6 @@ qrl_status qrl_trace_layout_new(const qrl_trace_sites *sites, const qrl_model_co
     unsigned fp4 = (act_fp4 ? QRL_TRACE_KINDS_LINEAR : 0) | (kv_fp4 ? QRL_TRACE_KINDS_KV : 0);
     unsigned *sel = calloc((size_t)(L > 0 ? L : 1), sizeof *sel);
     if (!sel) return qrl_error_set(err, QRL_STATUS_NOMEM, "trace layout: out of memory");
-    unsigned asked = 0;
     for (int ci = 0; ci < sites->n_clauses; ci++) {
         int a = sites->clause[ci].first, b = sites->clause[ci].last;
         if (a == QRL_TRACE_LAYERS_ALL) a = 0, b = L - 1;
@@ -248,7 +247,6 @@ qrl_status qrl_trace_layout_new(const qrl_trace_sites *sites, const qrl_model_co
                                  "trace sites clause %d: layers=%d-%d: the model has %d layers "
                                  "(0-%d)", ci + 1, sites->clause[ci].first, b, L, L - 1);
         }
-        asked |= sites->clause[ci].kinds;
         for (int ly = a; ly <= b; ly++) sel[ly] |= sites->clause[ci].kinds & fp4;
     }
     bool any = false;
@@ -260,7 +258,6 @@ qrl_status qrl_trace_layout_new(const qrl_trace_sites *sites, const qrl_model_co
                              "inputs need precision w4a4-nvfp4%s, k/v need the fp4 kv cache%s)",
                              act_fp4 ? ": on" : ": off", kv_fp4 ? ": on" : ": off");
     }
-    (void)asked;
     qrl_status st = build(cfg, sel, out, err);
     free(sel);
     return st;
