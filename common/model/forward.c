@@ -9,6 +9,7 @@
 #include "cpu/ops.h"
 #include "cpu/quant.h"
 #include "model/linear.h"
+#include "model/trace_rec.h"
 
 struct qrl_forward {
     const qrl_model *m;
@@ -22,6 +23,8 @@ struct qrl_forward {
     float *cos, *sin;       /* [R, head_dim / 2] */
     float *scratch;         /* [n_threads, max_ctx] attention scores */
     int *row_seq, *row_pos; /* [R] */
+    qrl_trace_recorder *rec; /* borrowed, NULL = not recording */
+    int row0;               /* call row of the pass's first row (recorder targets) */
 };
 
 qrl_status qrl_forward_new(const qrl_model *m, int max_rows, int max_ctx, qrl_forward **out,
@@ -84,6 +87,8 @@ void qrl_forward_free(qrl_forward *f) {
 }
 
 int qrl_forward_max_ctx(const qrl_forward *f) { return f->max_ctx; }
+
+void qrl_forward_set_recorder(qrl_forward *f, qrl_trace_recorder *rec) { f->rec = rec; }
 
 /* Attention of the query heads of kv head `kvh` for row r over a quantized cache: K/V of
  * positions [0, pos] gathered as dequantized F32 rows, one partial softmax-attention
@@ -177,10 +182,18 @@ static void run_rows(qrl_forward *f, qrl_kv_cache *kv, const int32_t *tokens, in
         qrl_cpu_rope_cos_sin(f->cos + (size_t)r * half, f->sin + (size_t)r * half, m->rope_inv_freq,
                              half, f->row_pos[r]);
     }
+    /* TRACE: the exact rows each linear / KV write quantizes, before it does (one test per
+     * site when not recording) */
+    bool rec = f->rec && qrl_trace_recorder_begin_pass(f->rec, f->row0, n);
     for (int l = 0; l < c->n_layers; l++) {
         const qrl_layer_weights *w = &m->layers[l];
 #define LIN(slot, in, out) qrl_linear_forward(qrl_model_linear(m, l, slot), in, n, out, f->lin)
+#define CAPTURE(kind, buf, width)                                                           \
+    if (rec)                                                                                \
+        for (int r_ = 0; r_ < n; r_++)                                                      \
+            qrl_trace_recorder_capture(f->rec, r_, l, kind, (buf) + (size_t)r_ * (width))
         qrl_cpu_rmsnorm(f->xb, f->x, w->attn_norm, n, D, c->norm_eps);
+        CAPTURE(QRL_TRACE_SITE_ATTN_IN, f->xb, D);
         LIN(QRL_LINEAR_Q, f->xb, f->q);
         LIN(QRL_LINEAR_K, f->xb, f->k);
         LIN(QRL_LINEAR_V, f->xb, f->v);
@@ -193,16 +206,22 @@ static void run_rows(qrl_forward *f, qrl_kv_cache *kv, const int32_t *tokens, in
             qrl_cpu_rope_apply(f->q + (size_t)r * Q, H, hd, cs, sn, c->rope.layout);
             qrl_cpu_rope_apply(f->k + (size_t)r * KV, KVH, hd, cs, sn, c->rope.layout);
         }
+        CAPTURE(QRL_TRACE_SITE_K, f->k, KV);
+        CAPTURE(QRL_TRACE_SITE_V, f->v, KV);
         attention(f, kv, n, l, scale, max_pos);
+        CAPTURE(QRL_TRACE_SITE_ATTN_OUT, f->att, Q);
         LIN(QRL_LINEAR_O, f->att, f->xb2);
         qrl_cpu_add(f->x, f->xb2, (size_t)n * D);
 
         qrl_cpu_rmsnorm(f->xb, f->x, w->ffn_norm, n, D, c->norm_eps);
+        CAPTURE(QRL_TRACE_SITE_MLP_IN, f->xb, D);
         LIN(QRL_LINEAR_GATE, f->xb, f->hb);
         LIN(QRL_LINEAR_UP, f->xb, f->hb2);
         qrl_cpu_silu_mul(f->hb, f->hb, f->hb2, (size_t)n * F);
+        CAPTURE(QRL_TRACE_SITE_MLP_DOWN, f->hb, F);
         LIN(QRL_LINEAR_DOWN, f->hb, f->xb2);
         qrl_cpu_add(f->x, f->xb2, (size_t)n * D);
+#undef CAPTURE
 #undef LIN
     }
     if (logits && from < n) {
@@ -261,10 +280,12 @@ qrl_status qrl_forward_prefill(qrl_forward *f, qrl_kv_cache *kv, int seq, const 
             out = logits;
             from = rows - 1;
         }
+        f->row0 = c0;
         run_rows(f, kv, tokens + c0, rows, out, from);
         /* Commit per chunk: the next chunk attends to these positions. */
         qrl_kv_cache_set_len(kv, seq, len + c0 + rows);
     }
+    if (f->rec) qrl_trace_recorder_clear(f->rec); /* targets are for one call */
     return QRL_OK;
 }
 
@@ -296,7 +317,9 @@ qrl_status qrl_forward_decode(qrl_forward *f, qrl_kv_cache *kv, const int *seqs,
         f->row_seq[i] = seqs[i];
         f->row_pos[i] = len;
     }
+    f->row0 = 0;
     run_rows(f, kv, tokens, batch, logits, 0);
     for (int i = 0; i < batch; i++) qrl_kv_cache_set_len(kv, seqs[i], f->row_pos[i] + 1);
+    if (f->rec) qrl_trace_recorder_clear(f->rec); /* targets are for one call */
     return QRL_OK;
 }

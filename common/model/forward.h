@@ -57,6 +57,15 @@ qrl_status qrl_forward_prefill(qrl_forward *f, qrl_kv_cache *kv, int seq, const 
 qrl_status qrl_forward_decode(qrl_forward *f, qrl_kv_cache *kv, const int *seqs,
                               const int32_t *tokens, int batch, float *logits, qrl_error *err);
 
+/* TRACE (model/trace_rec.h): attach a recorder (borrowed; NULL detaches; must outlive
+ * its attachment).  The rows the recorder was given as targets before a prefill or decode
+ * call have the input of every captured site written to their buffers, quantized by
+ * qrl_trace_capture exactly as the linear (w4a4-nvfp4) or the fp4 KV write quantizes it;
+ * a successful call clears the targets.  The caller attaches it only where the captured
+ * sites are FP4 (the layout says which).  Not recording costs one test per site. */
+struct qrl_trace_recorder;
+void qrl_forward_set_recorder(qrl_forward *f, struct qrl_trace_recorder *rec);
+
 /* Largest context the workspace and model allow: min(max_ctx, cfg.max_seq_len). */
 int qrl_forward_max_ctx(const qrl_forward *f);
 

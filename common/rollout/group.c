@@ -20,6 +20,7 @@ void qrl_sched_group_free(qrl_sched_group *g) {
         free(rp->lp_full);
         free(rp->ver);
         free(rp->text);
+        qrl_trace_buf_free(rp->trace);
     }
     for (int k = 0; k < g->n_stop_strings; k++) free(g->stop_strings[k]);
     free(g->stop_strings);
@@ -124,6 +125,8 @@ qrl_status qrl_scheduler_submit(qrl_scheduler *s, const qrl_scheduler_group_desc
         rp->lp_full = malloc(sizeof(float) * (size_t)(cap + 1));
         rp->ver = malloc(sizeof(uint64_t) * (size_t)(cap + 1));
         ok = rp->ids && rp->lp && rp->lp_full && rp->ver;
+        if (ok && s->trace_layout && cap > 0) /* one record per token (trace_rec.h) */
+            ok = qrl_trace_buf_new(s->trace_layout, (uint32_t)cap, &rp->trace, NULL) == QRL_OK;
         if (ok) memcpy(rp->ids, d->prompt, sizeof(int32_t) * (size_t)g->n_prompt);
         if (g->too_long) rp->finish = QRL_FINISH_PROMPT_TOO_LONG;
     }
@@ -178,6 +181,7 @@ void qrl_sched_resp_restart(qrl_sched_resp *rp) {
     rp->truncated_tokens = 0;
     rp->reprefills = 0;
     rp->restarts++;
+    if (rp->trace) qrl_trace_buf_truncate(rp->trace, 0); /* the records go with the tokens */
 }
 
 /* Decode and score one finished response; failures give reward 0 and are logged. */
@@ -230,6 +234,10 @@ static void finalize(qrl_scheduler *s, qrl_sched_group *g, uint32_t r) {
     o->verify_us = rp->verify_us;
     o->started_unix_ms = rp->started_unix_ms;
     o->finished_unix_ms = rp->finished_unix_ms;
+    /* an ABORTED response may hold the record of the token it failed to sample */
+    if (rp->trace && qrl_trace_buf_n_tokens(rp->trace) > (uint32_t)rp->n_gen)
+        qrl_trace_buf_truncate(rp->trace, (uint32_t)rp->n_gen);
+    o->trace = rp->trace;
 }
 
 int qrl_sched_emit_finished(qrl_scheduler *s) {

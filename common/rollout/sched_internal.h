@@ -24,6 +24,7 @@ typedef struct qrl_sched_resp {
     uint32_t truncated_tokens, reprefills, restarts;
     uint64_t admitted_us, prefill_us, decode_us, verify_us;
     uint64_t started_unix_ms, finished_unix_ms;
+    qrl_trace_buf *trace; /* TRACE records [cap], NULL when not recording */
 } qrl_sched_resp;
 
 typedef struct qrl_sched_group {
@@ -87,6 +88,9 @@ struct qrl_scheduler {
     qrl_error *dec_errs;
     qrl_sched_group *head, *tail;
     qrl_scheduler_stats stats;
+    /* TRACE recording (cfg.trace_record, CPU engine): the sites and the forward's recorder */
+    qrl_trace_layout *trace_layout;
+    qrl_trace_recorder *trace_rec;
 };
 
 /* ---- engine backend ----------------------------------------------------------------

@@ -70,6 +70,7 @@ static qrl_status cpu_decode(qrl_scheduler *s, int b, qrl_error *err) {
 static qrl_status cpu_load(qrl_scheduler *s, const qrl_model *model, qrl_error *err) {
     qrl_forward *f = NULL;
     QRL_TRY(qrl_forward_new(model, s->max_rows, s->ctx_len, &f, err));
+    qrl_forward_set_recorder(f, s->trace_rec);
     qrl_forward_free(s->fwd);
     s->fwd = f;
     return QRL_OK;
@@ -95,6 +96,31 @@ static qrl_status cpu_open(qrl_scheduler *s, const qrl_model *model, int n_block
     s->be = &CPU_BACKEND;
     QRL_TRY(qrl_kv_cache_new(&kd, &s->kv, err));
     return qrl_forward_new(model, s->max_rows, s->ctx_len, &s->fwd, err);
+}
+
+/* TRACE recording: the layout of the configured sites and a recorder on the CPU forward
+ * (targets: one prefill row or one decode row per slot). */
+static qrl_status trace_open(qrl_scheduler *s, const qrl_model *model, qrl_error *err) {
+    if (!s->cfg.trace_record) return QRL_OK;
+    if (!s->fwd)
+        return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
+                             "scheduler: trace_record runs on the CPU engine only (device %d)",
+                             s->cfg.device);
+    qrl_trace_sites sites = s->cfg.trace_sites;
+    if (sites.n_clauses == 0) qrl_trace_sites_default(&sites);
+    QRL_TRY(qrl_trace_layout_new(&sites, &model->cfg, model->precision == QRL_PRECISION_W4A4_NVFP4,
+                                 s->cfg.kv_format == QRL_KV_FORMAT_FP4, &s->trace_layout, err));
+    QRL_TRY(qrl_trace_recorder_new(s->trace_layout, s->n_slots, &s->trace_rec, err));
+    qrl_forward_set_recorder(s->fwd, s->trace_rec);
+    return QRL_OK;
+}
+
+const qrl_trace_layout *qrl_scheduler_trace_layout(const qrl_scheduler *s) {
+    return s->trace_layout;
+}
+
+void qrl_scheduler_trace_set_tap(qrl_scheduler *s, qrl_trace_tap_fn fn, void *ctx) {
+    if (s->trace_rec) qrl_trace_recorder_set_tap(s->trace_rec, fn, ctx);
 }
 
 qrl_status qrl_scheduler_new(const qrl_model *model, const qrl_tokenizer *tok,
@@ -143,6 +169,7 @@ qrl_status qrl_scheduler_new(const qrl_model *model, const qrl_tokenizer *tok,
     else st = cpu_open(s, model, n_blocks, err);
     qrl_sched_dev_leave(s, prev);
     if (st != QRL_OK) goto fail;
+    QRL_TRY_GOTO(trace_open(s, model, err), fail);
     QRL_TRY_GOTO(qrl_sampler_new(s->vocab, &s->sampler, err), fail);
     s->slots = calloc((size_t)s->n_slots, sizeof *s->slots);
     s->logits = malloc(sizeof(float) * (size_t)s->n_slots * (size_t)s->vocab);
@@ -180,6 +207,8 @@ void qrl_scheduler_free(qrl_scheduler *s) {
         s->be->close(s);
         qrl_sched_dev_leave(s, prev);
     }
+    qrl_trace_recorder_free(s->trace_rec);
+    qrl_trace_layout_free(s->trace_layout);
     qrl_sampler_free(s->sampler);
     free(s->slots);
     free(s->logits);
@@ -205,6 +234,10 @@ void qrl_scheduler_get_stats(const qrl_scheduler *s, qrl_scheduler_stats *out) {
         if (!g->too_long) out->queued_responses += (int)(g->G - g->next_admit);
     out->kv_free_blocks = s->be->free_blocks(s);
     out->kv_total_blocks = s->kv_total_blocks;
+    out->trace_buf_bytes = 0;
+    for (const qrl_sched_group *g = s->head; g; g = g->next)
+        for (uint32_t r = 0; r < g->G; r++)
+            if (g->resp[r].trace) out->trace_buf_bytes += qrl_trace_buf_bytes(g->resp[r].trace);
 }
 
 /* ---- admission -------------------------------------------------------------------- */
@@ -264,6 +297,10 @@ static qrl_status prefill(qrl_scheduler *s, qrl_error *err) {
         bool last = sl->fed + n == total;
         float *row = s->logits + (size_t)i * s->vocab;
         qrl_sched_resp *rp = &sl->g->resp[sl->r];
+        if (s->trace_rec) { /* the row whose logits sample token n_gen: its record */
+            qrl_trace_recorder_clear(s->trace_rec);
+            if (last && rp->trace) qrl_trace_recorder_target(s->trace_rec, n - 1, rp->trace, (uint32_t)rp->n_gen);
+        }
         uint64_t t0 = qrl_sched_now_us();
         QRL_TRY(s->be->prefill(s, sl->seq, rp->ids + sl->fed, n, last ? row : NULL, err));
         rp->prefill_us += qrl_sched_now_us() - t0;
@@ -281,12 +318,16 @@ static qrl_status prefill(qrl_scheduler *s, qrl_error *err) {
 static qrl_status decode(qrl_scheduler *s, qrl_error *err) {
     bool on_engine = s->be->decode_sample && !s->cfg.host_sampling;
     int b = 0;
+    if (s->trace_rec) qrl_trace_recorder_clear(s->trace_rec);
     for (int i = 0; i < s->n_slots; i++) {
         qrl_sched_slot *sl = &s->slots[i];
         if (!sl->g || sl->ready || seq_total(sl) - sl->fed != 1) continue;
         s->dec_slots[b] = i;
         s->dec_seqs[b] = sl->seq;
         s->dec_tokens[b] = sl->g->resp[sl->r].ids[sl->fed];
+        qrl_sched_resp *rp = &sl->g->resp[sl->r];
+        if (s->trace_rec && rp->trace) /* this row's logits sample token n_gen */
+            qrl_trace_recorder_target(s->trace_rec, b, rp->trace, (uint32_t)rp->n_gen);
         if (on_engine)
             s->dec_draws[b] = (qrl_sample_draw){
                 .params = sl->g->sampling, .group = sl->g->group_id, .response = (uint32_t)sl->r,
@@ -411,6 +452,11 @@ static qrl_status swap_weights(qrl_scheduler *s, const qrl_model *model, uint64_
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "swap_weights: version %llu is not newer than %llu",
                              (unsigned long long)version, (unsigned long long)s->version);
+    if (s->trace_rec && model->precision != s->model->precision)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "swap_weights: TRACE recording was set up for precision %s, the new "
+                             "model is %s", qrl_precision_name(s->model->precision),
+                             qrl_precision_name(model->precision));
     QRL_TRY(s->be->load(s, model, err));
     s->model = model;
     return sync_boundary(s, version, err);
@@ -467,6 +513,8 @@ static qrl_status sync_boundary(qrl_scheduler *s, uint64_t version, qrl_error *e
             s->stats.restarts++;
             restarted++;
         } else if (rp->n_gen > 0) {
+            /* kept tokens keep the records of the forward that sampled them (trace_rec.h) */
+            if (rp->trace) qrl_trace_buf_truncate(rp->trace, (uint32_t)rp->n_gen);
             rp->reprefills++;
             s->stats.reprefills++;
             reprefilled++;

@@ -33,6 +33,7 @@
 #include "model/kv_cache.h"
 #include "model/model.h"
 #include "model/sampler.h"
+#include "model/trace_rec.h"
 #include "tokenizer/tokenizer.h"
 #include "verify/verify.h"
 
@@ -72,6 +73,11 @@ typedef struct qrl_scheduler_config {
     bool eager;             /* CUDA engine: launch each decode step's kernels one by one
                                instead of replaying CUDA graphs (vLLM's enforce_eager;
                                default false) */
+    bool trace_record;      /* TRACE (SPEC §6, model/trace_rec.h): record every response
+                               token's FP4 quantization at the captured sites; CPU engine,
+                               precision w4a4-nvfp4 and/or kv fp4 (default false) */
+    qrl_trace_sites trace_sites; /* which sites; n_clauses 0 = the default (deeper-half K/V,
+                                    every linear input) */
 } qrl_scheduler_config;
 
 /* Fill *c with the defaults above. */
@@ -120,6 +126,9 @@ typedef struct qrl_scheduler_response {
     uint64_t decode_us;           /* decode steps this response took part in */
     uint64_t verify_us;
     uint64_t started_unix_ms, finished_unix_ms;
+    const qrl_trace_buf *trace;   /* TRACE records [0, n_tokens) (trace_rec.h's alignment:
+                                     record k beside token k), NULL when not recording;
+                                     pack them with qrl_trace_buf_pack */
 } qrl_scheduler_response;
 
 /* A finished group: responses in response-index order.  Borrowed, valid only during the
@@ -151,6 +160,7 @@ typedef struct qrl_scheduler_stats {
     int running;                 /* sequences in slots */
     int queued_responses;        /* responses submitted but not yet admitted */
     int kv_free_blocks, kv_total_blocks;
+    size_t trace_buf_bytes;      /* TRACE record buffers of live groups (0 when off) */
 } qrl_scheduler_stats;
 
 typedef struct qrl_scheduler qrl_scheduler; /* opaque */
@@ -162,7 +172,9 @@ typedef struct qrl_scheduler qrl_scheduler; /* opaque */
  * BF16, or the model's W8A8 / W4A16 codes and scales) and the KV pool on that device; the scheduler's calls select the device
  * on the calling thread and restore the previous one before returning.
  * *out owned by the caller (qrl_scheduler_free).  Errors: OUT_OF_RANGE (bad config, a
- * pool smaller than one full context), UNSUPPORTED (KV format; device >= 0 in a build
+ * pool smaller than one full context; trace sites past the model's layers),
+ * INVALID_ARGUMENT (trace_record with no FP4 site: neither w4a4-nvfp4 nor kv fp4),
+ * UNSUPPORTED (trace_record on the CUDA engine; KV format; device >= 0 in a build
  * without CUDA, with model precision w4a4-nvfp4, or with kv fp4), CUDA (no such
  * device, out of device memory), NOMEM. */
 qrl_status qrl_scheduler_new(const qrl_model *model, const qrl_tokenizer *tok,
@@ -223,5 +235,12 @@ qrl_status qrl_scheduler_swap_weights_stream(qrl_scheduler *s, const struct qrl_
                                              size_t n, uint64_t version, qrl_error *err);
 
 void qrl_scheduler_get_stats(const qrl_scheduler *s, qrl_scheduler_stats *out);
+
+/* TRACE: the captured sites (site ids and lengths for TraceChunk), NULL when not
+ * recording.  Valid while the scheduler lives. */
+const qrl_trace_layout *qrl_scheduler_trace_layout(const qrl_scheduler *s);
+/* TRACE: observe every captured input (tests, metrics; trace_rec.h); no-op when not
+ * recording. */
+void qrl_scheduler_trace_set_tap(qrl_scheduler *s, qrl_trace_tap_fn fn, void *ctx);
 
 #endif

@@ -16,6 +16,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "cpu/quant.h"
 #include "cpu/train_ops.h"
 
 /* Activations of one layer, each [max_tokens, width] (its input x is in xs[]). */
@@ -28,6 +29,9 @@ typedef struct layer_act {
     float *x_mid;     /* [T, D] after the attention residual */
     float *h2, *rstd2;
     float *gate, *up, *hm; /* [T, F] */
+    /* QAT: fake-quantized inputs of the projections and attention (aliases of the
+     * unquantized buffers when that site is not quantized) */
+    float *h1q, *krq, *vq, *attq, *h2q, *hmq;
 } layer_act;
 
 struct qrl_model_train {
@@ -46,7 +50,18 @@ struct qrl_model_train {
     float *ao, *dres, *dh, *dq, *dk, *dv, *dqn, *dkn, *datt, *dgate, *dup, *dhm;
     int32_t *tokens, *targets, *seg;
     int T;            /* tokens of the saved forward; 0 = none */
+    /* QAT (model_train.h): fake-quantized weights at the master weights' offsets, weight
+     * quantization scratch, the attached records per packed position, counters */
+    qrl_model_train_opts o;
+    float *wfq;
+    uint8_t *wq_codes, *wq_scales;
+    const qrl_trace_response **g_rec; /* [max_T] */
+    uint32_t *g_tok;                  /* [max_T] */
+    bool counting;                    /* the forward counts; the backward's recompute not */
+    qrl_qat_stats qs;
 };
+
+static qrl_status qat_alloc(qrl_model_train_t *tr, qrl_error *err);
 
 /* ---- RoPE in both layouts ------------------------------------------------------------------ */
 
@@ -129,6 +144,14 @@ static size_t plan(qrl_model_train_t *tr, float *b) {
         a->h2 = carve(b, &off, T * D), a->rstd2 = carve(b, &off, T);
         a->gate = carve(b, &off, T * F), a->up = carve(b, &off, T * F);
         a->hm = carve(b, &off, T * F);
+        bool act = tr->o.qat != QRL_QAT_OFF && !tr->o.qat_weights_only;
+        bool kv = tr->o.qat != QRL_QAT_OFF && tr->o.qat_kv;
+        a->h1q = act ? carve(b, &off, T * D) : a->h1;
+        a->attq = act ? carve(b, &off, T * Q) : a->att;
+        a->h2q = act ? carve(b, &off, T * D) : a->h2;
+        a->hmq = act ? carve(b, &off, T * F) : a->hm;
+        a->krq = kv ? carve(b, &off, T * KV) : a->kr;
+        a->vq = kv ? carve(b, &off, T * KV) : a->v;
     }
     tr->hf = carve(b, &off, T * D);
     tr->rstdf = carve(b, &off, T), tr->logits = carve(b, &off, T * V);
@@ -155,8 +178,15 @@ qrl_status qrl_model_train_new_opts(qrl_model *m, const qrl_model_train_opts *o,
     if (o->max_tokens <= 0)
         return qrl_error_set(err, QRL_STATUS_OUT_OF_RANGE, "model_train: max_tokens %d <= 0",
                              o->max_tokens);
+    if ((unsigned)o->qat > QRL_QAT_NVFP4 ||
+        (o->qat == QRL_QAT_OFF && (o->trace_guidance || o->qat_kv || o->qat_weights_only)))
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "model_train: qat %d with trace_guidance=%d qat_kv=%d "
+                             "qat_weights_only=%d (those need qat nvfp4)", (int)o->qat,
+                             o->trace_guidance, o->qat_kv, o->qat_weights_only);
     qrl_model_train_t *tr = calloc(1, sizeof *tr);
     if (!tr) return qrl_error_set(err, QRL_STATUS_NOMEM, "model_train: engine struct");
+    tr->o = *o;
     tr->m = m;
     tr->max_T = o->max_tokens;
     tr->recompute = o->recompute_activations;
@@ -177,6 +207,7 @@ qrl_status qrl_model_train_new_opts(qrl_model *m, const qrl_model_train_opts *o,
     memset(tr->block, 0, tr->block_floats * sizeof(float));
     memset(tr->grads, 0, m->arena_floats * sizeof(float));
     plan(tr, tr->block);
+    if (o->qat != QRL_QAT_OFF) QRL_TRY_GOTO(qat_alloc(tr, err), fail);
     *out = tr;
     return QRL_OK;
 fail:
@@ -198,6 +229,11 @@ void qrl_model_train_destroy(qrl_model_train_t *tr) {
     if (!tr) return;
     qrl_free_aligned(tr->block);
     qrl_free_aligned(tr->grads);
+    qrl_free_aligned(tr->wfq);
+    free(tr->wq_codes);
+    free(tr->wq_scales);
+    free(tr->g_rec);
+    free(tr->g_tok);
     free(tr->xs);
     free(tr->layers);
     free(tr);
@@ -235,6 +271,122 @@ const float *qrl_model_train_logits(const qrl_model_train_t *tr) {
     return tr->T > 0 ? tr->logits : NULL;
 }
 
+/* ---- QAT (model_train.h) ------------------------------------------------------------------ */
+
+/* The weight a projection computes with: its fake-quantized copy under QAT. */
+static const float *WQ(const qrl_model_train_t *tr, const float *w) {
+    return tr->wfq ? tr->wfq + (w - tr->m->arena) : w;
+}
+
+static qrl_status qat_alloc(qrl_model_train_t *tr, qrl_error *err) {
+    const qrl_model_config *c = &tr->m->cfg;
+    int64_t D = c->dim, F = c->hidden_dim, Q = (int64_t)c->n_heads * c->head_dim;
+    int64_t big = (F > Q ? F : Q) * (D > Q ? D : Q); /* largest projection, rows x cols */
+    int64_t cols = D > Q ? (D > F ? D : F) : (Q > F ? Q : F);
+    void *w = NULL;
+    QRL_TRY(qrl_alloc_aligned(tr->m->arena_floats * sizeof(float), 0, &w, err));
+    tr->wfq = w;
+    memcpy(tr->wfq, tr->m->arena, tr->m->arena_floats * sizeof(float));
+    tr->wq_codes = malloc((size_t)(big / 2 + cols));
+    tr->wq_scales = malloc((size_t)(big / QRL_NVFP4_BLOCK + cols));
+    tr->g_rec = calloc((size_t)tr->max_T, sizeof *tr->g_rec);
+    tr->g_tok = calloc((size_t)tr->max_T, sizeof *tr->g_tok);
+    if (!tr->wq_codes || !tr->wq_scales || !tr->g_rec || !tr->g_tok)
+        return qrl_error_set(err, QRL_STATUS_NOMEM, "model_train: QAT buffers");
+    return QRL_OK;
+}
+
+void qrl_model_train_qat_weight(const float *w, int rows, int cols, uint8_t *codes,
+                                uint8_t *scales, float *y) {
+    float genc;
+    qrl_nvfp4 q = {.rows = rows, .cols = cols, .codes = codes, .scales = scales,
+                   .global_enc = &genc, .per_row = false};
+    qrl_status st = qrl_nvfp4_quantize(w, &q, NULL);
+    QRL_CHECK(st == QRL_OK);
+    qrl_nvfp4_dequantize(&q, y);
+}
+
+/* Fake-quantize every projection weight from the master weights (they change at every
+ * optimizer step), each as qrl_model_quantize quantizes it. */
+static void qat_weights(qrl_model_train_t *tr) {
+    const qrl_model_config *c = &tr->m->cfg;
+    int D = c->dim, F = c->hidden_dim, Q = c->n_heads * c->head_dim,
+        KV = c->n_kv_heads * c->head_dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        const qrl_layer_weights *w = &tr->m->layers[l];
+        const float *ws[7] = {w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up, w->w_down};
+        int rows[7] = {Q, KV, KV, D, F, F, D}, cols[7] = {D, D, D, Q, D, D, F};
+        for (int i = 0; i < 7; i++)
+            qrl_model_train_qat_weight(ws[i], rows[i], cols[i], tr->wq_codes, tr->wq_scales,
+                                       (float *)WQ(tr, ws[i]));
+    }
+}
+
+bool qrl_model_train_qat_quantize_row(const qrl_trace_response *rec, uint32_t token, int layer,
+                                      qrl_trace_site_kind kind, int head, const float *x,
+                                      uint32_t n, float *y, uint8_t *codes, uint64_t *disagree) {
+    qrl_trace_entry e;
+    if (rec && qrl_trace_response_entry(rec, token, layer, kind, head, &e) && e.len == n) {
+        uint64_t d = 0;
+        qrl_trace_guided_quantize(x, &e, codes, y, &d);
+        if (disagree) *disagree += d;
+        return true;
+    }
+    qrl_nvfp4_fake_quantize_row(x, n, y);
+    return false;
+}
+
+/* Site (l, kind) of T rows of `width` floats, `heads` vectors per row: x -> y (nothing
+ * when y aliases x: the site is not quantized). */
+static void fq_act(qrl_model_train_t *tr, int l, qrl_trace_site_kind kind, const float *x,
+                   float *y, int T, int width, int heads) {
+    if (y == x) return;
+    uint32_t len = (uint32_t)(width / heads);
+    uint64_t guided = 0, nearest = 0, dis = 0;
+    for (int t = 0; t < T; t++)
+        for (int h = 0; h < heads; h++) {
+            size_t off = (size_t)t * width + (size_t)h * len;
+            bool g = qrl_model_train_qat_quantize_row(tr->g_rec[t], tr->g_tok[t], l, kind, h,
+                                                      x + off, len, y + off, NULL, &dis);
+            *(g ? &guided : &nearest) += len;
+        }
+    if (tr->counting) {
+        tr->qs.elements_guided += guided;
+        tr->qs.elements_nearest += nearest;
+        tr->qs.disagree += dis;
+    }
+}
+
+void qrl_model_train_qat_clear(qrl_model_train_t *tr) {
+    if (tr->g_rec) memset(tr->g_rec, 0, (size_t)tr->max_T * sizeof *tr->g_rec);
+}
+
+qrl_status qrl_model_train_qat_attach(qrl_model_train_t *tr, int seq_begin, int n_prompt,
+                                      int n_response, const qrl_trace_response *rec,
+                                      qrl_error *err) {
+    int t0 = seq_begin + n_prompt - 1;
+    if (seq_begin < 0 || n_prompt < 1 || n_response < 0 ||
+        (int64_t)seq_begin + n_prompt + n_response > tr->max_T)
+        return qrl_error_set(err, QRL_STATUS_OUT_OF_RANGE,
+                             "model_train: attach of a sequence at %d (prompt %d, response %d) "
+                             "outside the row of %d tokens", seq_begin, n_prompt, n_response,
+                             tr->max_T);
+    bool ok = tr->g_rec && tr->o.trace_guidance && rec &&
+              qrl_trace_response_n_tokens(rec) == (uint32_t)n_response;
+    for (int k = 0; k < n_response; k++) {
+        if (tr->g_rec) tr->g_rec[t0 + k] = ok ? rec : NULL;
+        if (tr->g_tok) tr->g_tok[t0 + k] = (uint32_t)k;
+    }
+    *(ok ? &tr->qs.rows_guided : &tr->qs.rows_unguided) += 1;
+    return QRL_OK;
+}
+
+void qrl_model_train_qat_stats(const qrl_model_train_t *tr, qrl_qat_stats *out) {
+    *out = tr->qs;
+}
+
+void qrl_model_train_qat_stats_reset(qrl_model_train_t *tr) { memset(&tr->qs, 0, sizeof tr->qs); }
+
 /* ---- forward ----------------------------------------------------------------------------- */
 
 /* Activations of layer l: its own set, or the shared one with recomputation. */
@@ -253,9 +405,10 @@ static void layer_forward(qrl_model_train_t *tr, int l, layer_act *a, const floa
     const int D = c->dim, F = c->hidden_dim, H = c->n_heads, Hkv = c->n_kv_heads,
               hd = c->head_dim, Q = H * hd, KV = Hkv * hd;
     qrl_train_rmsnorm_forward(a->h1, a->rstd1, x_in, w->attn_norm, T, D, c->norm_eps);
-    qrl_train_matmul_forward(a->q, a->h1, w->wq, w->bq, T, D, Q);
-    qrl_train_matmul_forward(a->k, a->h1, w->wk, w->bk, T, D, KV);
-    qrl_train_matmul_forward(a->v, a->h1, w->wv, w->bv, T, D, KV);
+    fq_act(tr, l, QRL_TRACE_SITE_ATTN_IN, a->h1, a->h1q, T, D, 1);
+    qrl_train_matmul_forward(a->q, a->h1q, WQ(tr, w->wq), w->bq, T, D, Q);
+    qrl_train_matmul_forward(a->k, a->h1q, WQ(tr, w->wk), w->bk, T, D, KV);
+    qrl_train_matmul_forward(a->v, a->h1q, WQ(tr, w->wv), w->bv, T, D, KV);
     if (c->qk_norm) {
         qrl_train_head_rmsnorm_forward(a->qn, a->rstd_q, a->q, w->q_norm, T, H, hd,
                                        c->norm_eps);
@@ -264,15 +417,20 @@ static void layer_forward(qrl_model_train_t *tr, int l, layer_act *a, const floa
     }
     rope_fwd(tr, a->qr, a->qn, T, H);
     rope_fwd(tr, a->kr, a->kn, T, Hkv);
-    qrl_train_attention_forward(a->att, a->lse, a->qr, a->kr, a->v, tr->seg, T, H, Hkv, hd);
-    qrl_train_matmul_forward(tr->ao, a->att, w->wo, w->bo, T, Q, D);
+    fq_act(tr, l, QRL_TRACE_SITE_K, a->kr, a->krq, T, KV, Hkv);
+    fq_act(tr, l, QRL_TRACE_SITE_V, a->v, a->vq, T, KV, Hkv);
+    qrl_train_attention_forward(a->att, a->lse, a->qr, a->krq, a->vq, tr->seg, T, H, Hkv, hd);
+    fq_act(tr, l, QRL_TRACE_SITE_ATTN_OUT, a->att, a->attq, T, Q, 1);
+    qrl_train_matmul_forward(tr->ao, a->attq, WQ(tr, w->wo), w->bo, T, Q, D);
     qrl_train_residual_forward(a->x_mid, x_in, tr->ao, (int64_t)T * D);
     qrl_train_rmsnorm_forward(a->h2, a->rstd2, a->x_mid, w->ffn_norm, T, D, c->norm_eps);
-    qrl_train_matmul_forward(a->gate, a->h2, w->w_gate, NULL, T, D, F);
-    qrl_train_matmul_forward(a->up, a->h2, w->w_up, NULL, T, D, F);
+    fq_act(tr, l, QRL_TRACE_SITE_MLP_IN, a->h2, a->h2q, T, D, 1);
+    qrl_train_matmul_forward(a->gate, a->h2q, WQ(tr, w->w_gate), NULL, T, D, F);
+    qrl_train_matmul_forward(a->up, a->h2q, WQ(tr, w->w_up), NULL, T, D, F);
     qrl_train_swiglu_forward(a->hm, a->gate, a->up, (int64_t)T * F);
+    fq_act(tr, l, QRL_TRACE_SITE_MLP_DOWN, a->hm, a->hmq, T, F, 1);
     if (!x_out) return;
-    qrl_train_matmul_forward(tr->ao, a->hm, w->w_down, NULL, T, F, D);
+    qrl_train_matmul_forward(tr->ao, a->hmq, WQ(tr, w->w_down), NULL, T, F, D);
     qrl_train_residual_forward(x_out, a->x_mid, tr->ao, (int64_t)T * D);
 }
 
@@ -298,7 +456,10 @@ qrl_status qrl_model_train_forward(qrl_model_train_t *tr, const int32_t *tokens,
     memcpy(tr->seg, seg, (size_t)T * sizeof *seg);
     QRL_TRY(qrl_train_embedding_forward(tr->xs[0], tokens, m->tok_embedding, T, V, D, err));
     qrl_train_rope_cos_sin(tr->cos_t, tr->sin_t, pos, m->rope_inv_freq, T, hd);
+    if (tr->wfq) qat_weights(tr);
+    tr->counting = true;
     for (int l = 0; l < L; l++) layer_forward(tr, l, act_of(tr, l), tr->xs[l], tr->xs[l + 1], T);
+    tr->counting = false;
     qrl_train_rmsnorm_forward(tr->hf, tr->rstdf, tr->xs[L], m->final_norm, T, D, c->norm_eps);
     qrl_train_matmul_forward(tr->logits, tr->hf, m->lm_head, NULL, T, D, V);
     float *lp = logp ? logp : tr->dh; /* dh is free scratch until the backward */
@@ -344,23 +505,23 @@ qrl_status qrl_model_train_backward(qrl_model_train_t *tr, const float *dlogp,
         if (tr->recompute && l + 1 < c->n_layers) layer_forward(tr, l, a, tr->xs[l], NULL, T);
         /* MLP: x_out = x_mid + down(swiglu(gate(h2), up(h2))); dres passes to x_mid as is */
         zero(tr->dhm, TF);
-        qrl_train_matmul_backward(tr->dhm, gtwin(tr, w->w_down), NULL, tr->dres, a->hm,
-                                  w->w_down, T, F, D);
+        qrl_train_matmul_backward(tr->dhm, gtwin(tr, w->w_down), NULL, tr->dres, a->hmq,
+                                  WQ(tr, w->w_down), T, F, D);
         zero(tr->dgate, TF), zero(tr->dup, TF);
         qrl_train_swiglu_backward(tr->dgate, tr->dup, tr->dhm, a->gate, a->up, (int64_t)TF);
         zero(tr->dh, TD);
-        qrl_train_matmul_backward(tr->dh, gtwin(tr, w->w_gate), NULL, tr->dgate, a->h2,
-                                  w->w_gate, T, D, F);
-        qrl_train_matmul_backward(tr->dh, gtwin(tr, w->w_up), NULL, tr->dup, a->h2, w->w_up, T,
-                                  D, F);
+        qrl_train_matmul_backward(tr->dh, gtwin(tr, w->w_gate), NULL, tr->dgate, a->h2q,
+                                  WQ(tr, w->w_gate), T, D, F);
+        qrl_train_matmul_backward(tr->dh, gtwin(tr, w->w_up), NULL, tr->dup, a->h2q,
+                                  WQ(tr, w->w_up), T, D, F);
         qrl_train_rmsnorm_backward(tr->dres, gtwin(tr, w->ffn_norm), tr->dh, a->x_mid,
                                    w->ffn_norm, a->rstd2, T, D);
         /* attention: x_mid = x_in + o(attn(rope(norm(q)), rope(norm(k)), v)) */
         zero(tr->datt, TQ);
         qrl_train_matmul_backward(tr->datt, gtwin(tr, w->wo), gtwin(tr, w->bo), tr->dres,
-                                  a->att, w->wo, T, Q, D);
+                                  a->attq, WQ(tr, w->wo), T, Q, D);
         zero(tr->dq, TQ), zero(tr->dk, TKV), zero(tr->dv, TKV);
-        qrl_train_attention_backward(tr->dq, tr->dk, tr->dv, tr->datt, a->qr, a->kr, a->v,
+        qrl_train_attention_backward(tr->dq, tr->dk, tr->dv, tr->datt, a->qr, a->krq, a->vq,
                                      a->att, a->lse, tr->seg, T, H, Hkv, hd);
         /* rope: dq holds d/d qr; its inverse rotation goes to dqn (d/d qn) */
         zero(tr->dqn, TQ), zero(tr->dkn, TKV);
@@ -376,12 +537,12 @@ qrl_status qrl_model_train_backward(qrl_model_train_t *tr, const float *dlogp,
             dqp = tr->dq, dkp = tr->dk;
         }
         zero(tr->dh, TD);
-        qrl_train_matmul_backward(tr->dh, gtwin(tr, w->wq), gtwin(tr, w->bq), dqp, a->h1, w->wq,
-                                  T, D, Q);
-        qrl_train_matmul_backward(tr->dh, gtwin(tr, w->wk), gtwin(tr, w->bk), dkp, a->h1, w->wk,
-                                  T, D, KV);
-        qrl_train_matmul_backward(tr->dh, gtwin(tr, w->wv), gtwin(tr, w->bv), tr->dv, a->h1,
-                                  w->wv, T, D, KV);
+        qrl_train_matmul_backward(tr->dh, gtwin(tr, w->wq), gtwin(tr, w->bq), dqp, a->h1q,
+                                  WQ(tr, w->wq), T, D, Q);
+        qrl_train_matmul_backward(tr->dh, gtwin(tr, w->wk), gtwin(tr, w->bk), dkp, a->h1q,
+                                  WQ(tr, w->wk), T, D, KV);
+        qrl_train_matmul_backward(tr->dh, gtwin(tr, w->wv), gtwin(tr, w->bv), tr->dv, a->h1q,
+                                  WQ(tr, w->wv), T, D, KV);
         qrl_train_rmsnorm_backward(tr->dres, gtwin(tr, w->attn_norm), tr->dh, tr->xs[l],
                                    w->attn_norm, a->rstd1, T, D);
     }

@@ -46,6 +46,7 @@
 
 #include "core/status.h"
 #include "model/model.h"
+#include "model/trace_rec.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -53,12 +54,42 @@ extern "C" {
 
 typedef struct qrl_model_train qrl_model_train_t; /* opaque: activations and gradients */
 
+/* Quantization-aware training (SPEC §6, TRACE): the forward fake-quantizes what a
+ * w4a4-nvfp4 rollout quantizes, the backward passes gradients straight through (STE):
+ *   weights   every projection (not the embedding, norms or LM head) to NVFP4 per tensor,
+ *             bit-identical to qrl_model_quantize's (linear.h, qrl_nvfp4_quantize with
+ *             one global scale), re-quantized from the master weights at every forward;
+ *   inputs    each projection's input row per token (the TRACE sites attn_in, attn_out,
+ *             mlp_in, mlp_down) and, with qat_kv (an fp4 KV rollout), K after RoPE and V
+ *             per KV head: NVFP4 with a per-row global scale, guided by the rollout's
+ *             record where one is attached (qrl_trace_guided_quantize: the recorded
+ *             scales and the code whose LSB matches), nearest rounding elsewhere.
+ * Backward: d/dW of a projection is d/dW_q (dY^T X_q), d/dX is d/dX_q = dY W_q, and a
+ * fake-quantized activation's gradient passes to its input unchanged. */
+typedef enum qrl_qat_mode {
+    QRL_QAT_OFF = 0,   /* plain F32 training (default) */
+    QRL_QAT_NVFP4 = 1, /* as above */
+} qrl_qat_mode;
+
 /* Engine options (memory is sized from them at creation). */
 typedef struct qrl_model_train_opts {
     int max_tokens;             /* packed tokens per forward (activation capacity), >= 1 */
     bool recompute_activations; /* keep only each layer's input; recompute the layer in
                                    the backward (see the file comment); default false */
+    qrl_qat_mode qat;           /* learner.qat (default off) */
+    bool qat_kv;                /* QAT: fake-quantize K and V too (the rollout's fp4 KV) */
+    bool qat_weights_only;      /* QAT: weights only, activations stay F32 (tests, ablation) */
+    bool trace_guidance;        /* learner.trace_guidance: use attached records (QAT only) */
 } qrl_model_train_opts;
+
+/* QAT counters since creation or the last reset: rows attached with complete records
+ * (guided) and without (missing or incomplete records: nearest rounding), activation
+ * elements quantized with a record and without, and guided elements whose code differs
+ * from nearest rounding (qrl_trace_metric_disagree_share(disagree, elements_guided)). */
+typedef struct qrl_qat_stats {
+    uint64_t rows_guided, rows_unguided;
+    uint64_t elements_guided, elements_nearest, disagree;
+} qrl_qat_stats;
 
 /* Create the engine for model m (borrowed; must outlive the engine; its weights are the
  * parameters and are updated in place by the optimizer) with activation buffers for
@@ -113,6 +144,39 @@ qrl_status qrl_model_train_forward(qrl_model_train_t *tr, const int32_t *tokens,
  * Errors: INVALID_ARGUMENT (no forward since the last backward). */
 qrl_status qrl_model_train_backward(qrl_model_train_t *tr, const float *dlogp,
                                     const float *dent, qrl_error *err);
+
+/* ---- QAT with TRACE guidance ---------------------------------------------------------- */
+
+/* Forget every attached record: the next forward rounds to nearest everywhere until
+ * records are attached again (call once per packed batch, before attaching). */
+void qrl_model_train_qat_clear(qrl_model_train_t *tr);
+/* Attach one sequence's records to the next forward's packed row: the sequence occupies
+ * tokens [seq_begin, seq_begin + n_prompt + n_response) of the row (prompt, then
+ * response); response record k guides position seq_begin + n_prompt - 1 + k (the one
+ * whose logits give response token k; trace_rec.h's alignment).  rec (borrowed: must
+ * outlive the next forward) NULL, or holding other than n_response tokens, leaves the
+ * sequence on nearest rounding and counts it in rows_unguided (never an error), as does
+ * an engine without trace_guidance.  Errors: OUT_OF_RANGE (positions outside
+ * [0, max_tokens), n_prompt < 1, n_response < 0). */
+qrl_status qrl_model_train_qat_attach(qrl_model_train_t *tr, int seq_begin, int n_prompt,
+                                      int n_response, const qrl_trace_response *rec,
+                                      qrl_error *err);
+void qrl_model_train_qat_stats(const qrl_model_train_t *tr, qrl_qat_stats *out);
+void qrl_model_train_qat_stats_reset(qrl_model_train_t *tr);
+
+/* The QAT forward's quantizer of one site vector x [n] (F32) into y [n] (may alias x):
+ * guided by rec's entry (token, layer, kind, head) when it exists with n elements
+ * (returns true; codes [ceil(n/2)], may be NULL, gets the packed E2M1 codes; *disagree,
+ * may be NULL, += elements whose code differs from nearest), else
+ * qrl_nvfp4_fake_quantize_row (returns false; codes and *disagree untouched). */
+bool qrl_model_train_qat_quantize_row(const qrl_trace_response *rec, uint32_t token, int layer,
+                                      qrl_trace_site_kind kind, int head, const float *x,
+                                      uint32_t n, float *y, uint8_t *codes, uint64_t *disagree);
+/* The QAT forward's weight quantizer: w [rows, cols] -> y [rows, cols] fake-quantized to
+ * NVFP4 with one global scale, as qrl_model_quantize (codes [rows * ceil(cols/2)] and
+ * scales [rows * ceil(cols/16)] are caller scratch). */
+void qrl_model_train_qat_weight(const float *w, int rows, int cols, uint8_t *codes,
+                                uint8_t *scales, float *y);
 
 /* Logits [T, vocab] of the last forward (valid until its backward or the next forward):
  * for tests and greedy accuracy without a second pass.  NULL when there is none. */

@@ -170,9 +170,10 @@ qrl_status qrl_wire_trace_chunk_validate(const Qrl__TraceChunk *t, qrl_error *er
     if (t->chunk_count == 0 || t->chunk_index >= t->chunk_count)
         return BAD("%s: chunk_index %u is not below chunk_count %u", where, t->chunk_index,
                    t->chunk_count);
-    if (t->format_version != 1)
+    if (t->format_version != 1 && t->format_version != QRL_WIRE_TRACE_FORMAT_RECORD)
         return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
-                             "%s: format_version got %u, expected 1", where, t->format_version);
+                             "%s: format_version got %u, expected 1 or 2", where,
+                             t->format_version);
     if (t->block_size == 0 || t->block_size % 8)
         return BAD("%s: block_size %u is not a positive multiple of 8", where, t->block_size);
     if (t->token_count == 0) return BAD("%s: token_count is 0", where);
@@ -181,6 +182,15 @@ qrl_status qrl_wire_trace_chunk_validate(const Qrl__TraceChunk *t, qrl_error *er
         if (t->site_ids[i] <= t->site_ids[i - 1])
             return BAD("%s: site_ids[%zu] = %u is not above site_ids[%zu] = %u", where, i,
                        t->site_ids[i], i - 1, t->site_ids[i - 1]);
+    if (t->format_version == QRL_WIRE_TRACE_FORMAT_RECORD) {
+        if (t->record.len == 0) return BAD("%s: record is empty", where);
+        if (t->scales.len || t->bits.len)
+            return BAD("%s: format_version 2 carries scales and bits in the record only", where);
+        if ((uint64_t)t->token_begin + t->token_count > t->response_tokens)
+            return BAD("%s: tokens [%u, +%u) run past response_tokens %u", where,
+                       t->token_begin, t->token_count, t->response_tokens);
+        return QRL_OK;
+    }
     if (t->scales.len == 0 || t->scales.len % t->token_count)
         return BAD("%s: scales has %zu bytes, not a positive multiple of token_count %u", where,
                    t->scales.len, t->token_count);

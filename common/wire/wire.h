@@ -107,10 +107,11 @@ qrl_status qrl_wire_prompt_group_validate(const Qrl__PromptGroup *pg, uint32_t v
 qrl_status qrl_wire_group_result_validate(const Qrl__GroupResult *r, uint32_t expected_g,
                                           uint32_t vocab_size, qrl_error *err);
 
-/* TraceChunk: group_id >= 1; chunk_index < chunk_count; format_version 1 (else
+/* TraceChunk: group_id >= 1; chunk_index < chunk_count; format_version 1 or 2 (else
  * UNSUPPORTED); block_size a positive multiple of 8; token_count >= 1; site ids strictly
- * increasing and non-empty; scales a whole number of bytes per token; bits.len * 8 ==
- * scales.len * block_size. */
+ * increasing and non-empty; version 1: scales a whole number of bytes per token,
+ * bits.len * 8 == scales.len * block_size; version 2: a non-empty record, no scales or
+ * bits, token_begin + token_count <= response_tokens. */
 qrl_status qrl_wire_trace_chunk_validate(const Qrl__TraceChunk *t, qrl_error *err);
 
 /* WeightManifest: known checksum algorithm; bucket_bytes >= 1; bucket_count ==
@@ -145,6 +146,55 @@ void qrl_wire_chunks_free(qrl_wire_chunks *c);
  * *out is owned by the caller (qrl_wire_free on its base). */
 qrl_status qrl_wire_result_join(Qrl__GroupResult *const *chunks, size_t n, size_t max_whole,
                                 Qrl__GroupResult **out, qrl_error *err);
+
+/* ---- TRACE chunks (qrl.trace; wire/trace_chunk.c) ------------------------------------ */
+
+/* TraceChunk.format_version of chunks that carry a whole TRACE record (proto/qrl.proto). */
+#define QRL_WIRE_TRACE_FORMAT_RECORD 2u
+
+/* Who a response's chunks belong to (copied into every chunk; replica_id borrowed). */
+typedef struct qrl_wire_trace_ident {
+    uint64_t group_id, run_id;
+    const char *replica_id;
+    uint32_t response_index;
+} qrl_wire_trace_ident;
+
+/* A response's records in chunk order (model/trace_rec.h qrl_trace_pack has these fields:
+ * fill from it); all borrowed. */
+typedef struct qrl_wire_trace_pieces {
+    size_t count;
+    uint8_t *const *record;
+    const size_t *len;
+    const uint32_t *token_begin, *token_count;
+    uint32_t n_tokens; /* response tokens */
+    uint32_t crc32;    /* CRC-32 (IEEE) of the records concatenated in order */
+} qrl_wire_trace_pieces;
+
+/* Largest record that fits one TraceChunk message of max_bytes with n_sites site ids and
+ * this replica id (0 when nothing fits): pass it to qrl_trace_buf_pack. */
+size_t qrl_wire_trace_record_budget(size_t max_bytes, size_t n_sites, const char *replica_id);
+
+/* Encode one TraceChunk (format_version 2, block_size 16) per piece: chunk index i of
+ * count, the ident, site_ids [n_sites], record i with its token range, the response's
+ * tokens and CRC.  Every message is <= max_bytes.  *out overwritten, empty on failure.
+ * Errors: INVALID_ARGUMENT (no pieces, no site ids, group_id 0), OUT_OF_RANGE (a message
+ * over max_bytes: the record budget was not respected), NOMEM. */
+qrl_status qrl_wire_trace_chunks_encode(const qrl_wire_trace_ident *id, const uint32_t *site_ids,
+                                        size_t n_sites, const qrl_wire_trace_pieces *p,
+                                        size_t max_bytes, qrl_wire_chunks *out, qrl_error *err);
+
+/* Completeness check of the chunks a consumer holds for one response (decoded messages, in
+ * any order, duplicates allowed): every chunk validates (qrl_wire_trace_chunk_validate) at
+ * format_version 2; all agree on group, run, replica, response index, chunk_count,
+ * response_tokens, response_crc32 and site_ids; a duplicated index carries the same record
+ * and range (kept once); indices 0 .. chunk_count-1 are all present; their token ranges
+ * tile [0, response_tokens); the CRC-32 of the records in index order is response_crc32.
+ * On success ordered[0 .. *count) (caller array of n entries) are the chunks in index
+ * order (borrowed from chunks).  Errors: NOT_FOUND (incomplete: names the missing
+ * indices; more chunks may still come), CORRUPT (disagreeing fields, conflicting
+ * duplicates, ranges or CRC; names the chunk), UNSUPPORTED (format version). */
+qrl_status qrl_wire_trace_join(Qrl__TraceChunk *const *chunks, size_t n,
+                               const Qrl__TraceChunk **ordered, size_t *count, qrl_error *err);
 
 /* ---- keys and checksums ------------------------------------------------------------- */
 

@@ -279,9 +279,12 @@ Test(validate, trace_chunk_rules) {
     t.scales.len = 12; sites[2] = 8;
     cr_assert_eq(qrl_wire_trace_chunk_validate(&t, &e), QRL_STATUS_CORRUPT);
     cr_assert_str_eq(e.msg, "TraceChunk group 42 response 1 chunk 0: site_ids[2] = 8 is not above site_ids[1] = 8");
-    sites[2] = 20; t.format_version = 2;
+    sites[2] = 20; t.format_version = 3;
     cr_assert_eq(qrl_wire_trace_chunk_validate(&t, &e), QRL_STATUS_UNSUPPORTED);
-    cr_assert_str_eq(e.msg, "TraceChunk group 42 response 1 chunk 0: format_version got 2, expected 1");
+    cr_assert_str_eq(e.msg, "TraceChunk group 42 response 1 chunk 0: format_version got 3, expected 1 or 2");
+    t.format_version = 2; /* the record layout: scales and bits travel inside the record */
+    cr_assert_eq(qrl_wire_trace_chunk_validate(&t, &e), QRL_STATUS_CORRUPT);
+    cr_assert_str_eq(e.msg, "TraceChunk group 42 response 1 chunk 0: record is empty");
     t.format_version = 1; t.chunk_index = 2;
     cr_assert_eq(qrl_wire_trace_chunk_validate(&t, &e), QRL_STATUS_CORRUPT);
     cr_assert_str_eq(e.msg, "TraceChunk group 42 response 1 chunk 2: chunk_index 2 is not below chunk_count 2");
