@@ -63,6 +63,11 @@ void qrl_gpu_budget_estimate(const qrl_model *model, const qrl_scheduler_config 
 qrl_status qrl_rollout_gpu_check(int device, char *desc, size_t desc_size, size_t *total_bytes,
                                  qrl_error *err);
 
+/* The name of CUDA device `device` as ReplicaInfo.device_name shows it (the CUDA runtime's
+ * qrl_cuda_device_describe line), or "cuda:N" when it cannot be asked (no CUDA in this
+ * build, no such device).  Writes at most cap bytes, NUL-terminated. */
+void qrl_rollout_device_name(int device, char *out, size_t cap);
+
 /* Size sc->kv_blocks for device sc->device (>= 0) so that the engine uses at most
  * utilization x the device's memory (qrl_gpu_budget_estimate, qrl_gpu_budget_kv_blocks);
  * logs the sizing.  Errors: as qrl_rollout_gpu_check and qrl_gpu_budget_kv_blocks

@@ -12,6 +12,7 @@
 #ifdef QRL_HAVE_CUDA
 #include <cuda_runtime.h>
 
+#include "cuda/runtime.cuh"
 #include "model/forward_cuda.h"
 
 static qrl_status gpu_seq_new(qrl_scheduler *s, int *seq, qrl_error *err) {
@@ -140,6 +141,11 @@ qrl_status qrl_rollout_gpu_check(int device, char *desc, size_t desc_size, size_
     return QRL_OK;
 }
 
+void qrl_rollout_device_name(int device, char *out, size_t cap) {
+    qrl_error ignored;
+    if (qrl_cuda_device_describe(device, out, cap, &ignored) != QRL_OK) snprintf(out, cap, "cuda:%d", device);
+}
+
 #else /* !QRL_HAVE_CUDA */
 qrl_status qrl_scheduler_check_device(const qrl_scheduler_config *cfg, qrl_precision precision,
                                       qrl_error *err) {
@@ -164,4 +170,6 @@ qrl_status qrl_rollout_gpu_check(int device, char *desc, size_t desc_size, size_
                          "CUDA device %d: UNSUPPORTED: this build has no CUDA (nvcc was not found "
                          "when it was built)", device);
 }
+
+void qrl_rollout_device_name(int device, char *out, size_t cap) { snprintf(out, cap, "cuda:%d", device); }
 #endif

@@ -554,6 +554,20 @@ void qrl_nccl_host_free(void *p) {
     else free(p);
 }
 
+qrl_status qrl_nccl_device_alloc(int device, uint64_t bytes, uint8_t **out, qrl_error *err) {
+    *out = NULL;
+    if (cudaSetDevice(device) != cudaSuccess || cudaMalloc((void **)out, bytes) != cudaSuccess) {
+        cudaGetLastError(); /* clear it: the next call on this thread must not see it */
+        *out = NULL;
+        return qrl_error_set(err, QRL_STATUS_CUDA, "nccl weights: %llu-byte device buffer on cuda:%d",
+                             (unsigned long long)bytes, device);
+    }
+    return QRL_OK;
+}
+void qrl_nccl_device_free(uint8_t *p) {
+    if (p) cudaFree(p);
+}
+
 #else /* !QRL_HAVE_CUDA */
 
 struct qrl_nccl_comm {
@@ -606,6 +620,12 @@ qrl_status qrl_nccl_bcast_recv_device(qrl_nccl_comm_t *c, uint64_t expect_versio
 }
 void *qrl_nccl_host_alloc(size_t bytes) { return malloc(bytes ? bytes : 1); }
 void qrl_nccl_host_free(void *p) { free(p); }
+qrl_status qrl_nccl_device_alloc(int device, uint64_t bytes, uint8_t **out, qrl_error *err) {
+    (void)device, (void)bytes;
+    *out = NULL;
+    return qrl_error_set(err, QRL_STATUS_UNSUPPORTED, "nccl weights: this build has no CUDA");
+}
+void qrl_nccl_device_free(uint8_t *p) { (void)p; }
 
 #endif
 

@@ -120,4 +120,10 @@ void qrl_nccl_version_recycle(qrl_nccl_comm_t *c, qrl_nccl_version *v);
 void *qrl_nccl_host_alloc(size_t bytes);
 void qrl_nccl_host_free(void *p);
 
+/* A device buffer of `bytes` on CUDA device `device` for qrl_nccl_bcast_recv_device (the
+ * calling thread's device is set to it).  *out freed with qrl_nccl_device_free (NULL is a
+ * no-op).  Errors: CUDA (no such device, out of memory), UNSUPPORTED (a build without CUDA). */
+qrl_status qrl_nccl_device_alloc(int device, uint64_t bytes, uint8_t **out, qrl_error *err);
+void qrl_nccl_device_free(uint8_t *p);
+
 #endif

@@ -9,9 +9,6 @@
 
 #include "core/log.h"
 #include "rollout/gpu_memory.h"
-#ifdef QRL_HAVE_CUDA
-#include "cuda/runtime.cuh"
-#endif
 #include "rollout.h"
 #include "rollout/result.h"
 
@@ -55,11 +52,7 @@ qrl_status rd_engine_config(const rd_settings *s, const qrl_model *model, const 
         }
     }
     snprintf(device, device_size, "cuda:%d", sc->device);
-#ifdef QRL_HAVE_CUDA
-    qrl_error ignored;
-    if (qrl_cuda_device_describe(sc->device, device_name, name_size, &ignored) != QRL_OK)
-#endif
-        snprintf(device_name, name_size, "cuda:%d", sc->device);
+    qrl_rollout_device_name(sc->device, device_name, name_size);
     return QRL_OK;
 }
 

@@ -9,9 +9,6 @@
 #include "rollout.h"
 #include "weights/nccl_bcast.h"
 #include "wire/wire.h"
-#ifdef QRL_HAVE_CUDA
-#include <cuda_runtime_api.h>
-#endif
 #include <time.h>
 
 bool rd_nccl_capable(void) { return qrl_nccl_available(); }
@@ -62,17 +59,8 @@ qrl_status rd_nccl_fetch_apply_device(rd_control *c, const Qrl__VersionEvent *ev
     QRL_TRY(join_epoch(n, ev, err));
     uint64_t cap = (uint64_t)c->model->arena_floats * 2 + 4096; /* every weight as BF16 */
     if (!n->dbuf) {
-#ifdef QRL_HAVE_CUDA
-        if (cudaSetDevice(n->device) != cudaSuccess || cudaMalloc((void **)&n->dbuf, cap) != cudaSuccess) {
-            cudaGetLastError();
-            n->dbuf = NULL;
-            return qrl_error_set(err, QRL_STATUS_CUDA, "nccl weights: %llu-byte device buffer on cuda:%d",
-                                 (unsigned long long)cap, n->device);
-        }
+        QRL_TRY(qrl_nccl_device_alloc(n->device, cap, &n->dbuf, err));
         n->dcap = cap;
-#else
-        return qrl_error_set(err, QRL_STATUS_UNSUPPORTED, "nccl weights: this build has no CUDA");
-#endif
     }
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
@@ -92,9 +80,7 @@ qrl_status rd_nccl_fetch_apply_device(rd_control *c, const Qrl__VersionEvent *ev
 void rd_nccl_close(rd_nccl *n) {
     qrl_nccl_comm_destroy(n->comm);
     n->comm = NULL;
-#ifdef QRL_HAVE_CUDA
-    if (n->dbuf) cudaFree(n->dbuf);
-#endif
+    qrl_nccl_device_free(n->dbuf);
     n->dbuf = NULL;
 }
 
