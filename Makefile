@@ -6,7 +6,8 @@
 #   kernels/base/*.c                      -> build/lib/libqrl_base.a  (status, checksums: what
 #                                            the kernels need, so each library links once)
 #   services/{learner,rollout,ctl}/*.c    -> build/bin/qrl-learner, qrl-rollout, qrlctl
-#   services/tools/qrl-*.c                -> build/bin/qrl-*  (one file, one tool)
+#   services/tools/qrl-*.c                -> build/bin/qrl-*  (one file, one tool; a tool's
+#                                            further sources in services/tools/qrl-*/)
 #   tests/unit/test_*.c                   -> build/tests/unit/test_*   (Criterion)
 #   tests/integration/*.c                 -> build/tests/integration/*  (plain programs the
 #                                            integration scripts run)
@@ -145,7 +146,11 @@ $(eval $(call daemon_rule,learner,qrl-learner))
 $(eval $(call daemon_rule,rollout,qrl-rollout))
 $(eval $(call daemon_rule,ctl,qrlctl))
 
-$(BUILD)/bin/qrl-%: $(BUILD)/obj/services/tools/qrl-%.o $(TOOL_LIB:%.c=$(BUILD)/obj/%.o) $(LINK_LIBS)
+# A tool whose source outgrows one file keeps the rest in services/tools/qrl-NAME/*.c.
+.SECONDEXPANSION:
+$(BUILD)/bin/qrl-%: $(BUILD)/obj/services/tools/qrl-%.o \
+    $$(addprefix $(BUILD)/obj/,$$(subst .c,.o,$$(wildcard services/tools/qrl-$$*/*.c))) \
+    $(TOOL_LIB:%.c=$(BUILD)/obj/%.o) $(LINK_LIBS)
 	@mkdir -p $(dir $@)
 	$(CC) $(LDFLAGS) -o $@ $(filter %.o,$^) $(LINK_LIBS) $(LDLIBS)
 

@@ -40,53 +40,7 @@
 #include "rollout/gpu_memory.h"
 #include "rollout/scheduler.h"
 #include "tokenizer/tokenizer.h"
-
-#define BLOCK_SIZE 16
-#define PREFILL_ROWS 64
-#define MAX_STOPS 8
-#define MAX_STOP_IDS 16
-
-enum { STOP_AT_BOS_AUTO, STOP_AT_BOS_TRUE, STOP_AT_BOS_FALSE }; /* choices order */
-enum { OUTPUT_JSON, OUTPUT_TEXT };
-enum { DEVICE_CPU, DEVICE_CUDA };
-
-typedef struct opts {
-    /* the keys of CONFIG (qrl_config_bind); the string options marked optional are NULL
-     * when never given (an explicit "" is a value: an empty prompt is valid) */
-    const char *model, *tokenizer, *prompt, *prompts_file, *prompt_ids, *chat_template, *system; /* optional */
-    const char *dump_logits;            /* optional */
-    const char *precision, *kv_cache;   /* enum names */
-    int max_new, top_k, n, threads;
-    int stop_at_bos;                    /* STOP_AT_BOS_*: auto = for llama2.c tokenizers */
-    int output;                         /* OUTPUT_* */
-    int kv_sink, kv_recent;             /* int4-protected side-cache widths (SPEC §3 KV4-RL) */
-    int device_kind, device_id;         /* DEVICE_*; the CUDA ordinal */
-    double gpu_mem;                     /* --gpu-memory-utilization (0 = off) */
-    float temperature, top_p;
-    int64_t seed;
-    qrl_config_list stop;               /* --stop strings */
-    qrl_config_list stop_id_text;       /* --stop-token-ids as given, checked once the model loads */
-    /* derived */
-    const char *stops[MAX_STOPS];
-    int n_stops;
-    int32_t stop_ids[MAX_STOP_IDS + 1]; /* --stop-token-ids, and BOS (--stop-at-bos) */
-    int n_stop_ids;
-    int device;                         /* -1 = CPU; >= 0 = the scheduler's CUDA engine on that ordinal */
-} opts;
-
-typedef struct prompt {
-    char *text;     /* NULL for --prompt-ids */
-    int32_t *ids;
-    size_t n_ids;
-} prompt;
-
-typedef struct response {
-    int seq;
-    int32_t *tokens;  /* [max_new] */
-    float *logprobs;
-    int n;
-    const char *finish; /* NULL while running */
-} response;
+#include "qrl-generate/generate.h"
 
 /* The program's config table (STYLE 10): drives --help, --help-markdown
  * (docs/config-qrl-generate.md), --config FILE.yaml and the --key=value options.
@@ -212,109 +166,21 @@ static qrl_precision check_precision(const char *p) {
     return prec;
 }
 
-/* ---- prompts ------------------------------------------------------------------------ */
-
-static int32_t *parse_id_list(const char *s, size_t *n, int vocab) {
-    size_t cap = 16;
-    int32_t *ids = malloc(cap * sizeof *ids);
-    *n = 0;
-    const char *p = s;
-    while (*p) {
-        char *end;
-        errno = 0;
-        long v = strtol(p, &end, 10);
-        if (errno || end == p || v < 0 || v >= vocab || (*end && *end != ','))
-            qrl_die("--prompt-ids: item %zu ('%.*s') is not a token id in [0, %d)", *n,
-                (int)strcspn(p, ","), p, vocab);
-        if (*n == cap) ids = realloc(ids, (cap *= 2) * sizeof *ids);
-        ids[(*n)++] = (int32_t)v;
-        p = *end ? end + 1 : end;
-    }
-    if (*n == 0) qrl_die("--prompt-ids: empty list");
-    return ids;
-}
-
-static void free_prompts(prompt *ps, int n) {
-    for (int i = 0; i < n; i++) {
-        free(ps[i].text);
-        free(ps[i].ids);
-    }
-    free(ps);
-}
-
-/* One {"prompt": "..."} object per line; blank lines skipped.  Dies naming the line. */
-static prompt *read_prompts_file(const char *path, int *n_out) {
-    FILE *f = fopen(path, "r");
-    if (!f) qrl_die("%s: cannot open: %s", path, strerror(errno));
-    prompt *ps = NULL;
-    int n = 0, lineno = 0;
-    char *line = NULL, msg[512] = "";
-    size_t cap = 0;
-    ssize_t len;
-    while (!msg[0] && (len = getline(&line, &cap, f)) != -1) {
-        lineno++;
-        if (strspn(line, " \t\r\n") == (size_t)len) continue;
-        json_error_t je;
-        json_t *j = json_loadb(line, (size_t)len, 0, &je);
-        json_t *pv = j ? json_object_get(j, "prompt") : NULL;
-        if (!j) {
-            snprintf(msg, sizeof msg, "%s: line %d: %s", path, lineno, je.text);
-        } else if (!json_is_string(pv)) {
-            snprintf(msg, sizeof msg, "%s: line %d: field 'prompt' must be a string", path, lineno);
-        } else {
-            ps = realloc(ps, (size_t)(n + 1) * sizeof *ps);
-            ps[n++] = (prompt){.text = strdup(json_string_value(pv))};
-        }
-        json_decref(j);
-    }
-    free(line);
-    fclose(f);
-    if (!msg[0] && n == 0) snprintf(msg, sizeof msg, "%s: no prompts", path);
-    if (msg[0]) {
-        free_prompts(ps, n);
-        qrl_die("%s", msg);
-    }
-    *n_out = n;
-    return ps;
-}
-
-static void encode_prompt(const opts *o, const qrl_tokenizer *tok, prompt *p) {
-    qrl_error err;
-    char *text = p->text;
-    char *templated = NULL;
-    if (o->chat_template) {
-        if (qrl_chat_template_apply(o->chat_template, o->system, p->text, &templated, &err) != QRL_OK)
-            qrl_die_err(&err);
-        text = templated;
-    }
-    /* BOS as the tokenizer wants it, unless the template already wrote it (llama3's
-     * <|begin_of_text|>); chatml tokenizers have none. */
-    bool add_bos = true;
-    int32_t bos = qrl_tokenizer_bos(tok);
-    const char *bos_piece = bos >= 0 ? qrl_tokenizer_piece(tok, bos) : NULL;
-    if (o->chat_template && bos_piece && strncmp(text, bos_piece, strlen(bos_piece)) == 0)
-        add_bos = false;
-    if (qrl_tokenizer_encode(tok, text, strlen(text), add_bos, true, &p->ids, &p->n_ids, &err) != QRL_OK)
-        qrl_die_err(&err);
-    free(templated);
-    if (p->n_ids == 0) qrl_die("prompt '%.40s' encodes to no tokens", p->text);
-}
-
 /* ---- generation ----------------------------------------------------------------------- */
 
-static double now_s(void) {
+double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);
     return ts.tv_sec + ts.tv_nsec * 1e-9;
 }
 
-static bool is_eos(const qrl_model *m, const qrl_tokenizer *tok, int32_t t) {
+bool is_eos(const qrl_model *m, const qrl_tokenizer *tok, int32_t t) {
     for (int i = 0; i < m->cfg.n_eos; i++)
         if (m->cfg.eos_ids[i] == t) return true;
     return tok && qrl_tokenizer_eos(tok) == t;
 }
 
-static bool is_stop_id(const opts *o, int32_t t) {
+bool is_stop_id(const opts *o, int32_t t) {
     for (int i = 0; i < o->n_stop_ids; i++)
         if (o->stop_ids[i] == t) return true;
     return false;
@@ -341,98 +207,6 @@ static void resolve_stop_ids(opts *o, const qrl_model *m, const qrl_tokenizer *t
         o->stop_ids[o->n_stop_ids++] = bos;
 }
 
-/* Text of a response (special tokens skipped), or NULL without a tokenizer.  Decoded in
- * the context of its prompt (decode(prompt + response) minus decode(prompt)) so that
- * SentencePiece leading-space rules apply as they would to the whole sequence. */
-static char *response_text(const qrl_tokenizer *tok, const prompt *p, const response *r) {
-    if (!tok) return NULL;
-    qrl_error err;
-    int32_t *all = malloc((p->n_ids + (size_t)r->n + 1) * sizeof *all);
-    memcpy(all, p->ids, p->n_ids * sizeof *all);
-    memcpy(all + p->n_ids, r->tokens, (size_t)r->n * sizeof *all);
-    char *full, *head, *text;
-    if (qrl_tokenizer_decode(tok, all, p->n_ids + (size_t)r->n, true, &full, &err) != QRL_OK ||
-        qrl_tokenizer_decode(tok, all, p->n_ids, true, &head, &err) != QRL_OK)
-        qrl_die_err(&err);
-    size_t hl = strlen(head);
-    if (strncmp(full, head, hl) == 0) {
-        text = strdup(full + hl);
-    } else if (qrl_tokenizer_decode(tok, r->tokens, (size_t)r->n, true, &text, &err) != QRL_OK) {
-        qrl_die_err(&err);
-    }
-    free(full);
-    free(head);
-    free(all);
-    return text;
-}
-
-/* JSON strings must be valid UTF-8, but a response can stop inside a multi-byte character
- * (byte-level tokens).  Replace each invalid or cut sequence with U+FFFD, as HuggingFace's
- * decode does; token_ids keep the exact output.  Returns a malloc'd copy. */
-static char *utf8_lossy(const char *s) {
-    size_t n = strlen(s), o = 0;
-    char *out = malloc(3 * n + 1); /* each bad byte becomes 3 bytes at most */
-    if (!out) qrl_die("out of memory");
-    for (size_t i = 0; i < n;) {
-        utf8proc_int32_t cp;
-        utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
-        if (k > 0) {
-            memcpy(out + o, s + i, (size_t)k);
-            o += (size_t)k, i += (size_t)k;
-        } else {
-            memcpy(out + o, "\xEF\xBF\xBD", 3);
-            o += 3, i += 1;
-        }
-    }
-    out[o] = '\0';
-    return out;
-}
-
-static void emit(const opts *op, const prompt *p, int pi, int ri, const response *r, char *text, double secs) {
-    if (op->output == OUTPUT_TEXT) { /* the prompt and its continuation; a blank line between responses */
-        static bool first = true;
-        char *valid = text ? utf8_lossy(text) : NULL;
-        printf("%s%s%s\n", first ? "" : "\n", p->text ? p->text : "", valid ? valid : "");
-        first = false;
-        free(valid);
-        if (fflush(stdout) != 0 || ferror(stdout)) qrl_die("writing to stdout failed: %s", strerror(errno));
-        return;
-    }
-    json_t *o = json_object();
-    json_object_set_new(o, "prompt", p->text ? json_string(p->text) : json_null());
-    json_object_set_new(o, "prompt_index", json_integer(pi));
-    json_object_set_new(o, "response_index", json_integer(ri));
-    char *valid = text ? utf8_lossy(text) : NULL;
-    json_object_set_new(o, "text", valid ? json_string(valid) : json_null());
-    free(valid);
-    json_t *ids = json_array(), *lps = json_array();
-    for (int i = 0; i < r->n; i++) {
-        json_array_append_new(ids, json_integer(r->tokens[i]));
-        json_array_append_new(lps, json_real(r->logprobs[i]));
-    }
-    json_object_set_new(o, "token_ids", ids);
-    json_object_set_new(o, "logprobs", lps);
-    json_object_set_new(o, "finish_reason", json_string(r->finish));
-    json_object_set_new(o, "prompt_tokens", json_integer((json_int_t)p->n_ids));
-    json_object_set_new(o, "tokens_per_s", json_real(secs > 0 ? r->n / secs : 0));
-    char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
-    puts(s);
-    /* a full disk or a closed pipe must not look like success */
-    if (fflush(stdout) != 0 || ferror(stdout)) qrl_die("writing to stdout failed: %s", strerror(errno));
-    free(s);
-    json_decref(o);
-}
-
-typedef struct engine {
-    const opts *o;
-    const qrl_model *m;
-    const qrl_tokenizer *tok;
-    qrl_forward *fwd;
-    qrl_kv_cache *kv;
-    qrl_sampler *sampler;
-    int ctx;
-    float *logits; /* [max(n, prompt_len if dumping), vocab] */
-} engine;
 
 /* Record a sampled token; decide whether the response is finished. */
 static void take(engine *e, const prompt *p, response *r, const qrl_sample *s, int pos) {
@@ -519,116 +293,6 @@ static void generate_group(engine *e, prompt *p, int pi) {
     free(who);
     free(toks);
     free(rs);
-}
-
-/* ---- --device cuda: the rollout scheduler's CUDA engine ------------------------------- */
-
-typedef struct gpu_run {
-    engine *e;
-    prompt *ps;
-    int n_prompts, next;  /* next prompt to print */
-    response **done;      /* [n_prompts]: the group's n responses once finished, else NULL */
-    double *secs;         /* [n_prompts] submit -> finished */
-} gpu_run;
-
-static void on_gpu_group(const qrl_scheduler_group_result *g, void *ctx) {
-    gpu_run *r = ctx;
-    const engine *e = r->e;
-    int pi = (int)g->group_id;
-    response *rs = calloc(g->group_size, sizeof *rs);
-    if (!rs) qrl_die("out of memory");
-    for (uint32_t i = 0; i < g->group_size; i++) {
-        const qrl_scheduler_response *x = &g->responses[i];
-        response *y = &rs[i];
-        y->n = x->n_tokens;
-        y->tokens = malloc(((size_t)x->n_tokens + 1) * sizeof *y->tokens);
-        y->logprobs = malloc(((size_t)x->n_tokens + 1) * sizeof *y->logprobs);
-        if (!y->tokens || !y->logprobs) qrl_die("out of memory");
-        memcpy(y->tokens, x->tokens, (size_t)x->n_tokens * sizeof *y->tokens);
-        memcpy(y->logprobs, x->logprobs_full, (size_t)x->n_tokens * sizeof *y->logprobs); /* as qrl_sample.logprob */
-        /* every EOS id the CPU path knows ends with "eos" (the scheduler takes one EOS id,
-         * the others come in as stop ids) */
-        bool eos = x->n_tokens > 0 && is_eos(e->m, e->tok, x->tokens[x->n_tokens - 1]);
-        y->finish = x->finish == QRL_FINISH_EOS || (x->finish == QRL_FINISH_STOP && eos) ? "eos"
-                                                                                         : qrl_finish_reason_name(x->finish);
-    }
-    r->done[pi] = rs;
-    r->secs[pi] = (double)g->total_us * 1e-6;
-}
-
-/* Print the finished prompts at the head of the order (the CPU path's output order). */
-static void gpu_flush(gpu_run *r) {
-    const opts *o = r->e->o;
-    while (r->next < r->n_prompts && r->done[r->next]) {
-        int pi = r->next++;
-        response *rs = r->done[pi];
-        for (int i = 0; i < o->n; i++) {
-            char *text = response_text(r->e->tok, &r->ps[pi], &rs[i]);
-            if (text && strcmp(rs[i].finish, "stop") == 0) /* cut at the earliest stop string */
-                for (int k = 0; k < o->n_stops; k++) {
-                    char *at = strstr(text, o->stops[k]);
-                    if (at) *at = '\0';
-                }
-            emit(o, &r->ps[pi], pi, i, &rs[i], text, r->secs[pi]);
-            free(text);
-            free(rs[i].tokens);
-            free(rs[i].logprobs);
-        }
-        free(rs);
-        r->done[pi] = NULL;
-    }
-}
-
-static void generate_cuda(engine *e, prompt *ps, int n_prompts) {
-    const opts *o = e->o;
-    const qrl_model *m = e->m;
-    qrl_error err;
-    qrl_kv_format kvf;
-    if (qrl_kv_format_parse(o->kv_cache, &kvf, &err) != QRL_OK) qrl_die_err(&err);
-    qrl_scheduler_config sc;
-    qrl_scheduler_config_default(&sc);
-    long long want = (long long)o->n * n_prompts;
-    sc.max_slots = (int)(want < 256 ? want : o->n > 256 ? o->n : 256);
-    sc.kv_format = kvf;
-    sc.kv_sink = o->kv_sink < e->ctx ? o->kv_sink : e->ctx;
-    sc.kv_recent = o->kv_recent < e->ctx ? o->kv_recent : e->ctx;
-    sc.max_ctx = e->ctx;
-    sc.device = o->device;
-    /* EOS: the model's first id (else the tokenizer's); the others as stop ids */
-    int32_t stops[QRL_MODEL_MAX_EOS + 1 + MAX_STOP_IDS + 1];
-    int n_stop_ids = 0;
-    sc.eos_token_id = m->cfg.n_eos > 0 ? m->cfg.eos_ids[0] : e->tok ? qrl_tokenizer_eos(e->tok) : -1;
-    for (int i = 1; i < m->cfg.n_eos; i++) stops[n_stop_ids++] = m->cfg.eos_ids[i];
-    if (e->tok && qrl_tokenizer_eos(e->tok) >= 0 && qrl_tokenizer_eos(e->tok) != sc.eos_token_id)
-        stops[n_stop_ids++] = qrl_tokenizer_eos(e->tok);
-    for (int i = 0; i < o->n_stop_ids; i++) stops[n_stop_ids++] = o->stop_ids[i]; /* finish "stop" */
-    if (o->gpu_mem > 0 && qrl_scheduler_config_fit_gpu(&sc, m, o->gpu_mem, &err) != QRL_OK)
-        qrl_die("--%s", err.msg);
-    gpu_run r = {.e = e, .ps = ps, .n_prompts = n_prompts,
-                 .done = calloc((size_t)n_prompts, sizeof *r.done),
-                 .secs = calloc((size_t)n_prompts, sizeof *r.secs)};
-    if (!r.done || !r.secs) qrl_die("out of memory");
-    qrl_scheduler *s;
-    if (qrl_scheduler_new(m, e->tok, &sc, on_gpu_group, &r, &s, &err) != QRL_OK)
-        qrl_die("--device cuda: %s", err.msg);
-    for (int i = 0; i < n_prompts; i++) {
-        qrl_scheduler_group_desc g = {
-            .group_id = (uint64_t)i, .group_size = (uint32_t)o->n, .prompt = ps[i].ids,
-            .n_prompt = (int)ps[i].n_ids,
-            .sampling = {.temperature = o->temperature, .top_k = o->top_k, .top_p = o->top_p,
-                         .seed = (uint64_t)o->seed},
-            .max_new_tokens = o->max_new, .stop_token_ids = stops, .n_stop_token_ids = n_stop_ids,
-            .stop_strings = o->n_stops ? o->stops : NULL, .n_stop_strings = o->n_stops};
-        if (qrl_scheduler_submit(s, &g, &err) != QRL_OK) qrl_die("prompt %d: %s", i, err.msg);
-    }
-    while (!qrl_scheduler_idle(s)) {
-        if (qrl_scheduler_step(s, NULL, &err) != QRL_OK) qrl_die_err(&err);
-        gpu_flush(&r);
-    }
-    gpu_flush(&r);
-    qrl_scheduler_free(s);
-    free(r.done);
-    free(r.secs);
 }
 
 int main(int argc, char **argv) {
