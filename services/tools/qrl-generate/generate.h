@@ -79,7 +79,7 @@ typedef struct engine {
 int32_t *parse_id_list(const char *s, size_t *n, int vocab);
 /* Free ps[0..n) and ps. */
 void free_prompts(prompt *ps, int n);
-/* The "prompt" (or "prompt_ids") of each JSONL line of path; *n_out of them; dies naming path:line. */
+/* One {"prompt": "..."} object per line of path (blank lines skipped); *n_out prompts; dies naming the line. */
 prompt *read_prompts_file(const char *path, int *n_out);
 /* p->ids from p->text with --chat-template / --system applied; dies when it encodes to nothing. */
 void encode_prompt(const opts *o, const qrl_tokenizer *tok, prompt *p);
