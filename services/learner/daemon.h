@@ -8,6 +8,8 @@
 #include "kafka/kafka.h"
 #include "kafka/offsets.h"
 #include "learner.h"
+#include "learner/metrics.h"
+#include "wire/chunk_join.h"
 #include "ld_nccl.h"
 #include "rpc/rpc.h"
 
@@ -66,19 +68,19 @@ typedef struct ld_daemon {
     ld_out *resend;
     /* intake */
     qrl_kafka_offsets *offsets; /* commit-after-use tracking of consumed records */
-    ld_chunks chunks;           /* chunked results being reassembled (chunks.c) */
+    qrl_wire_joiner chunks;     /* chunked results being reassembled (wire/chunk_join.h) */
     ld_buffered *buf;
     size_t n_buf, cap_buf;
     ld_buffered *training; /* the quota the trainer holds */
     size_t n_training;
     uint64_t results, duplicates, dead_letters, other_run;
     /* membership */
-    ld_members members;
+    qrl_members members;
     bool paused, stopping, closing, finished;
     double last_reward, last_accuracy, last_train_tps;
     uint64_t warned_ms;
     FILE *metrics;
-    struct ld_metrics *lm;      /* metrics.listen / metrics.tensorboard_dir; NULL when off */
+    qrl_learner_metrics_t *lm;      /* metrics.listen / metrics.tensorboard_dir; NULL when off */
     /* checkpoints (docs/learner-daemon.md "Checkpoints"); ckpt_root NULL = off */
     const char *ckpt_root;
     uint64_t ckpt_every, ckpt_step; /* ckpt_step: step of the newest checkpoint, UINT64_MAX none */

@@ -24,6 +24,7 @@
 #include "core/config.h"
 #include "core/status.h"
 #include "learner/checkpoint.h"
+#include "learner/members.h"
 #include "learner/update.h"
 #include "model/model.h"
 #include "qrl.pb-c.h"
@@ -205,47 +206,6 @@ char *ld_ckpt_settings_json(const qrl_config_t *cfg);
 /* `qrl-learner export ...` (argv[0] = "export"); returns the exit status. */
 int ld_export_main(int argc, char **argv);
 
-/* ---- membership (members.c) ---------------------------------------------------------- */
-
-#define LD_MAX_REPLICAS 256
-
-/* One replica as the learner knows it (loop thread only). */
-typedef struct ld_replica {
-    char id[128];
-    uint64_t version;              /* weights version it holds (Register, heartbeats) */
-    uint64_t registered_ms, last_seen_ms;
-    qrl_rpc_call_t *watch;         /* its WatchVersions stream, or NULL */
-    Qrl__ReplicaInfo *info;        /* copy of its registration (owned) */
-    Qrl__RolloutStatus *status;    /* copy of its last heartbeat's status (owned), or NULL */
-    bool lost;                     /* silent past the heartbeat timeout: no more events;
-                                      heartbeats get known=false until it registers again */
-    bool draining;                 /* told to drain (Learner.Drain) */
-} ld_replica;
-
-typedef struct ld_members {
-    ld_replica r[LD_MAX_REPLICAS];
-    int n;
-} ld_members;
-
-/* The replica called `id` (lost ones included), or NULL. */
-ld_replica *ld_members_find(ld_members *m, const char *id);
-/* Register `info` (id checked: 1..127 bytes): a new entry, or the same id refreshed (a
- * lost or restarted replica comes back clean: lost/draining cleared, old status dropped).
- * A full table reuses a lost entry.  Errors: INVALID_ARGUMENT (id), BUSY (full). */
-qrl_status ld_members_register(ld_members *m, const Qrl__ReplicaInfo *info, uint64_t have_version,
-                               uint64_t now_ms, ld_replica **out, qrl_error *err);
-/* A heartbeat from `r` with its status (may be NULL; copied). */
-void ld_members_heartbeat(ld_replica *r, const Qrl__RolloutStatus *st, uint64_t now_ms);
-/* Mark replicas silent for more than timeout_ms lost (their stream is finished); returns
- * how many were marked now. */
-int ld_members_expire(ld_members *m, uint64_t now_ms, uint64_t timeout_ms);
-/* Replicas not lost. */
-int ld_members_live(const ld_members *m);
-/* Answer Learner.ListReplicas: every entry in registration order, with its last status;
- * a lost replica shows state LOST, one told to drain that went silent STOPPED. */
-void ld_members_reply_list(qrl_rpc_call_t *call, const ld_members *m);
-void ld_members_free(ld_members *m);
-
 /* ---- the daemon (loop.c) -------------------------------------------------------------- */
 
 /* Run until max_updates are done (then replicas are told SHUTDOWN) or SIGTERM/SIGINT;
@@ -253,51 +213,5 @@ void ld_members_free(ld_members *m);
 int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok,
                   const ld_dataset *ds, const qrl_learner_config *lc);
 
-
-/* ---- chunked results (chunks.c) ------------------------------------------------------ */
-
-#include "kafka/offsets.h"
-
-#define LD_MAX_CHUNK_SETS 256 /* incomplete chunked results held at once */
-#define LD_MAX_CHUNKS 4096    /* chunks of one result (4 GiB at 1 MiB chunks) */
-
-typedef struct ld_chunk_set {
-    uint64_t group_id;
-    uint32_t whole_crc32c, chunk_count, n;
-    char replica_id[128];
-    Qrl__GroupResult **chunks; /* [chunk_count], n filled (owned) */
-    int32_t partition;
-    qrl_kafka_offset *first;   /* the first chunk's record: pending until the group is done */
-    uint64_t started_ms;
-} ld_chunk_set;
-
-typedef struct ld_chunks {
-    ld_chunk_set *sets;
-    size_t n, cap;
-} ld_chunks;
-
-typedef struct ld_chunk_outcome {
-    bool held;                 /* this chunk opened a set: its offset stays pending */
-    bool done;                 /* a set ended (joined, failed or expired): release `first` */
-    int32_t partition;
-    qrl_kafka_offset *first;
-    Qrl__GroupResult *whole;   /* the joined result when done without error (caller owns) */
-} ld_chunk_outcome;
-
-/* Add chunk message `r` (chunk_count > 1; ownership passes) read at `off` of `partition`.
- * Sets are keyed by (group id, replica id, whole CRC-32C, chunk count), so a duplicate
- * production by another replica forms its own set.  out->held false and out->done false:
- * the caller releases this record's offset now.  out->done: the set is complete; on QRL_OK
- * out->whole is the reassembled result, on error (qrl_wire_result_join's: CORRUPT naming the
- * chunk, OUT_OF_RANGE, PARSE) nothing; either way the caller owns out->first.
- * Errors before a set exists: OUT_OF_RANGE (chunk_count above LD_MAX_CHUNKS), BUSY
- * (LD_MAX_CHUNK_SETS pending): the chunk is dropped and its offset is the caller's. */
-qrl_status ld_chunks_add(ld_chunks *c, Qrl__GroupResult *r, int32_t partition, qrl_kafka_offset *off,
-                         uint64_t now_ms, ld_chunk_outcome *out, qrl_error *err);
-/* Drop sets older than max_age_ms (a replica died between chunks; its redelivered
- * production forms a new set): up to max_out outcomes (done, first) written to out. */
-size_t ld_chunks_expire(ld_chunks *c, uint64_t now_ms, uint64_t max_age_ms, ld_chunk_outcome *out,
-                        size_t max_out);
-void ld_chunks_free(ld_chunks *c);
 
 #endif

@@ -19,9 +19,10 @@
 #include "daemon.h"
 #include "ld_nccl.h"
 #include "weights/wipc.h"
-#include "metrics.h"
+#include "learner/metrics.h"
 #include "rpc/rpc.h"
 #include "verify/verify.h"
+#include "wire/chunk_join.h"
 #include "wire/wire.h"
 
 static uint64_t unix_ms(void) {
@@ -252,9 +253,9 @@ static void on_result(ld_daemon *d, const qrl_kafka_message *m) {
                         : qrl_error_set(&err, QRL_STATUS_PARSE, "empty record");
     Qrl__GroupResult *r = (Qrl__GroupResult *)pm;
     if (st == QRL_OK && r->chunk_count > 1) {
-        ld_chunk_outcome co;
+        qrl_wire_join_outcome co;
         pm = NULL; /* the assembler owns the chunk now */
-        st = ld_chunks_add(&d->chunks, r, m->partition, off, unix_ms(), &co, &err);
+        st = qrl_wire_joiner_add(&d->chunks, r, m->partition, off, unix_ms(), &co, &err);
         r = NULL;
         if (!co.done && st == QRL_OK) {
             if (!co.held) part_done(d, m->partition, off); /* a later chunk of an open set */
@@ -311,7 +312,7 @@ static void on_result(ld_daemon *d, const qrl_kafka_message *m) {
 
 /* ---- updates -------------------------------------------------------------------------- */
 
-static void push_event(ld_daemon *d, ld_replica *r, Qrl__VersionEventKind kind);
+static void push_event(ld_daemon *d, qrl_replica *r, Qrl__VersionEventKind kind);
 
 static void maybe_train(ld_daemon *d) {
     if (d->training || d->ckpt_busy || d->n_buf < d->T || d->stopping || d->finished) return;
@@ -343,11 +344,11 @@ static void maybe_train(ld_daemon *d) {
 
 /* Whether r takes versions by CUDA IPC: the learner publishes on the device and r runs a
  * CUDA engine on this node (ReplicaInfo.node_id equal to ours). */
-static bool replica_ipc(const ld_daemon *d, const ld_replica *r) {
+static bool replica_ipc(const ld_daemon *d, const qrl_replica *r) {
     return d->ipc && d->node_id[0] && r->info && r->info->node_id && !strcmp(r->info->node_id, d->node_id);
 }
 
-static void push_event(ld_daemon *d, ld_replica *r, Qrl__VersionEventKind kind) {
+static void push_event(ld_daemon *d, qrl_replica *r, Qrl__VersionEventKind kind) {
     if (!r->watch) return;
     Qrl__VersionEvent ev = QRL__VERSION_EVENT__INIT;
     ev.kind = kind;
@@ -374,7 +375,7 @@ static void push_event(ld_daemon *d, ld_replica *r, Qrl__VersionEventKind kind) 
 /* The transport of the version about to be announced: the replicas watching versions form
  * the sync group (ld_nccl.c). */
 static void plan_transport(ld_daemon *d) {
-    const char *ids[LD_MAX_REPLICAS];
+    const char *ids[QRL_MAX_REPLICAS];
     size_t n = 0;
     for (int i = 0; i < d->members.n; i++) /* CUDA IPC replicas are not in the NCCL group */
         if (d->members.r[i].watch && !d->members.r[i].lost && !replica_ipc(d, &d->members.r[i]))
@@ -457,7 +458,8 @@ static void on_trained(uv_async_t *h) {
                  s->groups_dropped, s->reward_mean, s->accuracy, s->kl_behav_prox, s->tis_frac, s->acr_frac,
                  s->steps_taken, s->tokens_trained, j->update_s, j->snapshot_s);
     write_metrics(d, j, d->training);
-    ld_metrics_update(d->lm, d->step, d->version, j);
+    qrl_learner_metrics_update(d->lm, d->step, d->version,
+                               &(qrl_learner_metrics_record){&j->stats, j->update_s, j->snapshot_s});
     for (size_t i = 0; i < d->n_training; i++) {
         state_set(d, d->training[i].r->group_id, GS_TRAINED);
         part_done(d, d->training[i].partition, d->training[i].off);
@@ -534,15 +536,15 @@ static void on_signal(uv_signal_t *h, int sig) {
 /* ---- tick ----------------------------------------------------------------------------- */
 
 static void expire_replicas(ld_daemon *d) {
-    ld_members_expire(&d->members, unix_ms(), (uint64_t)qrl_config_get_int(d->cfg, "learner.heartbeat_timeout_ms"));
+    qrl_members_expire(&d->members, unix_ms(), (uint64_t)qrl_config_get_int(d->cfg, "learner.heartbeat_timeout_ms"));
 }
 
 static void publish_metrics(ld_daemon *d);
 
 static void on_tick(uv_timer_t *t) {
     ld_daemon *d = t->data;
-    ld_chunk_outcome gone[16];
-    size_t n_gone = ld_chunks_expire(&d->chunks, unix_ms(), 60000, gone, 16);
+    qrl_wire_join_outcome gone[16];
+    size_t n_gone = qrl_wire_joiner_expire(&d->chunks, unix_ms(), 60000, gone, 16);
     for (size_t i = 0; i < n_gone; i++) {
         d->dead_letters++;
         part_done(d, gone[i].partition, gone[i].first);
@@ -585,8 +587,8 @@ static void on_tick(uv_timer_t *t) {
 /* ---- rpc ------------------------------------------------------------------------------ */
 
 /* A registered replica that is not lost, or NULL. */
-static ld_replica *replica_find(ld_daemon *d, const char *id) {
-    ld_replica *r = ld_members_find(&d->members, id);
+static qrl_replica *replica_find(ld_daemon *d, const char *id) {
+    qrl_replica *r = qrl_members_find(&d->members, id);
     return r && !r->lost ? r : NULL;
 }
 
@@ -600,12 +602,12 @@ static Qrl__ServiceState service_state(const ld_daemon *d) {
 static void h_register(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
     ld_daemon *d = user;
     const Qrl__RegisterRequest *rq = (const Qrl__RegisterRequest *)req;
-    ld_replica *r;
+    qrl_replica *r;
     qrl_error err;
-    if (ld_members_register(&d->members, rq->replica, rq->have_version, unix_ms(), &r, &err) != QRL_OK)
+    if (qrl_members_register(&d->members, rq->replica, rq->have_version, unix_ms(), &r, &err) != QRL_OK)
         return qrl_rpc_call_finish(call, err.status, "%s", err.msg);
     QRL_LOG_INFO("learner", "replica registered id=%s have_version=%" PRIu64 " control=%s replicas=%d", r->id,
-                 rq->have_version, r->info->control_addr, ld_members_live(&d->members));
+                 rq->have_version, r->info->control_addr, qrl_members_live(&d->members));
     ld_nccl_note(&d->nccl, r->id, rq->replica->nccl);
     Qrl__RegisterResponse resp = QRL__REGISTER_RESPONSE__INIT;
     resp.replica_id = r->id;
@@ -625,8 +627,8 @@ static void h_register(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *
 static void h_heartbeat(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
     ld_daemon *d = user;
     const Qrl__HeartbeatRequest *rq = (const Qrl__HeartbeatRequest *)req;
-    ld_replica *r = replica_find(d, rq->replica_id ? rq->replica_id : "");
-    if (r) ld_members_heartbeat(r, rq->status, unix_ms());
+    qrl_replica *r = replica_find(d, rq->replica_id ? rq->replica_id : "");
+    if (r) qrl_members_heartbeat(r, rq->status, unix_ms());
     Qrl__HeartbeatResponse resp = QRL__HEARTBEAT_RESPONSE__INIT;
     resp.known = r != NULL;
     resp.current_version = d->version;
@@ -643,7 +645,7 @@ static void on_watch_close(qrl_rpc_call_t *call, void *user) {
 static void h_watch(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
     ld_daemon *d = user;
     const Qrl__WatchVersionsRequest *rq = (const Qrl__WatchVersionsRequest *)req;
-    ld_replica *r = replica_find(d, rq->replica_id ? rq->replica_id : "");
+    qrl_replica *r = replica_find(d, rq->replica_id ? rq->replica_id : "");
     if (!r) return qrl_rpc_call_finish(call, QRL_STATUS_NOT_FOUND, "replica '%s' is not registered",
                                        rq->replica_id ? rq->replica_id : "");
     if (r->watch) qrl_rpc_call_finish(r->watch, QRL_STATUS_CANCELLED, "replaced by a newer stream");
@@ -667,7 +669,7 @@ static void h_status(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *us
     s.step = d->step;
     s.run_id = d->run_id;
     s.mode = (char *)qrl_config_get_string(d->cfg, "learner.mode");
-    s.replicas = (uint32_t)ld_members_live(&d->members);
+    s.replicas = (uint32_t)qrl_members_live(&d->members);
     for (int i = 0; i < d->members.n; i++)
         s.replicas_synced += !d->members.r[i].lost && d->members.r[i].version == d->version;
     s.lr = qrl_config_get_double(d->cfg, "learner.lr");
@@ -691,13 +693,13 @@ static void h_status(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *us
 
 static void publish_metrics(ld_daemon *d) {
     if (!d->lm) return;
-    ld_metrics_state s = {.groups_dispatched = d->next_id - 1, .groups_in_flight = d->in_flight - d->n_buf,
+    qrl_learner_metrics_state s = {.groups_dispatched = d->next_id - 1, .groups_in_flight = d->in_flight - d->n_buf,
                           .groups_buffered = d->n_buf, .results = d->results, .duplicates = d->duplicates,
-                          .dead_letters = d->dead_letters, .replicas = ld_members_live(&d->members),
+                          .dead_letters = d->dead_letters, .replicas = qrl_members_live(&d->members),
                           .state = service_state(d)};
     for (int i = 0; i < d->members.n; i++)
         s.replicas_synced += !d->members.r[i].lost && d->members.r[i].version == d->version;
-    ld_metrics_tick(d->lm, &s);
+    qrl_learner_metrics_tick(d->lm, &s);
 }
 
 static void reply_control(ld_daemon *d, qrl_rpc_call_t *call, const char *msg) {
@@ -727,7 +729,7 @@ static void h_set(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user)
 }
 
 static void h_list_replicas(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
-    ld_members_reply_list(call, &((ld_daemon *)user)->members);
+    qrl_members_reply_list(call, &((ld_daemon *)user)->members);
 }
 
 /* Drain one replica ("" = every one): its SHUTDOWN event makes it finish the groups it
@@ -738,7 +740,7 @@ static void h_drain(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *use
     id = id ? id : "";
     int told = 0;
     for (int i = 0; i < d->members.n; i++) {
-        ld_replica *r = &d->members.r[i];
+        qrl_replica *r = &d->members.r[i];
         if (r->lost || (*id && strcmp(r->id, id) != 0)) continue;
         if (!r->watch)
             return qrl_rpc_call_finish(call, QRL_STATUS_BUSY, "replica '%s' has no open WatchVersions "
@@ -822,7 +824,8 @@ static qrl_status setup(ld_daemon *d, const qrl_learner_config *lc, qrl_error *e
     const char *mp = qrl_config_get_string(cfg, "metrics.jsonl");
     if (*mp && !(d->metrics = fopen(mp, "a")))
         return qrl_error_set(err, QRL_STATUS_IO, "metrics.jsonl: cannot open %s", mp);
-    return ld_metrics_start(cfg, &d->lm, err);
+    return qrl_learner_metrics_start(qrl_config_get_string(cfg, "metrics.listen"),
+                                     qrl_config_get_string(cfg, "metrics.tensorboard_dir"), &d->lm, err);
 }
 
 int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok, const ld_dataset *ds,
@@ -899,9 +902,9 @@ int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok,
     qrl_kafka_producer_destroy(d->producer);
     uv_loop_close(&d->loop);
     for (size_t i = 0; i < d->n_buf; i++) qrl_wire_free(&d->buf[i].r->base);
-    ld_chunks_free(&d->chunks);
+    qrl_wire_joiner_free(&d->chunks);
     qrl_kafka_offsets_free(d->offsets);
-    ld_members_free(&d->members);
+    qrl_members_free(&d->members);
     while (d->resend) {
         ld_out *n = d->resend->next;
         free(d->resend->buf);
@@ -916,7 +919,7 @@ int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok,
     free(d->abs_model), free(d->abs_tok), free(d->abs_ds);
     free(d->perm);
     if (d->metrics) fclose(d->metrics);
-    ld_metrics_stop(d->lm);
+    qrl_learner_metrics_stop(d->lm);
     QRL_LOG_INFO("learner", "stopped rc=%d step=%" PRIu64 " version=%" PRIu64, rc, d->step, d->version);
     return rc;
 }

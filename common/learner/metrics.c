@@ -1,7 +1,7 @@
-/* qrl-learner's Prometheus endpoint and TensorBoard events (metrics.h; names and
+/* The learner's Prometheus endpoint and TensorBoard events (metrics.h; names and
  * meanings in docs/metrics.md).  One table lists the per-update scalars: its keys are the
- * metrics.jsonl keys (loop.c) and the TensorBoard tags, its names the Prometheus series. */
-#include "metrics.h"
+ * metrics.jsonl keys (services/learner/update.c) and the TensorBoard tags, its names the Prometheus series. */
+#include "learner/metrics.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
@@ -64,19 +64,18 @@ static const struct {
     {QRL_PROM_COUNTER, "qrl_learner_steps_skipped_total", "Optimizer steps skipped (non-finite loss or gradient)."},
 };
 
-struct ld_metrics {
+struct qrl_learner_metrics {
     qrl_prom_registry_t *reg;
     qrl_prom_server_t *server;
     qrl_prom_series_t *update[N_UPDATE], *loop[L_COUNT];
     qrl_tfevents_t *tb;
 };
 
-qrl_status ld_metrics_start(const qrl_config_t *cfg, ld_metrics **out, qrl_error *err) {
+qrl_status qrl_learner_metrics_start(const char *listen, const char *tb_dir, qrl_learner_metrics_t **out,
+                                     qrl_error *err) {
     *out = NULL;
-    const char *listen = qrl_config_get_string(cfg, "metrics.listen");
-    const char *tb_dir = qrl_config_get_string(cfg, "metrics.tensorboard_dir");
     if (!*listen && !*tb_dir) return QRL_OK;
-    ld_metrics *m = calloc(1, sizeof *m);
+    qrl_learner_metrics_t *m = calloc(1, sizeof *m);
     if (!m) return qrl_error_set(err, QRL_STATUS_NOMEM, "metrics: out of memory");
     qrl_status st = QRL_OK;
     qrl_error inner;
@@ -103,33 +102,34 @@ qrl_status ld_metrics_start(const qrl_config_t *cfg, ld_metrics **out, qrl_error
     *out = m;
     return QRL_OK;
 fail:
-    ld_metrics_stop(m);
+    qrl_learner_metrics_stop(m);
     return st;
 }
 
 /* The per-update values, in the order of UPDATE. */
-static void update_values(uint64_t version, const ld_job *j, double v[N_UPDATE]) {
-    const qrl_learner_stats *s = &j->stats;
+static void update_values(uint64_t version, const qrl_learner_metrics_record *u, double v[N_UPDATE]) {
+    const qrl_learner_stats *s = u->stats;
     const double x[] = {
         (double)version, (double)s->groups_used, (double)s->groups_dropped, s->reward_mean, s->reward_std,
         s->accuracy, s->response_len_mean, (double)s->version_min, (double)s->version_max, s->kl_behav_prox,
         s->max_w, s->entropy_mean, s->loss_mean, s->tis_frac, s->acr_frac, s->clip_frac_low, s->clip_frac_high,
         s->grad_norm_mean, s->lr, s->steps_taken, s->steps_skipped, (double)s->tokens_trained,
-        s->train_tokens_per_s, j->update_s, j->snapshot_s,
+        s->train_tokens_per_s, u->update_s, u->snapshot_s,
     };
     _Static_assert(sizeof x / sizeof x[0] == N_UPDATE, "one value per UPDATE row");
     for (size_t i = 0; i < N_UPDATE; i++) v[i] = x[i];
 }
 
-void ld_metrics_update(ld_metrics *m, uint64_t step, uint64_t version, const ld_job *j) {
+void qrl_learner_metrics_update(qrl_learner_metrics_t *m, uint64_t step, uint64_t version,
+                                const qrl_learner_metrics_record *u) {
     if (!m) return;
     double v[N_UPDATE];
-    update_values(version, j, v);
+    update_values(version, u, v);
     if (m->reg) {
         for (size_t i = 0; i < N_UPDATE; i++) qrl_prom_set(m->update[i], v[i]);
         qrl_prom_set(m->loop[L_STEP], (double)step);
-        qrl_prom_add(m->loop[L_TOKENS_TOTAL], (double)j->stats.tokens_trained);
-        qrl_prom_add(m->loop[L_SKIPPED_TOTAL], (double)j->stats.steps_skipped);
+        qrl_prom_add(m->loop[L_TOKENS_TOTAL], (double)u->stats->tokens_trained);
+        qrl_prom_add(m->loop[L_SKIPPED_TOTAL], (double)u->stats->steps_skipped);
     }
     if (m->tb) {
         qrl_tfevents_scalar sc[N_UPDATE];
@@ -143,7 +143,7 @@ void ld_metrics_update(ld_metrics *m, uint64_t step, uint64_t version, const ld_
     }
 }
 
-void ld_metrics_tick(ld_metrics *m, const ld_metrics_state *s) {
+void qrl_learner_metrics_tick(qrl_learner_metrics_t *m, const qrl_learner_metrics_state *s) {
     if (!m || !m->reg) return;
     qrl_prom_set(m->loop[L_STATE], s->state);
     qrl_prom_set(m->loop[L_IN_FLIGHT], (double)s->groups_in_flight);
@@ -156,7 +156,15 @@ void ld_metrics_tick(ld_metrics *m, const ld_metrics_state *s) {
     qrl_prom_set(m->loop[L_DEAD_LETTERS], (double)s->dead_letters);
 }
 
-void ld_metrics_stop(ld_metrics *m) {
+int qrl_learner_metrics_port(const qrl_learner_metrics_t *m) {
+    return m && m->server ? qrl_prom_server_port(m->server) : -1;
+}
+
+const char *qrl_learner_metrics_events_path(const qrl_learner_metrics_t *m) {
+    return m && m->tb ? qrl_tfevents_path(m->tb) : NULL;
+}
+
+void qrl_learner_metrics_stop(qrl_learner_metrics_t *m) {
     if (!m) return;
     qrl_prom_server_stop(m->server);
     qrl_prom_registry_destroy(m->reg);
