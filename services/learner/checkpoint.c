@@ -243,7 +243,7 @@ qrl_status ld_ckpt_restore(ld_daemon *d, const char *dir, const qrl_ckpt_state *
     d->next_id = s->next_group_id;
     d->ckpt_step = s->step;
     snprintf(d->ckpt_dir, sizeof d->ckpt_dir, "%s", dir);
-    ld_dataset_order(d->ds->n, d->seed, d->epoch, d->perm);
+    qrl_epoch_order(d->ds->n, d->seed, d->epoch, d->perm);
     if (d->next_id > 1) ld_state_set(d, d->next_id - 1, GS_TRAINED);
     for (uint64_t id = 1; id < d->next_id; id++) d->state[id] = GS_TRAINED;
     uint32_t *perm = malloc(d->ds->n * sizeof *perm);
@@ -256,7 +256,7 @@ qrl_status ld_ckpt_restore(ld_daemon *d, const char *dir, const qrl_ckpt_state *
                                      .sent_ms = (uint64_t)ckpt_unix_ms(), .delivered = g->delivered};
         d->in_flight++;
         if (g->delivered) continue;
-        ld_dataset_order(d->ds->n, d->seed, g->epoch, perm);
+        qrl_epoch_order(d->ds->n, d->seed, g->epoch, perm);
         ld_send_group(d, g->id, g->epoch, g->index, perm[g->index], g->dispatch_version);
         resent++;
     }
@@ -406,113 +406,4 @@ qrl_status ld_ckpt_configure(ld_daemon *d, const qrl_tokenizer *tok, qrl_learner
     lc->uaq_scale = rs->uaq_scale;
     d->run_id = rs->run_id;
     return QRL_OK;
-}
-
-
-/* ---- export ------------------------------------------------------------------------------ */
-
-static qrl_status copy_file(const char *src, const char *dst, qrl_error *err) {
-    FILE *f = fopen(src, "rb");
-    if (!f) return qrl_error_set(err, QRL_STATUS_IO, "%s: cannot open: %s", src, strerror(errno));
-    qrl_atomic_file af;
-    qrl_status st = qrl_atomic_file_open(dst, &af, err);
-    char buf[1 << 16];
-    size_t k;
-    while (st == QRL_OK && (k = fread(buf, 1, sizeof buf, f)) > 0) st = qrl_atomic_file_write(&af, buf, k, err);
-    if (st == QRL_OK && ferror(f)) st = qrl_error_set(err, QRL_STATUS_IO, "%s: read error", src);
-    fclose(f);
-    if (st == QRL_OK) return qrl_atomic_file_commit(&af, err);
-    qrl_atomic_file_abort(&af);
-    return st;
-}
-
-/* The tokenizer files of `tpath` into out: an HF folder's (or tokenizer.json's folder's)
- * tokenizer files, or a llama2.c tokenizer.bin as out/tokenizer.bin. */
-static qrl_status copy_tokenizer(const char *tpath, const char *out, int *copied, qrl_error *err) {
-    static const char *HF[] = {"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
-                               "special_tokens_map.json", "generation_config.json"};
-    char src[QRL_CKPT_PATH_MAX], dst[QRL_CKPT_PATH_MAX], folder[QRL_CKPT_PATH_MAX];
-    struct stat sb;
-    *copied = 0;
-    if (stat(tpath, &sb) != 0) return qrl_error_set(err, QRL_STATUS_NOT_FOUND, "tokenizer %s: %s", tpath, strerror(errno));
-    size_t n = strlen(tpath);
-    bool json = n > 5 && strcmp(tpath + n - 5, ".json") == 0;
-    if (!S_ISDIR(sb.st_mode) && !json) {
-        if (snprintf(dst, sizeof dst, "%s/tokenizer.bin", out) >= (int)sizeof dst)
-            return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "%s: path too long", out);
-        QRL_TRY(copy_file(tpath, dst, err));
-        *copied = 1;
-        return QRL_OK;
-    }
-    snprintf(folder, sizeof folder, "%s", tpath);
-    if (json) {
-        char *slash = strrchr(folder, '/');
-        if (slash) *slash = 0;
-        else snprintf(folder, sizeof folder, ".");
-    }
-    for (size_t i = 0; i < sizeof HF / sizeof HF[0]; i++) {
-        if (snprintf(src, sizeof src, "%s/%s", folder, HF[i]) >= (int)sizeof src ||
-            snprintf(dst, sizeof dst, "%s/%s", out, HF[i]) >= (int)sizeof dst)
-            return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "%s: path too long", folder);
-        if (access(src, F_OK) != 0) continue;
-        QRL_TRY(copy_file(src, dst, err));
-        ++*copied;
-    }
-    if (!*copied) return qrl_error_set(err, QRL_STATUS_NOT_FOUND, "tokenizer %s: no tokenizer files", tpath);
-    return QRL_OK;
-}
-
-static _Noreturn void export_die(const char *what, const char *msg) {
-    fprintf(stderr, "qrl-learner export: error: %s%s%s\n", what, *what ? ": " : "", msg);
-    exit(1);
-}
-
-int ld_export_main(int argc, char **argv) {
-    const char *ckpt = NULL, *out = NULL, *model = NULL, *tokenizer = NULL, *dtype = "f32";
-    for (int i = 1; i < argc; i++) {
-        const char **dst = strcmp(argv[i], "--checkpoint") == 0  ? &ckpt
-                           : strcmp(argv[i], "--out") == 0       ? &out
-                           : strcmp(argv[i], "--model") == 0     ? &model
-                           : strcmp(argv[i], "--tokenizer") == 0 ? &tokenizer
-                           : strcmp(argv[i], "--dtype") == 0     ? &dtype
-                                                                 : NULL;
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            puts("qrl-learner export --checkpoint DIR --out HF_DIR [--model PATH] [--tokenizer PATH] [--dtype f32|bf16]\n"
-                 "Write a learner checkpoint as a HuggingFace folder (config.json, model.safetensors, tokenizer\n"
-                 "files), UAQ undone.  DIR: a checkpoint root (its newest complete checkpoint) or one step-*\n"
-                 "folder.  --model / --tokenizer override the base model and tokenizer paths the manifest\n"
-                 "records (the base model gives the config; its weights are replaced by the checkpoint's).");
-            return 0;
-        }
-        if (!dst || i + 1 >= argc) export_die("", "usage: qrl-learner export --checkpoint DIR --out HF_DIR "
-                                                  "[--model PATH] [--tokenizer PATH] [--dtype f32|bf16]");
-        *dst = argv[++i];
-    }
-    if (!ckpt || !out) export_die("", "--checkpoint and --out are required (see export --help)");
-    qrl_dtype dt = strcmp(dtype, "f32") == 0 ? QRL_DTYPE_F32 : strcmp(dtype, "bf16") == 0 ? QRL_DTYPE_BF16 : (qrl_dtype)-1;
-    if ((int)dt < 0) export_die("--dtype", "expected f32 or bf16");
-    char dir[QRL_CKPT_PATH_MAX];
-    qrl_error err;
-    qrl_ckpt_state s;
-    if (qrl_ckpt_find(ckpt, dir, &err) != QRL_OK) export_die("", err.msg);
-    if (qrl_ckpt_read(dir, &s, &err) != QRL_OK) export_die("", err.msg);
-    if (!model) model = s.model;
-    qrl_model *m;
-    if (qrl_model_load(model, &m, &err) != QRL_OK) export_die("base model", err.msg);
-    m->uaq_scale = s.uaq_scale; /* the stored parameters are the scaled ones */
-    if (qrl_ckpt_load_params(dir, m, &err) != QRL_OK) export_die("", err.msg);
-    if (qrl_model_undo_uaq(m, &err) != QRL_OK) export_die("undo UAQ", err.msg);
-    if (qrl_model_save_hf(m, out, dt, &err) != QRL_OK) export_die("", err.msg);
-    char tbuf[QRL_CKPT_PATH_MAX];
-    if (!tokenizer) tokenizer = *s.tokenizer ? s.tokenizer
-                                             : qrl_tokenizer_find_default(model, m->cfg.vocab_size, tbuf, sizeof tbuf);
-    int copied = 0;
-    if (!tokenizer) QRL_LOG_WARN("learner", "export: no tokenizer known for %s (give --tokenizer)", model);
-    else if (copy_tokenizer(tokenizer, out, &copied, &err) != QRL_OK) export_die("", err.msg);
-    QRL_LOG_INFO("learner", "exported %s (step=%llu version=%llu uaq_scale=%g undone) to %s: config.json, "
-                 "model.safetensors (%s), %d tokenizer file(s)", dir, (unsigned long long)s.step,
-                 (unsigned long long)s.version, (double)s.uaq_scale, out, dtype, copied);
-    qrl_model_free(m);
-    qrl_ckpt_state_free(&s);
-    return 0;
 }

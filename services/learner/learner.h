@@ -22,6 +22,7 @@
 #include <uv.h>
 
 #include "core/config.h"
+#include "core/shuffle.h"
 #include "core/status.h"
 #include "learner/checkpoint.h"
 #include "learner/members.h"
@@ -57,9 +58,7 @@ qrl_status ld_dataset_load(const char *path, const char *prompt_field, const cha
                            const char *chat_template, const qrl_tokenizer *tok,
                            size_t max_prompt_tokens, ld_dataset *out, qrl_error *err);
 void ld_dataset_free(ld_dataset *d);
-/* The seeded order of epoch `epoch`: perm[n] is a permutation of 0..n-1 (Fisher-Yates
- * over splitmix64(seed, epoch)); the same (seed, epoch) always gives the same order. */
-void ld_dataset_order(size_t n, uint64_t seed, uint32_t epoch, uint32_t *perm);
+/* The walk order of each epoch is qrl_epoch_order (core/shuffle.h). */
 
 /* ---- weight snapshots and their TCP server (weights.c) --------------------------------- */
 
@@ -203,8 +202,6 @@ qrl_status ld_ckpt_restore_trainer(ld_trainer *t, const char *dir, const qrl_ckp
 qrl_status ld_ckpt_restore_settings(qrl_config_t *cfg, qrl_error *err);
 /* The config as a JSON object text {"key": "value text"} for the manifest (malloc'd). */
 char *ld_ckpt_settings_json(const qrl_config_t *cfg);
-/* `qrl-learner export ...` (argv[0] = "export"); returns the exit status. */
-int ld_export_main(int argc, char **argv);
 
 /* ---- the daemon (loop.c) -------------------------------------------------------------- */
 

@@ -107,7 +107,7 @@ static void dispatch_one(ld_daemon *d) {
     if (d->cursor == d->ds->n) {
         d->cursor = 0;
         d->epoch++;
-        ld_dataset_order(d->ds->n, d->seed, d->epoch, d->perm);
+        qrl_epoch_order(d->ds->n, d->seed, d->epoch, d->perm);
         QRL_LOG_INFO("learner", "dataset epoch=%u begins", d->epoch);
     }
     uint64_t index = d->cursor++;
@@ -185,7 +185,7 @@ static void redispatch_stale(ld_daemon *d) {
         if (epoch != d->epoch) {
             if (!perm) perm = malloc(N * sizeof *perm);
             QRL_CHECK(perm != NULL);
-            if (perm_epoch != epoch) ld_dataset_order(N, d->seed, epoch, perm), perm_epoch = epoch;
+            if (perm_epoch != epoch) qrl_epoch_order(N, d->seed, epoch, perm), perm_epoch = epoch;
             order = perm;
         }
         QRL_LOG_WARN("learner", "group=%" PRIu64 " no result %.0f s after it was sent: dispatched "
@@ -852,7 +852,7 @@ int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok,
     d->next_id = 1;
     d->perm = malloc(ds->n * sizeof *d->perm);
     QRL_CHECK(d->perm != NULL);
-    ld_dataset_order(ds->n, d->seed, 0, d->perm);
+    qrl_epoch_order(ds->n, d->seed, 0, d->perm);
     qrl_error err;
     qrl_learner_config lcr = *lc;
     qrl_ckpt_state rs;

@@ -12,6 +12,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
 #include <unistd.h>
 
 #include "core/config.h"
@@ -20,7 +21,6 @@
 #include "kafka/kafka.h"
 #include "learner.h"
 #include "model/load.h"
-#include "sft.h"
 #include "verify/verify.h"
 
 /* The program's config table (STYLE 10; docs/config-qrl-learner.md via `make docs`). */
@@ -162,20 +162,10 @@ static const qrl_config_entry CONFIG[] = {
     {"metrics.tensorboard_dir", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
      "TensorBoard event files: one event per update with the metrics.jsonl scalars (\"\" = off)"},
     {"learner.threads", QRL_CONFIG_TYPE_INT, "0", 0, 1024, NULL, false, "OpenMP threads (0 = all cores)"},
-    /* --mode sft (sft.c; docs/learner-daemon.md "SFT mode") */
+    /* --mode sft runs qrl-sft (docs/qrl-sft.md): the key stays so that --print-config and the
+     * checkpoints' settings read as before */
     {"mode", QRL_CONFIG_TYPE_ENUM, "rl", 0, 0, "rl|sft", false,
-     "rl: the daemon; sft: supervised warm start on dataset.solution_field, no Kafka"},
-    {"dataset.solution_field", QRL_CONFIG_TYPE_STRING, "solution", 0, 0, NULL, false,
-     "sft: completion text field (worked solution)"},
-    {"sft.steps", QRL_CONFIG_TYPE_INT, "300", 1, 1e12, NULL, false, "sft: optimizer steps"},
-    {"sft.batch_tokens", QRL_CONFIG_TYPE_INT, "2048", 2, 1 << 24, NULL, false,
-     "sft: packed tokens per step (whole sequences)"},
-    {"sft.lr", QRL_CONFIG_TYPE_DOUBLE, "3e-3", 1e-12, 1, NULL, false, "sft: peak learning rate"},
-    {"sft.min_lr", QRL_CONFIG_TYPE_DOUBLE, "3e-4", 0, 1, NULL, false, "sft: cosine floor"},
-    {"sft.warmup_steps", QRL_CONFIG_TYPE_INT, "20", 0, 1e12, NULL, false, "sft: linear warmup steps"},
-    {"sft.log_every", QRL_CONFIG_TYPE_INT, "10", 1, 1e12, NULL, false, "sft: steps per progress line"},
-    {"sft.out", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
-     "sft: output HuggingFace folder (model + tokenizer files; required in --mode sft)"},
+     "rl: the daemon; sft: `qrl-learner --mode sft ...` runs qrl-sft with the other arguments"},
 };
 #define N_CONFIG (sizeof CONFIG / sizeof CONFIG[0])
 
@@ -232,8 +222,40 @@ static void learner_config(const qrl_config_t *cfg, qrl_learner_config *lc) {
     lc->uaq_scale = (float)qrl_config_get_double(cfg, "uaq.scale");
 }
 
+/* The older spellings `qrl-learner export ...` and `qrl-learner --mode sft ...` (the
+ * launcher and scripts use them): run the tool beside this binary (qrl-export, qrl-sft)
+ * on the other arguments, named "qrl-learner" so its messages read as they did.  Returns
+ * only when argv is neither (or the tool cannot be started: die). */
+static void redirect_tools(int argc, char **argv) {
+    const char *tool = NULL;
+    int skip = 0, at = 0;
+    if (argc > 1 && strcmp(argv[1], "export") == 0) tool = "qrl-export", skip = 1, at = 1;
+    for (int i = 1; !tool && i < argc; i++) {
+        if (strcmp(argv[i], "--") == 0) break;
+        if (strcmp(argv[i], "--mode=sft") == 0) tool = "qrl-sft", skip = 1, at = i;
+        else if (strcmp(argv[i], "--mode") == 0 && i + 1 < argc && strcmp(argv[i + 1], "sft") == 0)
+            tool = "qrl-sft", skip = 2, at = i;
+    }
+    if (!tool) return;
+    char self[4096], path[4200];
+    ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    if (n <= 0) die("cannot find this program's folder to run %s: %s", tool, strerror(errno));
+    self[n] = 0;
+    char *slash = strrchr(self, '/');
+    *slash = 0;
+    snprintf(path, sizeof path, "%s/%s", self, tool);
+    char **av = calloc((size_t)argc + 1, sizeof *av);
+    if (!av) die("out of memory");
+    int k = 0;
+    av[k++] = "qrl-learner";
+    for (int i = 1; i < argc; i++)
+        if (i < at || i >= at + skip) av[k++] = argv[i];
+    execv(path, av);
+    die("cannot run %s: %s", path, strerror(errno));
+}
+
 int main(int argc, char **argv) {
-    if (argc > 1 && strcmp(argv[1], "export") == 0) return ld_export_main(argc - 1, argv + 1);
+    redirect_tools(argc, argv);
     for (int i = 1; i < argc; i++) /* --resume X: short for --learner.resume X */
         if (strcmp(argv[i], "--resume") == 0) argv[i] = "--learner.resume";
         else if (strncmp(argv[i], "--resume=", 9) == 0) {
@@ -249,7 +271,8 @@ int main(int argc, char **argv) {
         die("%s", err.msg);
     if (action == QRL_CONFIG_ACTION_HELP) {
         fputs("qrl-learner --learner.model PATH --dataset.path FILE.jsonl [--config FILE.yaml] [--key=value ...]\n"
-              "qrl-learner export --checkpoint DIR --out HF_DIR   (export --help)\n"
+              "qrl-learner export ...     runs qrl-export (a checkpoint as a HuggingFace folder)\n"
+              "qrl-learner --mode sft ... runs qrl-sft (supervised warm start)\n"
               "The learner daemon: dataset -> Kafka prompts; Kafka results -> PPO update -> new\n"
               "version streamed to the replicas; gRPC Learner service.  SIGTERM/SIGINT stop it.\n\n",
               stdout);
@@ -268,6 +291,8 @@ int main(int argc, char **argv) {
         return 0;
     }
     if (npos > 0) die("unexpected argument '%s' (see --help)", argv[1]);
+    if (qrl_config_get_enum(cfg, "mode") == 1) /* from a --config file: argv was redirected already */
+        die("mode sft: run qrl-sft (or give --mode sft on the command line)");
     const char *model_path = qrl_config_get_string(cfg, "learner.model");
     const char *ds_path = qrl_config_get_string(cfg, "dataset.path");
     if (!*model_path) die("--learner.model is required (see --help)");
@@ -286,13 +311,6 @@ int main(int argc, char **argv) {
                               .tokenizer_option = "--learner.tokenizer"};
     if (qrl_model_load_with_tokenizer(model_path, &lo, &m, &tok, tpath, sizeof tpath, &err) != QRL_OK)
         die("%s", err.msg);
-    if (qrl_config_get_enum(cfg, "mode") == 1) { /* sft */
-        int rc = ld_sft_run(cfg, m, tok, tpath);
-        qrl_tokenizer_free(tok);
-        qrl_model_free(m);
-        qrl_config_destroy(cfg);
-        return rc;
-    }
     size_t n_stop;
     const char *const *stop = qrl_config_get_list(cfg, "sampling.stop_token_ids", &n_stop);
     if (n_stop > 16) die("sampling.stop_token_ids: at most 16 ids");

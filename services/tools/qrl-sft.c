@@ -1,4 +1,11 @@
-/* qrl-learner --mode sft (sft.h; docs/learner-daemon.md "SFT mode").
+/* qrl-sft: supervised warm start of a policy before RL (docs/qrl-sft.md; issue 8 item 5).
+ *
+ *   qrl-sft --learner.model PATH --dataset.path FILE.jsonl --sft.out HF_DIR [--config FILE.yaml] [--key=value ...]
+ *
+ * No Kafka, no replicas: next-token cross-entropy on the completion tokens of a JSONL
+ * dataset, then an HF folder (model + the tokenizer files).  `qrl-learner --mode sft ...`
+ * runs this program with the same arguments (the older spelling, kept for the launcher
+ * and the scripts that use it; errors then read "qrl-learner: error: ...").
  *
  * Each JSONL line gives a prompt (dataset.prompt_field) and a completion
  * (dataset.solution_field).  The prompt is rendered exactly as the RL dataset renders it
@@ -7,14 +14,14 @@
  * mean -log p over the completion tokens and the EOS only.
  *
  * Batches pack whole sequences (segment ids keep them apart) in a seeded shuffled order
- * per epoch (ld_dataset_order) up to sft.batch_tokens tokens; AdamW with linear warmup
+ * per epoch (qrl_epoch_order) up to sft.batch_tokens tokens; AdamW with linear warmup
  * and cosine decay (common/train).  Everything depends only on the seed and the data:
  * the training engine's results do not depend on the thread count. */
-#include "sft.h"
-
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <omp.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,8 +29,11 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/config.h"
 #include "core/log.h"
-#include "learner.h"
+#include "core/shuffle.h"
+#include "model/load.h"
+#include "tokenizer/tokenizer.h"
 #include "train/adamw.h"
 #include "train/lr_schedule.h"
 #include "train/model_train.h"
@@ -44,7 +54,7 @@ static void data_free(sft_data *d) {
     memset(d, 0, sizeof *d);
 }
 
-/* Render + tokenize one example (the rendering of dataset.c's add_prompt). */
+/* Render + tokenize one example (as services/learner/dataset.c renders the RL prompts). */
 static qrl_status add_example(sft_data *d, const char *path, size_t line, const char *user,
                               const char *completion, const char *tmpl, const qrl_tokenizer *tok,
                               int max_len, qrl_error *err) {
@@ -147,7 +157,7 @@ static int make_batch(const sft_data *d, sft_cursor *c, int cap, int32_t *tok, i
                       int32_t *seg, int32_t *pos, int *n_seqs) {
     int T = 0, k = 0;
     for (;;) {
-        if (c->pos == d->n) ld_dataset_order(d->n, c->seed, ++c->epoch, c->perm), c->pos = 0;
+        if (c->pos == d->n) qrl_epoch_order(d->n, c->seed, ++c->epoch, c->perm), c->pos = 0;
         const sft_seq *s = &d->s[c->perm[c->pos]];
         if (T + s->len > cap) break;
         for (int t = 0; t < s->len; t++) {
@@ -211,7 +221,12 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-int ld_sft_run(const qrl_config_t *cfg, qrl_model *m, const qrl_tokenizer *tok, const char *tok_path) {
+static const char *prog = "qrl-sft"; /* "qrl-learner" when called by that name */
+
+/* Train `m` in place with the sft.* / dataset.* / adamw.* keys of `cfg`, write sft.out
+ * (model + a copy of the tokenizer files at `tok_path`).  Returns the exit status (0 done,
+ * 1 error, reported as one line on stderr). */
+static int sft_run(const qrl_config_t *cfg, qrl_model *m, const qrl_tokenizer *tok, const char *tok_path) {
     qrl_error e, *err = &e;
     const char *out = qrl_config_get_string(cfg, "sft.out");
     const int steps = (int)qrl_config_get_int(cfg, "sft.steps");
@@ -219,7 +234,7 @@ int ld_sft_run(const qrl_config_t *cfg, qrl_model *m, const qrl_tokenizer *tok, 
     const int every = (int)qrl_config_get_int(cfg, "sft.log_every");
     const char *mpath = qrl_config_get_string(cfg, "metrics.jsonl");
     if (!*out) {
-        fputs("qrl-learner: error: --sft.out is required in --mode sft\n", stderr);
+        fprintf(stderr, "%s: error: --sft.out is required in --mode sft\n", prog);
         return 1;
     }
     if (strcmp(qrl_config_get_string(cfg, "learner.device"), "cpu") != 0)
@@ -269,7 +284,7 @@ int ld_sft_run(const qrl_config_t *cfg, qrl_model *m, const qrl_tokenizer *tok, 
         st = qrl_error_set(err, QRL_STATUS_IO, "metrics.jsonl: cannot open %s: %s", mpath, strerror(errno));
         goto done;
     }
-    ld_dataset_order(d.n, cur.seed, 0, cur.perm);
+    qrl_epoch_order(d.n, cur.seed, 0, cur.perm);
     int32_t *tk = buf, *tg = buf + cap, *sg = buf + 2 * cap, *ps = buf + 3 * cap;
     QRL_LOG_INFO("sft", "start examples=%zu params=%zu steps=%d batch_tokens=%d lr=%g out=%s "
                  "activation_recompute=%d activation_bytes=%zu", d.n, n, steps, cap, sched.lr, out,
@@ -324,6 +339,104 @@ done:
     qrl_adamw_destroy(opt);
     qrl_model_train_destroy(tr);
     data_free(&d);
-    if (st != QRL_OK) fprintf(stderr, "qrl-learner: error: %s\n", e.msg);
+    if (st != QRL_OK) fprintf(stderr, "%s: error: %s\n", prog, e.msg);
     return st == QRL_OK ? 0 : 1;
+}
+
+/* The program's config table (STYLE 10; docs/config-qrl-sft.md via `make docs`): the keys
+ * keep the names they had as qrl-learner --mode sft keys, so both spellings take the same
+ * arguments. */
+static const qrl_config_entry CONFIG[] = {
+    {"learner.model", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
+     "HuggingFace folder or llama2.c .bin: the policy to warm-start (required)"},
+    {"learner.tokenizer", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
+     "tokenizer path; default: the model folder, or tokenizer.bin / tok<vocab>.bin beside the .bin"},
+    {"learner.seed", QRL_CONFIG_TYPE_INT, "0", 0, 1e15, NULL, false, "batch order (the epochs' shuffles)"},
+    {"learner.device", QRL_CONFIG_TYPE_ENUM, "cpu", 0, 0, "cpu|cuda", false,
+     "accepted for qrl-learner's sake: SFT trains on the CPU engine (cuda only logs a warning)"},
+    {"learner.activation_recompute", QRL_CONFIG_TYPE_BOOL, "false", 0, 0, NULL, false,
+     "keep only each layer's input and recompute the layer in the backward (same results)"},
+    {"learner.threads", QRL_CONFIG_TYPE_INT, "0", 0, 1024, NULL, false, "OpenMP threads (0 = all cores)"},
+    {"adamw.beta1", QRL_CONFIG_TYPE_DOUBLE, "0.9", 0, 0.999999, NULL, false, "AdamW beta1"},
+    {"adamw.beta2", QRL_CONFIG_TYPE_DOUBLE, "0.999", 0, 0.999999999, NULL, false, "AdamW beta2"},
+    {"adamw.eps", QRL_CONFIG_TYPE_DOUBLE, "1e-8", 1e-30, 1, NULL, false, "AdamW epsilon"},
+    {"adamw.weight_decay", QRL_CONFIG_TYPE_DOUBLE, "0.01", 0, 10, NULL, false, "decoupled weight decay"},
+    {"adamw.max_grad_norm", QRL_CONFIG_TYPE_DOUBLE, "1.0", 0, 1e9, NULL, false, "gradient clip (0 = off)"},
+    {"dataset.path", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
+     "JSONL examples, one object per line (required; a bad line refuses the file)"},
+    {"dataset.prompt_field", QRL_CONFIG_TYPE_STRING, "prompt", 0, 0, NULL, false, "prompt text field"},
+    {"dataset.solution_field", QRL_CONFIG_TYPE_STRING, "solution", 0, 0, NULL, false,
+     "completion text field (worked solution)"},
+    {"dataset.chat_template", QRL_CONFIG_TYPE_ENUM, "auto", 0, 0, "auto|none|plain|chatml|llama3", false,
+     "prompt rendering, as the RL run renders it: auto = the tokenizer's family; none = raw text with BOS"},
+    {"sft.steps", QRL_CONFIG_TYPE_INT, "300", 1, 1e12, NULL, false, "optimizer steps"},
+    {"sft.batch_tokens", QRL_CONFIG_TYPE_INT, "2048", 2, 1 << 24, NULL, false,
+     "packed tokens per step (whole sequences)"},
+    {"sft.lr", QRL_CONFIG_TYPE_DOUBLE, "3e-3", 1e-12, 1, NULL, false, "peak learning rate"},
+    {"sft.min_lr", QRL_CONFIG_TYPE_DOUBLE, "3e-4", 0, 1, NULL, false, "cosine floor"},
+    {"sft.warmup_steps", QRL_CONFIG_TYPE_INT, "20", 0, 1e12, NULL, false, "linear warmup steps"},
+    {"sft.log_every", QRL_CONFIG_TYPE_INT, "10", 1, 1e12, NULL, false, "steps per progress line"},
+    {"sft.out", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
+     "output HuggingFace folder (model + tokenizer files; required)"},
+    {"metrics.jsonl", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false, "append one JSON line per progress line"},
+};
+#define N_CONFIG (sizeof CONFIG / sizeof CONFIG[0])
+
+static _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
+static _Noreturn void die(const char *fmt, ...) {
+    va_list ap;
+    va_start(ap, fmt);
+    fprintf(stderr, "%s: error: ", prog);
+    vfprintf(stderr, fmt, ap);
+    fputc('\n', stderr);
+    va_end(ap);
+    exit(1);
+}
+
+int main(int argc, char **argv) {
+    if (argc > 0 && strcmp(argv[0], "qrl-learner") == 0) prog = "qrl-learner";
+    qrl_config_t *cfg;
+    qrl_config_action action;
+    int npos;
+    qrl_error err;
+    if (qrl_config_parse_args(CONFIG, N_CONFIG, argc, argv, &cfg, &action, &npos, &err) != QRL_OK)
+        die("%s", err.msg);
+    if (action == QRL_CONFIG_ACTION_HELP) {
+        fputs("qrl-sft --learner.model PATH --dataset.path FILE.jsonl --sft.out HF_DIR [--config FILE.yaml] "
+              "[--key=value ...]\n"
+              "Supervised warm start: next-token cross-entropy on each example's completion (prompt rendered\n"
+              "as the RL run renders it), AdamW with warmup and cosine decay, on the CPU; writes a\n"
+              "HuggingFace folder.  docs/qrl-sft.md; `qrl-learner --mode sft ...` is the same command.\n\n",
+              stdout);
+        qrl_config_help(CONFIG, N_CONFIG, "qrl-sft", stdout);
+        return 0;
+    }
+    if (action == QRL_CONFIG_ACTION_HELP_MARKDOWN) {
+        qrl_config_help_markdown(CONFIG, N_CONFIG, "qrl-sft", stdout);
+        return 0;
+    }
+    if (action == QRL_CONFIG_ACTION_PRINT_CONFIG) { /* the resolved config as YAML, nothing run */
+        qrl_config_write(cfg, stdout);
+        qrl_config_destroy(cfg);
+        return 0;
+    }
+    if (npos > 0) die("unexpected argument '%s' (see --help)", argv[1]);
+    const char *model_path = qrl_config_get_string(cfg, "learner.model");
+    if (!*model_path) die("--learner.model is required (see --help)");
+    if (!*qrl_config_get_string(cfg, "dataset.path")) die("--dataset.path is required (see --help)");
+    qrl_config_log(cfg, "sft");
+    int threads = (int)qrl_config_get_int(cfg, "learner.threads");
+    if (threads > 0) omp_set_num_threads(threads);
+    qrl_model *m;
+    qrl_tokenizer *tok;
+    char tpath[4096];
+    qrl_model_load_opts lo = {.tokenizer = qrl_config_get_string(cfg, "learner.tokenizer"),
+                              .tokenizer_option = "--learner.tokenizer"};
+    if (qrl_model_load_with_tokenizer(model_path, &lo, &m, &tok, tpath, sizeof tpath, &err) != QRL_OK)
+        die("%s", err.msg);
+    int rc = sft_run(cfg, m, tok, tpath);
+    qrl_tokenizer_free(tok);
+    qrl_model_free(m);
+    qrl_config_destroy(cfg);
+    return rc;
 }
