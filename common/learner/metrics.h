@@ -4,8 +4,8 @@
  *   metrics.tensorboard_dir   one TensorBoard event per update carrying the scalars of the
  *                             metrics.jsonl line (tags = its keys, event step = step).
  * Called from the loop thread only; the HTTP thread only reads. */
-#ifndef QRL_LEARNER_METRICS_H_
-#define QRL_LEARNER_METRICS_H_
+#ifndef QRL_LEARNER_METRICS_H
+#define QRL_LEARNER_METRICS_H
 
 #include <stdint.h>
 

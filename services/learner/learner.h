@@ -134,7 +134,8 @@ typedef struct ld_job {
     double snapshot_s;      /* building the BF16 snapshot (device: cast + checksums) */
     bool ipc;               /* published on the device: ipc_handle names the slot */
     uint8_t ipc_handle[64];
-    struct ld_ckpt_job *ckpt; /* non-NULL: a checkpoint instead of an update (checkpoint.c) */
+    struct ld_ckpt_job *ckpt; /* non-NULL: a checkpoint instead of an update (written by the
+                                 trainer between updates) */
 } ld_job;
 
 typedef struct ld_trainer {
@@ -164,10 +165,8 @@ ld_job *ld_trainer_take_done(ld_trainer *t);
 void ld_trainer_join(ld_trainer *t);
 void ld_job_free(ld_job *j);
 
-/* ---- checkpoints (checkpoint.c; common/learner/checkpoint.h) ------------------------- */
-
 /* A checkpoint handed to the trainer between updates: the loop's state copied by the
- * loop thread; the trainer adds the tensors and writes the folder. */
+ * loop thread (checkpoint.c); the trainer adds the tensors and writes the folder. */
 typedef struct ld_ckpt_job {
     qrl_ckpt_state state;   /* owned (strings and arrays malloc'd by the loop) */
     const char *root;       /* learner.checkpoint_dir */
@@ -178,19 +177,13 @@ typedef struct ld_ckpt_job {
     double seconds;
 } ld_ckpt_job;
 
-/* Trainer side: write j->ckpt (sets j->st / j->error). */
-void ld_ckpt_run(ld_trainer *t, ld_job *j);
-/* Resolve learner.resume ("none" | "auto" | a path) against learner.checkpoint_dir:
- * *found false for "none", or "auto" without any checkpoint yet; else dir (a complete
- * checkpoint folder, QRL_CKPT_PATH_MAX) and *s (qrl_ckpt_read: validated).  Errors: a
- * named path that does not resolve, "auto" without checkpoint_dir, a malformed manifest
- * or tensor file (named). */
-qrl_status ld_ckpt_resolve(const char *resume, const char *root, bool *found, char *dir,
-                           qrl_ckpt_state *s, qrl_error *err);
-/* Restore the trainer's side (parameters into m, AdamW state, update count) from dir;
- * call after ld_trainer_start, before the first job.  Errors: as qrl_ckpt_load_*. */
-qrl_status ld_ckpt_restore_trainer(ld_trainer *t, const char *dir, const qrl_ckpt_state *s,
-                                   qrl_error *err);
+/* Restore the trainer's side of checkpoint `dir` (parameters into m, AdamW state, update
+ * count); call after ld_trainer_start, before the first job.  Errors: as qrl_ckpt_load_*. */
+qrl_status ld_trainer_restore(ld_trainer *t, const char *dir, const qrl_ckpt_state *s, qrl_error *err);
+
+/* ---- the run's settings in checkpoints (checkpoint.c) -------------------------------- */
+
+
 /* The run's settings at resume (docs/learner-daemon.md "Resume"): when learner.resume names
  * a checkpoint (or auto finds one), every key the manifest's "settings" record that this
  * start leaves at its default (not on the command line, not in a --config file) takes the
@@ -207,8 +200,7 @@ char *ld_ckpt_settings_json(const qrl_config_t *cfg);
 
 /* Run until max_updates are done (then replicas are told SHUTDOWN) or SIGTERM/SIGINT;
  * returns the exit status.  `lc` is the update config from the table. */
-int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok,
-                  const ld_dataset *ds, const qrl_learner_config *lc);
+int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const ld_dataset *ds, const qrl_learner_config *lc);
 
 
 #endif

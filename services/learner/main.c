@@ -332,7 +332,7 @@ int main(int argc, char **argv) {
     QRL_LOG_INFO("learner", "model loaded path=%s vocab=%d ctx=%d layers=%d tokenizer=%s dataset=%s prompts=%zu",
                  model_path, m->cfg.vocab_size, m->cfg.max_seq_len, m->cfg.n_layers, tpath, ds_path, ds.n);
     ld_wserver_set_throttle((int)qrl_config_get_int(cfg, "weights.tcp_throttle_ms"));
-    int rc = ld_daemon_run(cfg, m, tok, &ds, &lc);
+    int rc = ld_daemon_run(cfg, m, &ds, &lc);
     ld_dataset_free(&ds);
     qrl_tokenizer_free(tok);
     qrl_model_free(m);

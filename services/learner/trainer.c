@@ -107,9 +107,33 @@ static qrl_status publish_device(ld_trainer *t, ld_job *j, ld_snapshot **out, qr
     return st;
 }
 
+/* ---- checkpoints (the format: common/learner/checkpoint.h) --------------------------- */
+
+/* Write checkpoint job j->ckpt (between updates: the parameters are at rest); sets
+ * j->st / j->error. */
+static void run_checkpoint(ld_trainer *t, ld_job *j) {
+    ld_ckpt_job *c = j->ckpt;
+    qrl_error err;
+    double t0 = now_s();
+    c->state.learner_updates = qrl_learner_updates(t->l);
+    j->st = qrl_learner_sync_host(t->l, &err); /* a GPU engine's AdamW state */
+    if (j->st == QRL_OK)
+        j->st = qrl_ckpt_write(c->root, t->m, qrl_learner_optimizer(t->l), &c->state, c->keep, c->dir, &c->bytes,
+                           &err);
+    c->seconds = now_s() - t0;
+    if (j->st != QRL_OK) snprintf(j->error, sizeof j->error, "%s", err.msg);
+}
+
+qrl_status ld_trainer_restore(ld_trainer *t, const char *dir, const qrl_ckpt_state *s, qrl_error *err) {
+    QRL_TRY(qrl_ckpt_load_params(dir, t->m, err));
+    QRL_TRY(qrl_ckpt_load_optimizer(dir, qrl_learner_optimizer(t->l), err));
+    qrl_learner_set_updates(t->l, s->learner_updates);
+    return qrl_learner_sync_device(t->l, err); /* a GPU engine takes both */
+}
+
 static void run_job(ld_trainer *t, ld_job *j) {
     if (j->ckpt) { /* between updates: the parameters are at rest */
-        ld_ckpt_run(t, j);
+        run_checkpoint(t, j);
         return;
     }
     batch b = {0};
