@@ -4,6 +4,7 @@
 
 #include <ctype.h>
 #include <errno.h>
+#include <limits.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -31,6 +32,7 @@ struct qrl_config {
     size_t n;
     value *vals;
     char (*origin)[ORIGIN_MAX];
+    char *bound; /* qrl_config_bind's settings struct, or NULL */
 };
 
 /* ---- small helpers ------------------------------------------------------------------ */
@@ -271,10 +273,38 @@ bad_utf8:
     return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "%s: value is not valid UTF-8 text", e->name);
 }
 
+/* Copy key i's value into its field of the bound struct (the kinds check_entry allows). */
+static void write_field(const qrl_config_t *cfg, size_t i) {
+    const qrl_config_entry *e = &cfg->table[i];
+    const value *v = &cfg->vals[i];
+    if (!cfg->bound || e->field == QRL_CONFIG_FIELD_NONE) return;
+    void *p = cfg->bound + e->offset;
+    switch (e->field) {
+    case QRL_CONFIG_FIELD_NONE: break;
+    case QRL_CONFIG_FIELD_BOOL: *(bool *)p = v->b; break;
+    case QRL_CONFIG_FIELD_INT: *(int *)p = (int)v->i; break; /* range checked to fit */
+    case QRL_CONFIG_FIELD_INT64: *(int64_t *)p = v->i; break;
+    case QRL_CONFIG_FIELD_FLOAT: *(float *)p = (float)v->d; break;
+    case QRL_CONFIG_FIELD_DOUBLE: *(double *)p = v->d; break;
+    case QRL_CONFIG_FIELD_STRING: *(const char **)p = v->s; break;
+    case QRL_CONFIG_FIELD_ENUM: *(int *)p = (int)v->i; break;
+    case QRL_CONFIG_FIELD_LIST:
+        *(qrl_config_list *)p = (qrl_config_list){(const char *const *)v->items, v->nitems};
+        break;
+    }
+}
+
+void qrl_config_bind(qrl_config_t *cfg, void *settings) {
+    QRL_CHECK(cfg != NULL);
+    cfg->bound = settings;
+    for (size_t i = 0; i < cfg->n; i++) write_field(cfg, i);
+}
+
 static void commit(qrl_config_t *cfg, size_t i, value *v, const char *origin) {
     value_free(&cfg->vals[i]);
     cfg->vals[i] = *v;
     memset(v, 0, sizeof *v);
+    write_field(cfg, i);
     size_t len = strlen(origin);
     /* keep the end ("...dir/file.yaml:12"): the line number matters more than the path */
     if (len >= ORIGIN_MAX) snprintf(cfg->origin[i], ORIGIN_MAX, "...%s", origin + len - (ORIGIN_MAX - 4));
@@ -302,6 +332,22 @@ static qrl_status check_entry(const qrl_config_entry *t, size_t n, size_t i, qrl
         return qrl_error_set(err, QRL_STATUS_INTERNAL, "config table: %s: enum needs choices \"a|b\"", e->name);
     if (has_range(e) && !(e->min <= e->max))
         return qrl_error_set(err, QRL_STATUS_INTERNAL, "config table: %s: min > max", e->name);
+    /* the row type each field kind may hold (a hand-written row could pair them wrongly) */
+    static const qrl_config_type field_type[] = {
+        [QRL_CONFIG_FIELD_BOOL] = QRL_CONFIG_TYPE_BOOL,     [QRL_CONFIG_FIELD_INT] = QRL_CONFIG_TYPE_INT,
+        [QRL_CONFIG_FIELD_INT64] = QRL_CONFIG_TYPE_INT,     [QRL_CONFIG_FIELD_FLOAT] = QRL_CONFIG_TYPE_DOUBLE,
+        [QRL_CONFIG_FIELD_DOUBLE] = QRL_CONFIG_TYPE_DOUBLE, [QRL_CONFIG_FIELD_STRING] = QRL_CONFIG_TYPE_STRING,
+        [QRL_CONFIG_FIELD_ENUM] = QRL_CONFIG_TYPE_ENUM,     [QRL_CONFIG_FIELD_LIST] = QRL_CONFIG_TYPE_LIST,
+    };
+    bool enum_text = e->field == QRL_CONFIG_FIELD_STRING && e->type == QRL_CONFIG_TYPE_ENUM;
+    if (e->field != QRL_CONFIG_FIELD_NONE && !enum_text &&
+        ((unsigned)e->field > QRL_CONFIG_FIELD_LIST || field_type[e->field] != e->type))
+        return qrl_error_set(err, QRL_STATUS_INTERNAL, "config table: %s: field kind does not match the type",
+                             e->name);
+    if (e->field == QRL_CONFIG_FIELD_INT && !(has_range(e) && e->min >= INT_MIN && e->max <= INT_MAX))
+        return qrl_error_set(err, QRL_STATUS_INTERNAL,
+                             "config table: %s: an int field needs a range inside int's (or use int64_t)",
+                             e->name);
     for (size_t j = 0; j < n; j++) {
         if (j != i && strcmp(t[j].name, e->name) == 0)
             return qrl_error_set(err, QRL_STATUS_INTERNAL, "config table: %s appears twice", e->name);

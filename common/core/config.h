@@ -10,12 +10,36 @@
  *   - qrl_config_set for `qrlctl set`, which only changes keys marked runtime_mutable.
  * Precedence: command line over YAML file over the table default.
  *
+ * Typed settings (the redis createBoolConfig(..., &server.x, ...) idea): a row made with
+ * QRL_CFG_INT/_BOOL/... also names the field of the program's settings struct it fills.
+ * qrl_config_bind(cfg, &settings) writes every such field once, and from then on every
+ * load, apply and set that changes a key writes its field too, after the same checks (a
+ * refused change leaves the field as it was).  Code then reads `s->quota`, not a string
+ * lookup; a misspelt field is a compile error and a field of the wrong C type too.
+ *   typedef struct gen_settings { int64_t n; bool json; qrl_kv_enum kv; const char *model;
+ *                                 qrl_config_list stops; } gen_settings;
+ *   static const qrl_config_entry CONFIG[] = {
+ *       QRL_CFG_INT("n", gen_settings, n, "200", 1, 1 << 24, false, "prompts"),
+ *       QRL_CFG_ENUM("kv", gen_settings, kv, "f32", "f32|bf16", false, "KV format"), ...};
+ * Field C types, by row type (the macros check them):
+ *   BOOL    bool
+ *   INT     int64_t (long, long long), or int when the row's range lies inside int's
+ *           (checked by qrl_config_new: an int field needs a bounded range)
+ *   DOUBLE  double (or float: the value rounded to float)
+ *   STRING  const char *: owned by the cfg, valid until that key changes or cfg is destroyed
+ *   ENUM    int or a C enum (int-sized): the index of the value in `choices`; or
+ *           const char *: the value's text, owned as STRING's (for code that passes the name on)
+ *   LIST    qrl_config_list {items, n}: array and strings owned by the cfg, valid as STRING
+ * Rows written as plain initializers (no field) keep working and are read with the getters.
+ * core/program.h binds a program's settings struct as part of the main() prelude.
+ *
  * The library prints nothing on error: failures return a qrl_status and describe the
  * problem in the caller's qrl_error, naming the file:line:column and the key.
  *
  * Threading: a qrl_config_t is not locked.  Read and set it from one thread (the daemon's
  * event loop) or synchronise outside; string/list pointers returned by the getters stay
- * valid until that key is set again or the config is destroyed. */
+ * valid until that key is set again or the config is destroyed; so do bound fields, which
+ * change with the key (a bound struct is written from the same thread). */
 #ifndef QRL_CORE_CONFIG_H
 #define QRL_CORE_CONFIG_H
 
@@ -35,6 +59,25 @@ typedef enum qrl_config_type {
     QRL_CONFIG_TYPE_LIST,   /* list of strings: YAML sequence, or "a,b,c" as text */
 } qrl_config_type;
 
+/* The C type of the settings-struct field a row fills (set by the QRL_CFG_* macros). */
+typedef enum qrl_config_field {
+    QRL_CONFIG_FIELD_NONE = 0, /* no field: a plain row, read with the getters */
+    QRL_CONFIG_FIELD_BOOL,     /* bool */
+    QRL_CONFIG_FIELD_INT,      /* int (INT rows whose range fits in int) */
+    QRL_CONFIG_FIELD_INT64,    /* int64_t */
+    QRL_CONFIG_FIELD_FLOAT,    /* float */
+    QRL_CONFIG_FIELD_DOUBLE,   /* double */
+    QRL_CONFIG_FIELD_STRING,   /* const char *: STRING, or an ENUM's text */
+    QRL_CONFIG_FIELD_ENUM,     /* int or an int-sized C enum: index in choices */
+    QRL_CONFIG_FIELD_LIST,     /* qrl_config_list */
+} qrl_config_field;
+
+/* A LIST key's value in a settings struct: n items, owned by the cfg. */
+typedef struct qrl_config_list {
+    const char *const *items;
+    size_t n;
+} qrl_config_list;
+
 /* One key of a program's table.  Static data; the table must outlive every
  * qrl_config_t made from it. */
 typedef struct qrl_config_entry {
@@ -46,7 +89,45 @@ typedef struct qrl_config_entry {
     const char *choices;     /* ENUM only: allowed values joined by '|', "bf16|int8|int4" */
     bool runtime_mutable;    /* qrl_config_set (qrlctl set) may change it while running */
     const char *doc;         /* one line for --help and docs/ */
+    qrl_config_field field;  /* the bound field's C type; NONE: no field */
+    size_t offset;           /* offsetof(settings struct, field) when field != NONE */
 } qrl_config_entry;
+
+/* Plain rows (8 initializers) leave `field` and `offset` zero: no field.  GCC's -Wextra
+ * would call that a missing initializer; it is the intended default here. */
+#pragma GCC diagnostic ignored "-Wmissing-field-initializers"
+
+/* Field kinds chosen from the field's C type; a type the row cannot fill has no
+ * association, so the table does not compile.  The field expression is not evaluated. */
+#define QRL_CFG_FIELD_(T, f) (((T *)0)->f)
+#define QRL_CFG_KIND_BOOL_(T, f) _Generic(QRL_CFG_FIELD_(T, f), bool: QRL_CONFIG_FIELD_BOOL)
+#define QRL_CFG_KIND_INT_(T, f)                                                                  \
+    _Generic(QRL_CFG_FIELD_(T, f), int: QRL_CONFIG_FIELD_INT, long: QRL_CONFIG_FIELD_INT64,      \
+             long long: QRL_CONFIG_FIELD_INT64)
+#define QRL_CFG_KIND_DOUBLE_(T, f) \
+    _Generic(QRL_CFG_FIELD_(T, f), double: QRL_CONFIG_FIELD_DOUBLE, float: QRL_CONFIG_FIELD_FLOAT)
+#define QRL_CFG_KIND_STRING_(T, f) _Generic(QRL_CFG_FIELD_(T, f), const char *: QRL_CONFIG_FIELD_STRING)
+#define QRL_CFG_KIND_ENUM_(T, f) /* a C enum is compatible with int or unsigned int */        \
+    _Generic(QRL_CFG_FIELD_(T, f), int: QRL_CONFIG_FIELD_ENUM, unsigned: QRL_CONFIG_FIELD_ENUM,  \
+             const char *: QRL_CONFIG_FIELD_STRING)
+#define QRL_CFG_KIND_LIST_(T, f) _Generic(QRL_CFG_FIELD_(T, f), qrl_config_list: QRL_CONFIG_FIELD_LIST)
+#define QRL_CFG_ROW_(nm, ty, T, f, kind, df, lo, hi, ch, mut, dc)                                 \
+    {.name = (nm), .type = (ty), .def = (df), .min = (lo), .max = (hi), .choices = (ch),         \
+     .runtime_mutable = (mut), .doc = (dc), .field = kind##_(T, f), .offset = offsetof(T, f)}
+
+/* Rows bound to field `f` of settings struct `T` (see the top of this file for the types). */
+#define QRL_CFG_BOOL(name, T, f, def, mut, doc) \
+    QRL_CFG_ROW_(name, QRL_CONFIG_TYPE_BOOL, T, f, QRL_CFG_KIND_BOOL, def, 0, 0, NULL, mut, doc)
+#define QRL_CFG_INT(name, T, f, def, min, max, mut, doc) \
+    QRL_CFG_ROW_(name, QRL_CONFIG_TYPE_INT, T, f, QRL_CFG_KIND_INT, def, min, max, NULL, mut, doc)
+#define QRL_CFG_DOUBLE(name, T, f, def, min, max, mut, doc) \
+    QRL_CFG_ROW_(name, QRL_CONFIG_TYPE_DOUBLE, T, f, QRL_CFG_KIND_DOUBLE, def, min, max, NULL, mut, doc)
+#define QRL_CFG_STRING(name, T, f, def, mut, doc) \
+    QRL_CFG_ROW_(name, QRL_CONFIG_TYPE_STRING, T, f, QRL_CFG_KIND_STRING, def, 0, 0, NULL, mut, doc)
+#define QRL_CFG_ENUM(name, T, f, def, choices, mut, doc) \
+    QRL_CFG_ROW_(name, QRL_CONFIG_TYPE_ENUM, T, f, QRL_CFG_KIND_ENUM, def, 0, 0, choices, mut, doc)
+#define QRL_CFG_LIST(name, T, f, def, mut, doc) \
+    QRL_CFG_ROW_(name, QRL_CONFIG_TYPE_LIST, T, f, QRL_CFG_KIND_LIST, def, 0, 0, NULL, mut, doc)
 
 typedef struct qrl_config qrl_config_t;
 
@@ -84,6 +165,12 @@ qrl_status qrl_config_set(qrl_config_t *cfg, const char *key, const char *value_
  * Errors as qrl_config_set, except UNSUPPORTED.  On error the value is unchanged. */
 qrl_status qrl_config_apply(qrl_config_t *cfg, const char *key, const char *value_text,
                             const char *origin, qrl_error *err);
+
+/* Bind `settings` (a struct of the type the table's QRL_CFG_* rows name; borrowed, it must
+ * outlive the binding): write every bound row's current value into its field now, and
+ * again whenever a load, apply or set changes the key.  Rows without a field are skipped.
+ * One struct per cfg: a second bind replaces the first; NULL unbinds.  Cannot fail. */
+void qrl_config_bind(qrl_config_t *cfg, void *settings);
 
 /* Typed getters.  The key must be in the table with that type (QRL_CHECK: asking for
  * an unknown key or the wrong type is a programming error).  get_string serves STRING

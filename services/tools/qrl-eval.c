@@ -27,13 +27,13 @@
 #include <jansson.h>
 #include <math.h>
 #include <omp.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 
 #include "core/config.h"
+#include "core/program.h"
 #include "model/load.h"
 #include "model/model.h"
 #include "rollout/gpu_memory.h"
@@ -41,61 +41,75 @@
 #include "tokenizer/tokenizer.h"
 #include "verify/verify.h"
 
-static const qrl_config_entry CONFIG[] = {
-    {"model", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
-     "HuggingFace folder or llama2.c .bin (required)"},
-    {"tokenizer", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
-     "tokenizer path; default: the model's (qrl_tokenizer_find_default)"},
-    {"dataset", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false, "JSONL test split (required)"},
-    {"task", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false, "verifier name (required; qrl-verify --help)"},
-    {"prompt_field", QRL_CONFIG_TYPE_STRING, "prompt", 0, 0, NULL, false, "prompt text field"},
-    {"answer_field", QRL_CONFIG_TYPE_STRING, "answer", 0, 0, NULL, false, "reference answer field"},
-    {"chat_template", QRL_CONFIG_TYPE_ENUM, "auto", 0, 0, "auto|none|plain|chatml|llama3", false,
-     "prompt rendering, as the learner's dataset.chat_template"},
-    {"n", QRL_CONFIG_TYPE_INT, "200", 1, 1 << 24, NULL, false, "prompts scored (the first n lines)"},
-    {"k", QRL_CONFIG_TYPE_INT, "4", 0, 4096, NULL, false, "sampled responses per prompt (0 = greedy only)"},
-    {"greedy", QRL_CONFIG_TYPE_BOOL, "true", 0, 0, NULL, false, "also one greedy response per prompt"},
-    {"temperature", QRL_CONFIG_TYPE_DOUBLE, "1.0", 1e-6, 1e4, NULL, false, "sampling temperature"},
-    {"top_p", QRL_CONFIG_TYPE_DOUBLE, "1.0", 1e-6, 1, NULL, false, "nucleus mass (1 = off)"},
-    {"top_k", QRL_CONFIG_TYPE_INT, "0", 0, 1 << 30, NULL, false, "top-k (0 = off)"},
-    {"seed", QRL_CONFIG_TYPE_INT, "0", 0, INFINITY, NULL, false, "sampler seed"},
-    {"max_tokens", QRL_CONFIG_TYPE_INT, "128", 1, 1 << 20, NULL, false, "response length limit"},
-    {"stop_token_ids", QRL_CONFIG_TYPE_LIST, "", 0, 0, NULL, false,
-     "token ids that end a response besides EOS, comma-separated (stories260K: 1, its BOS)"},
-    {"precision", QRL_CONFIG_TYPE_STRING, "f32", 0, 0, NULL, false,
-     "rollout weight format (SPEC §3): f32, bf16 (the weights the replicas receive), w8a8-int8, ..."},
-    {"kv_cache", QRL_CONFIG_TYPE_STRING, "f32", 0, 0, NULL, false, "KV-cache format (f32, bf16, ...)"},
-    {"slots", QRL_CONFIG_TYPE_INT, "64", 1, 4096, NULL, false, "sequences decoded together"},
-    {"json", QRL_CONFIG_TYPE_BOOL, "false", 0, 0, NULL, false, "print only the JSON line"},
-    {"show", QRL_CONFIG_TYPE_INT, "0", 0, 1 << 20, NULL, false,
-     "print the first N greedy (else sampled) responses to stderr"},
-    {"threads", QRL_CONFIG_TYPE_INT, "0", 0, 1024, NULL, false, "OpenMP threads (0 = all cores)"},
-    {"progress_s", QRL_CONFIG_TYPE_DOUBLE, "10", 0, 86400, NULL, false,
-     "a progress line on stderr every this many seconds (groups done of all, rate, ETA; 0 = off)"},
-    {"device", QRL_CONFIG_TYPE_ENUM, "cpu", 0, 0, "cpu|cuda", false,
-     "engine: cpu (the CPU forward) or cuda (the rollout scheduler's CUDA engine, as a replica "
-     "with rollout.device cuda: f32 runs as bf16; refused in a build without CUDA or where "
-     "the GPU is missing)"},
-    {"device_id", QRL_CONFIG_TYPE_INT, "0", 0, 64, NULL, false, "CUDA device ordinal with --device cuda"},
-    {"gpu_memory_utilization", QRL_CONFIG_TYPE_DOUBLE, "0", 0, 1, NULL, false,
-     "--device cuda: fraction of the device's memory to use, sizing the KV pool (as "
-     "rollout.gpu_memory_utilization; 0 = off: --slots full contexts)"},
-    {"check_device", QRL_CONFIG_TYPE_BOOL, "false", 0, 0, NULL, false,
-     "with --device cuda: print the device (name, memory) and exit 0, or exit 1 naming why it "
-     "cannot be used; nothing else is needed (deploy/local/launch.sh checks its GPUs so)"},
-};
-#define N_CONFIG (sizeof CONFIG / sizeof CONFIG[0])
+enum { DEVICE_CPU, DEVICE_CUDA }; /* order of the device key's choices */
 
-static _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static _Noreturn void die(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("qrl-eval: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
+/* The resolved settings: every key of CONFIG, filled by qrl_config_bind (program.h). */
+typedef struct eval_settings {
+    const char *model, *tokenizer, *dataset, *task, *prompt_field, *answer_field;
+    const char *chat_template; /* the value's name: "auto", "none", ... */
+    int n, k, top_k, max_tokens, slots, show, threads, device, device_id;
+    bool greedy, json, check_device;
+    double temperature, top_p, progress_s, gpu_memory_utilization;
+    int64_t seed;
+    qrl_config_list stop_token_ids;
+    const char *precision, *kv_cache;
+} eval_settings;
+
+#define S_ eval_settings
+static const qrl_config_entry CONFIG[] = {
+    QRL_CFG_STRING("model", S_, model, "", false, "HuggingFace folder or llama2.c .bin (required)"),
+    QRL_CFG_STRING("tokenizer", S_, tokenizer, "", false,
+                   "tokenizer path; default: the model's (qrl_tokenizer_find_default)"),
+    QRL_CFG_STRING("dataset", S_, dataset, "", false, "JSONL test split (required)"),
+    QRL_CFG_STRING("task", S_, task, "", false, "verifier name (required; qrl-verify --help)"),
+    QRL_CFG_STRING("prompt_field", S_, prompt_field, "prompt", false, "prompt text field"),
+    QRL_CFG_STRING("answer_field", S_, answer_field, "answer", false, "reference answer field"),
+    QRL_CFG_ENUM("chat_template", S_, chat_template, "auto", "auto|none|plain|chatml|llama3", false,
+                 "prompt rendering, as the learner's dataset.chat_template"),
+    QRL_CFG_INT("n", S_, n, "200", 1, 1 << 24, false, "prompts scored (the first n lines)"),
+    QRL_CFG_INT("k", S_, k, "4", 0, 4096, false, "sampled responses per prompt (0 = greedy only)"),
+    QRL_CFG_BOOL("greedy", S_, greedy, "true", false, "also one greedy response per prompt"),
+    QRL_CFG_DOUBLE("temperature", S_, temperature, "1.0", 1e-6, 1e4, false, "sampling temperature"),
+    QRL_CFG_DOUBLE("top_p", S_, top_p, "1.0", 1e-6, 1, false, "nucleus mass (1 = off)"),
+    QRL_CFG_INT("top_k", S_, top_k, "0", 0, 1 << 30, false, "top-k (0 = off)"),
+    QRL_CFG_INT("seed", S_, seed, "0", 0, INFINITY, false, "sampler seed"),
+    QRL_CFG_INT("max_tokens", S_, max_tokens, "128", 1, 1 << 20, false, "response length limit"),
+    QRL_CFG_LIST("stop_token_ids", S_, stop_token_ids, "", false,
+                 "token ids that end a response besides EOS, comma-separated (stories260K: 1, its BOS)"),
+    QRL_CFG_STRING("precision", S_, precision, "f32", false,
+                   "rollout weight format (SPEC §3): f32, bf16 (the weights the replicas receive), w8a8-int8, ..."),
+    QRL_CFG_STRING("kv_cache", S_, kv_cache, "f32", false, "KV-cache format (f32, bf16, ...)"),
+    QRL_CFG_INT("slots", S_, slots, "64", 1, 4096, false, "sequences decoded together"),
+    QRL_CFG_BOOL("json", S_, json, "false", false, "print only the JSON line"),
+    QRL_CFG_INT("show", S_, show, "0", 0, 1 << 20, false,
+                "print the first N greedy (else sampled) responses to stderr"),
+    QRL_CFG_INT("threads", S_, threads, "0", 0, 1024, false, "OpenMP threads (0 = all cores)"),
+    QRL_CFG_DOUBLE("progress_s", S_, progress_s, "10", 0, 86400, false,
+                   "a progress line on stderr every this many seconds (groups done of all, rate, ETA; 0 = off)"),
+    QRL_CFG_ENUM("device", S_, device, "cpu", "cpu|cuda", false,
+                 "engine: cpu (the CPU forward) or cuda (the rollout scheduler's CUDA engine, as a replica "
+                 "with rollout.device cuda: f32 runs as bf16; refused in a build without CUDA or where "
+                 "the GPU is missing)"),
+    QRL_CFG_INT("device_id", S_, device_id, "0", 0, 64, false, "CUDA device ordinal with --device cuda"),
+    QRL_CFG_DOUBLE("gpu_memory_utilization", S_, gpu_memory_utilization, "0", 0, 1, false,
+                   "--device cuda: fraction of the device's memory to use, sizing the KV pool (as "
+                   "rollout.gpu_memory_utilization; 0 = off: --slots full contexts)"),
+    QRL_CFG_BOOL("check_device", S_, check_device, "false", false,
+                 "with --device cuda: print the device (name, memory) and exit 0, or exit 1 naming why it "
+                 "cannot be used; nothing else is needed (deploy/local/launch.sh checks its GPUs so)"),
+};
+#undef S_
+
+static eval_settings S;
+static const qrl_program PROGRAM = {
+    .name = "qrl-eval",
+    .usage = "qrl-eval --model DIR --dataset FILE.jsonl --task NAME [--k 4] [--n 200] [options]\n"
+             "Scores avg@k, pass@k (>= 1 correct of k) and greedy accuracy; prints a summary line\n"
+             "and a JSON line (docs/tasks.md).\n\n",
+    .table = CONFIG,
+    .n = sizeof CONFIG / sizeof CONFIG[0],
+    .settings = &S,
+};
 
 typedef struct item {
     char *prompt, *answer;
@@ -137,9 +151,9 @@ static void on_group(const qrl_scheduler_group_result *r, void *ctx) {
 static size_t load_items(const char *path, const char *pf, const char *af, const char *tmpl,
                          const qrl_tokenizer *tok, int max_prompt, size_t limit, item **out) {
     FILE *f = fopen(path, "r");
-    if (!f) die("%s: cannot open", path);
+    if (!f) qrl_die("%s: cannot open", path);
     item *it = calloc(limit, sizeof *it);
-    if (!it) die("out of memory");
+    if (!it) qrl_die("out of memory");
     char *line = NULL;
     size_t cap = 0, n = 0, lineno = 0;
     ssize_t len;
@@ -150,14 +164,14 @@ static size_t load_items(const char *path, const char *pf, const char *af, const
         if (len == 0) continue;
         json_error_t je;
         json_t *o = json_loadb(line, (size_t)len, 0, &je);
-        if (!o) die("%s:%zu: column %d: %s", path, lineno, je.column, je.text);
+        if (!o) qrl_die("%s:%zu: column %d: %s", path, lineno, je.column, je.text);
         json_t *p = json_object_get(o, pf), *a = json_object_get(o, af);
-        if (!json_is_string(p)) die("%s:%zu: field \"%s\" missing or not a string", path, lineno, pf);
+        if (!json_is_string(p)) qrl_die("%s:%zu: field \"%s\" missing or not a string", path, lineno, pf);
         char num[64];
         if (json_is_string(a)) it[n].answer = strdup(json_string_value(a));
         else if (json_is_integer(a)) snprintf(num, sizeof num, "%lld", (long long)json_integer_value(a)), it[n].answer = strdup(num);
         else if (json_is_real(a)) snprintf(num, sizeof num, "%.17g", json_real_value(a)), it[n].answer = strdup(num);
-        else die("%s:%zu: field \"%s\" missing or not a string/number", path, lineno, af);
+        else qrl_die("%s:%zu: field \"%s\" missing or not a string/number", path, lineno, af);
         it[n].prompt = strdup(json_string_value(p));
         json_decref(o);
         /* the learner's rendering (services/learner/dataset.c) */
@@ -166,22 +180,22 @@ static size_t load_items(const char *path, const char *pf, const char *af, const
         if (strcmp(tmpl, "none") != 0) {
             const char *name = strcmp(tmpl, "auto") == 0 ? qrl_tokenizer_chat_template_name(tok) : tmpl;
             if (qrl_chat_template_apply(name, NULL, it[n].prompt, &text, &err) != QRL_OK)
-                die("%s:%zu: chat template: %s", path, lineno, err.msg);
+                qrl_die("%s:%zu: chat template: %s", path, lineno, err.msg);
             add_bos = strcmp(name, "plain") == 0;
         } else {
             text = strdup(it[n].prompt);
         }
-        if (!text || !it[n].prompt || !it[n].answer) die("out of memory");
+        if (!text || !it[n].prompt || !it[n].answer) qrl_die("out of memory");
         if (qrl_tokenizer_encode(tok, text, strlen(text), add_bos, !add_bos, &it[n].ids, &it[n].n_ids, &err) != QRL_OK)
-            die("%s:%zu: tokenizing the prompt: %s", path, lineno, err.msg);
+            qrl_die("%s:%zu: tokenizing the prompt: %s", path, lineno, err.msg);
         free(text);
         if (it[n].n_ids == 0 || (int)it[n].n_ids > max_prompt)
-            die("%s:%zu: prompt has %zu tokens (allowed 1..%d)", path, lineno, it[n].n_ids, max_prompt);
+            qrl_die("%s:%zu: prompt has %zu tokens (allowed 1..%d)", path, lineno, it[n].n_ids, max_prompt);
         n++;
     }
     free(line);
     fclose(f);
-    if (n == 0) die("%s: no prompts", path);
+    if (n == 0) qrl_die("%s: no prompts", path);
     *out = it;
     return n;
 }
@@ -194,82 +208,58 @@ static double now_s(void) {
 
 int main(int argc, char **argv) {
     qrl_config_t *cfg;
-    qrl_config_action action;
-    int npos;
     qrl_error err;
-    if (qrl_config_parse_args(CONFIG, N_CONFIG, argc, argv, &cfg, &action, &npos, &err) != QRL_OK)
-        die("%s", err.msg);
-    if (action == QRL_CONFIG_ACTION_HELP) {
-        fputs("qrl-eval --model DIR --dataset FILE.jsonl --task NAME [--k 4] [--n 200] [options]\n"
-              "Scores avg@k, pass@k (>= 1 correct of k) and greedy accuracy; prints a summary line\n"
-              "and a JSON line (docs/tasks.md).\n\n", stdout);
-        qrl_config_help(CONFIG, N_CONFIG, "qrl-eval", stdout);
-        return 0;
-    }
-    if (action == QRL_CONFIG_ACTION_HELP_MARKDOWN) {
-        qrl_config_help_markdown(CONFIG, N_CONFIG, "qrl-eval", stdout);
-        return 0;
-    }
-    if (action == QRL_CONFIG_ACTION_PRINT_CONFIG) { /* the resolved config as YAML, nothing run */
-        qrl_config_write(cfg, stdout);
-        qrl_config_destroy(cfg);
-        return 0;
-    }
-    if (npos > 0) die("unexpected argument '%s' (see --help)", argv[1]);
+    int rc = qrl_program_start(&PROGRAM, argc, argv, &cfg, NULL);
+    if (rc != QRL_PROGRAM_RUN) return rc;
     /* the device first: a GPU that is missing is refused before any loading */
-    const bool cuda = qrl_config_get_enum(cfg, "device") == 1;
-    const int device_id = (int)qrl_config_get_int(cfg, "device_id");
-    const double gmu = qrl_config_get_double(cfg, "gpu_memory_utilization");
-    if (!cuda && (qrl_config_get_bool(cfg, "check_device") || gmu > 0))
-        die("--%s applies to --device cuda only",
-            qrl_config_get_bool(cfg, "check_device") ? "check-device" : "gpu-memory-utilization");
+    const bool cuda = S.device == DEVICE_CUDA;
+    const int device_id = S.device_id;
+    const double gmu = S.gpu_memory_utilization;
+    if (!cuda && (S.check_device || gmu > 0))
+        qrl_die("--%s applies to --device cuda only", S.check_device ? "check-device" : "gpu-memory-utilization");
     if (cuda) {
         char desc[256];
         if (qrl_rollout_gpu_check(device_id, desc, sizeof desc, NULL, &err) != QRL_OK)
-            die("--device cuda (--device-id %d): %s", device_id, err.msg);
-        if (qrl_config_get_bool(cfg, "check_device")) {
+            qrl_die("--device cuda (--device-id %d): %s", device_id, err.msg);
+        if (S.check_device) {
             printf("%s\n", desc);
             qrl_config_destroy(cfg);
             return 0;
         }
     }
-    const char *mpath = qrl_config_get_string(cfg, "model"), *ds = qrl_config_get_string(cfg, "dataset");
-    const char *task = qrl_config_get_string(cfg, "task");
-    if (!*mpath) die("--model is required");
-    if (!*ds) die("--dataset is required");
-    if (!qrl_verifier_find(task)) die("--task: unknown verifier '%s' (qrl-verify --help lists them)", task);
-    int threads = (int)qrl_config_get_int(cfg, "threads");
-    if (threads > 0) omp_set_num_threads(threads);
-    const int k = (int)qrl_config_get_int(cfg, "k"), max_new = (int)qrl_config_get_int(cfg, "max_tokens");
-    const bool greedy = qrl_config_get_bool(cfg, "greedy"), json_only = qrl_config_get_bool(cfg, "json");
-    if (k == 0 && !greedy) die("--k 0 with --greedy false scores nothing");
+    const char *mpath = S.model, *ds = S.dataset, *task = S.task;
+    if (!*mpath) qrl_die("--model is required");
+    if (!*ds) qrl_die("--dataset is required");
+    if (!qrl_verifier_find(task)) qrl_die("--task: unknown verifier '%s' (qrl-verify --help lists them)", task);
+    if (S.threads > 0) omp_set_num_threads(S.threads);
+    const int k = S.k, max_new = S.max_tokens;
+    const bool greedy = S.greedy, json_only = S.json;
+    if (k == 0 && !greedy) qrl_die("--k 0 with --greedy false scores nothing");
 
     qrl_model *m;
     qrl_tokenizer *tok;
     char tpath[4096];
-    qrl_model_load_opts lo = {.tokenizer = qrl_config_get_string(cfg, "tokenizer"),
+    qrl_model_load_opts lo = {.tokenizer = S.tokenizer,
                               .tokenizer_option = "--tokenizer"};
     if (qrl_model_load_with_tokenizer(mpath, &lo, &m, &tok, tpath, sizeof tpath, &err) != QRL_OK)
-        die("%s", err.msg);
+        qrl_die_err(&err);
     qrl_precision prec;
     qrl_kv_format kvf;
-    if (qrl_precision_parse(qrl_config_get_string(cfg, "precision"), &prec, &err) != QRL_OK ||
-        qrl_kv_format_parse(qrl_config_get_string(cfg, "kv_cache"), &kvf, &err) != QRL_OK ||
+    if (qrl_precision_parse(S.precision, &prec, &err) != QRL_OK ||
+        qrl_kv_format_parse(S.kv_cache, &kvf, &err) != QRL_OK ||
         qrl_model_quantize(m, prec, &err) != QRL_OK)
-        die("%s", err.msg);
+        qrl_die_err(&err);
     item *items;
-    size_t n = load_items(ds, qrl_config_get_string(cfg, "prompt_field"),
-                          qrl_config_get_string(cfg, "answer_field"),
-                          qrl_config_get_string(cfg, "chat_template"), tok, m->cfg.max_seq_len - 1,
-                          (size_t)qrl_config_get_int(cfg, "n"), &items);
+    size_t n = load_items(ds, S.prompt_field, S.answer_field, S.chat_template, tok,
+                          m->cfg.max_seq_len - 1, (size_t)S.n, &items);
 
     tally t = {.k = k, .n = (int)n, .greedy = greedy, .items = items,
-               .show = (int)qrl_config_get_int(cfg, "show")};
+               .show = S.show};
     t.sum = calloc(n, sizeof *t.sum), t.hits = calloc(n, sizeof *t.hits), t.greedy_r = calloc(n, sizeof *t.greedy_r);
-    if (!t.sum || !t.hits || !t.greedy_r) die("out of memory");
+    if (!t.sum || !t.hits || !t.greedy_r) qrl_die("out of memory");
     qrl_scheduler_config sc;
     qrl_scheduler_config_default(&sc);
-    sc.max_slots = (int)qrl_config_get_int(cfg, "slots");
+    sc.max_slots = S.slots;
     sc.kv_format = kvf;
     sc.eos_token_id = m->cfg.n_eos > 0 ? m->cfg.eos_ids[0] : qrl_tokenizer_eos(tok); /* as the rollout */
     if (cuda) {
@@ -281,23 +271,21 @@ int main(int argc, char **argv) {
             if (items[i].n_ids > longest) longest = items[i].n_ids;
         if ((long long)longest + max_new < m->cfg.max_seq_len) sc.max_ctx = (int)longest + max_new;
         if (gmu > 0 && qrl_scheduler_config_fit_gpu(&sc, m, gmu, &err) != QRL_OK)
-            die("--%s", err.msg);
+            qrl_die("--%s", err.msg);
     }
     qrl_scheduler *s;
-    if (qrl_scheduler_new(m, tok, &sc, on_group, &t, &s, &err) != QRL_OK) die("%s", err.msg);
-    qrl_sampling_params sp = {.temperature = (float)qrl_config_get_double(cfg, "temperature"),
-                              .top_p = (float)qrl_config_get_double(cfg, "top_p"),
-                              .top_k = (int)qrl_config_get_int(cfg, "top_k"),
-                              .seed = (uint64_t)qrl_config_get_int(cfg, "seed")};
-    size_t n_stop_s;
-    const char *const *stop_s = qrl_config_get_list(cfg, "stop_token_ids", &n_stop_s);
+    if (qrl_scheduler_new(m, tok, &sc, on_group, &t, &s, &err) != QRL_OK) qrl_die_err(&err);
+    qrl_sampling_params sp = {.temperature = (float)S.temperature, .top_p = (float)S.top_p,
+                              .top_k = S.top_k, .seed = (uint64_t)S.seed};
+    size_t n_stop_s = S.stop_token_ids.n;
+    const char *const *stop_s = S.stop_token_ids.items;
     int32_t stops[16];
-    if (n_stop_s > 16) die("--stop-token-ids: at most 16");
+    if (n_stop_s > 16) qrl_die("--stop-token-ids: at most 16");
     for (size_t i = 0; i < n_stop_s; i++) {
         char *end;
         long v = strtol(stop_s[i], &end, 10);
         if (end == stop_s[i] || *end || v < 0 || v >= m->cfg.vocab_size)
-            die("--stop-token-ids: '%s' is not a token id in [0, %d)", stop_s[i], m->cfg.vocab_size);
+            qrl_die("--stop-token-ids: '%s' is not a token id in [0, %d)", stop_s[i], m->cfg.vocab_size);
         stops[i] = (int32_t)v;
     }
     double t0 = now_s();
@@ -312,15 +300,15 @@ int main(int argc, char **argv) {
                                           .reference = items[i].answer, .stop_token_ids = stops,
                                           .n_stop_token_ids = (int)n_stop_s};
             if (pass == 0) g.sampling.temperature = 0;
-            if (qrl_scheduler_submit(s, &g, &err) != QRL_OK) die("prompt %zu: %s", i, err.msg);
+            if (qrl_scheduler_submit(s, &g, &err) != QRL_OK) qrl_die("prompt %zu: %s", i, err.msg);
         }
     }
     /* groups submitted: greedy (1 response each) and sampled (k each) */
     const long long groups_all = (long long)n * ((greedy ? 1 : 0) + (k ? 1 : 0));
-    const double every = qrl_config_get_double(cfg, "progress_s");
+    const double every = S.progress_s;
     double last = t0;
     while (!qrl_scheduler_idle(s)) {
-        if (qrl_scheduler_step(s, NULL, &err) != QRL_OK) die("%s", err.msg);
+        if (qrl_scheduler_step(s, NULL, &err) != QRL_OK) qrl_die_err(&err);
         double now = now_s();
         if (every > 0 && now - last >= every && t.groups_done < groups_all) {
             double el = now - t0, rate = (double)t.groups_done / el;

@@ -30,6 +30,7 @@
 
 #include "core/config.h"
 #include "core/log.h"
+#include "core/program.h"
 #include "io/npy.h"
 #include "model/forward.h"
 #include "model/kv_cache.h"
@@ -45,22 +46,32 @@
 #define MAX_STOPS 8
 #define MAX_STOP_IDS 16
 
+enum { STOP_AT_BOS_AUTO, STOP_AT_BOS_TRUE, STOP_AT_BOS_FALSE }; /* choices order */
+enum { OUTPUT_JSON, OUTPUT_TEXT };
+enum { DEVICE_CPU, DEVICE_CUDA };
+
 typedef struct opts {
-    const char *model, *tokenizer, *prompt, *prompts_file, *prompt_ids, *chat_template, *system;
-    const char *precision, *kv_cache, *dump_logits;
+    /* the keys of CONFIG (qrl_config_bind); the string options marked optional are NULL
+     * when never given (an explicit "" is a value: an empty prompt is valid) */
+    const char *model, *tokenizer, *prompt, *prompts_file, *prompt_ids, *chat_template, *system; /* optional */
+    const char *dump_logits;            /* optional */
+    const char *precision, *kv_cache;   /* enum names */
+    int max_new, top_k, n, threads;
+    int stop_at_bos;                    /* STOP_AT_BOS_*: auto = for llama2.c tokenizers */
+    int output;                         /* OUTPUT_* */
+    int kv_sink, kv_recent;             /* int4-protected side-cache widths (SPEC §3 KV4-RL) */
+    int device_kind, device_id;         /* DEVICE_*; the CUDA ordinal */
+    double gpu_mem;                     /* --gpu-memory-utilization (0 = off) */
+    float temperature, top_p;
+    int64_t seed;
+    qrl_config_list stop;               /* --stop strings */
+    qrl_config_list stop_id_text;       /* --stop-token-ids as given, checked once the model loads */
+    /* derived */
     const char *stops[MAX_STOPS];
-    int n_stops, max_new, top_k, n, threads;
+    int n_stops;
     int32_t stop_ids[MAX_STOP_IDS + 1]; /* --stop-token-ids, and BOS (--stop-at-bos) */
     int n_stop_ids;
-    int stop_at_bos;                    /* 0 auto (llama2.c tokenizers), 1 true, 2 false */
-    const char *const *stop_id_text;    /* --stop-token-ids as given, checked once the model loads */
-    size_t n_stop_id_text;
-    bool text_output;                   /* --output text */
-    int kv_sink, kv_recent; /* int4-protected side-cache widths (SPEC §3 KV4-RL) */
-    int device;             /* -1 = CPU; >= 0 = the scheduler's CUDA engine on that ordinal */
-    double gpu_mem;         /* --gpu-memory-utilization (0 = off) */
-    float temperature, top_p;
-    uint64_t seed;
+    int device;                         /* -1 = CPU; >= 0 = the scheduler's CUDA engine on that ordinal */
 } opts;
 
 typedef struct prompt {
@@ -77,74 +88,61 @@ typedef struct response {
     const char *finish; /* NULL while running */
 } response;
 
-static _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static _Noreturn void die(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fputs("qrl-generate: error: ", stderr);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
-
-static _Noreturn void die_err(const qrl_error *err) { die("%s", err->msg); }
-
 /* The program's config table (STYLE 10): drives --help, --help-markdown
  * (docs/config-qrl-generate.md), --config FILE.yaml and the --key=value options.
  * A '-' in an option reads as '_', so --max-new-tokens and --max_new_tokens are one key. */
+#define O_ opts
 static const qrl_config_entry CONFIG[] = {
-    {"model", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
-     "HuggingFace folder (config.json + safetensors) or llama2.c .bin (required)"},
-    {"tokenizer", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
-     "tokenizer path; default: the model folder, or tokenizer.bin / tok<vocab>.bin beside the .bin"},
-    {"prompt", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false, "one prompt"},
-    {"prompts", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
-     "JSONL file, one object per line with a \"prompt\" string"},
-    {"prompt_ids", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
-     "token ids, comma-separated (no BOS added)"},
-    {"chat_template", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
-     "plain | chatml | llama3: wrap each prompt as a user turn"},
-    {"system", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false, "system message for chat_template"},
-    {"max_new_tokens", QRL_CONFIG_TYPE_INT, "128", 1, 1 << 24, NULL, false, "tokens to generate at most"},
-    {"temperature", QRL_CONFIG_TYPE_DOUBLE, "1.0", 0, 1e4, NULL, false, "sampling temperature; 0 = greedy"},
-    {"top_p", QRL_CONFIG_TYPE_DOUBLE, "1.0", 1e-6, 1, NULL, false, "nucleus sampling mass (1 = off)"},
-    {"top_k", QRL_CONFIG_TYPE_INT, "0", 0, 1 << 30, NULL, false, "keep the k most likely tokens (0 = off)"},
-    {"seed", QRL_CONFIG_TYPE_INT, "0", 0, INFINITY, NULL, false, "sampler seed (SPEC §3 Determinism)"},
-    {"n", QRL_CONFIG_TYPE_INT, "1", 1, 4096, NULL, false, "responses per prompt"},
-    {"stop", QRL_CONFIG_TYPE_LIST, "", 0, 0, NULL, false,
-     "stop strings, comma-separated (up to 8)"},
-    {"stop_token_ids", QRL_CONFIG_TYPE_LIST, "", 0, 0, NULL, false,
-     "token ids that end a response besides EOS (finish_reason stop; up to 16), as qrl-eval's"},
-    {"stop_at_bos", QRL_CONFIG_TYPE_ENUM, "auto", 0, 0, "auto|true|false", false,
-     "end a response when the model samples BOS (finish_reason stop); auto = for llama2.c "
-     "tokenizers (.bin), whose story models start the next story with BOS"},
-    {"output", QRL_CONFIG_TYPE_ENUM, "json", 0, 0, "json|text", false,
-     "json: one JSON line per response; text: each prompt followed by its response as plain "
-     "text, responses separated by a blank line"},
-    {"precision", QRL_CONFIG_TYPE_ENUM, "f32", 0, 0,
-     "f32|bf16|w8a8-int8|w8a8-fp8|w4a16-nvfp4|w4a16-mxfp4|w4a4-nvfp4", false,
-     "weight/activation format (SPEC §3)"},
-    {"kv_cache", QRL_CONFIG_TYPE_ENUM, "f32", 0, 0, "f32|bf16|fp8|int8|int4|fp4|int4-protected", false,
-     "KV-cache format (SPEC §3)"},
-    {"kv_sink", QRL_CONFIG_TYPE_INT, "16", 0, 1 << 20, NULL, false,
-     "int4-protected: first positions kept in INT8 (attention sink)"},
-    {"kv_recent", QRL_CONFIG_TYPE_INT, "128", 0, 1 << 20, NULL, false,
-     "int4-protected: most recent positions kept in INT8"},
-    {"dump_logits", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
-     "write the prompt's per-position logits [positions, vocab] as float32 .npy (one prompt only)"},
-    {"threads", QRL_CONFIG_TYPE_INT, "0", 0, 1024, NULL, false, "OpenMP threads (0 = all cores)"},
-    {"device", QRL_CONFIG_TYPE_ENUM, "cpu", 0, 0, "cpu|cuda", false,
-     "engine: cpu (the CPU reference forward) or cuda (the rollout scheduler's CUDA engine: "
-     "f32 runs as bf16, no fp4 KV, no w4a4-nvfp4; refused in a build without CUDA or where "
-     "the GPU is missing)"},
-    {"device_id", QRL_CONFIG_TYPE_INT, "0", 0, 64, NULL, false, "CUDA device ordinal with --device cuda"},
-    {"gpu_memory_utilization", QRL_CONFIG_TYPE_DOUBLE, "0", 0, 1, NULL, false,
-     "--device cuda: fraction of the device's memory to use, sizing the KV pool (as "
-     "rollout.gpu_memory_utilization; 0 = off)"},
+    QRL_CFG_STRING("model", O_, model, "", false,
+                   "HuggingFace folder (config.json + safetensors) or llama2.c .bin (required)"),
+    QRL_CFG_STRING("tokenizer", O_, tokenizer, "", false,
+                   "tokenizer path; default: the model folder, or tokenizer.bin / tok<vocab>.bin beside the .bin"),
+    QRL_CFG_STRING("prompt", O_, prompt, "", false, "one prompt"),
+    QRL_CFG_STRING("prompts", O_, prompts_file, "", false,
+                   "JSONL file, one object per line with a \"prompt\" string"),
+    QRL_CFG_STRING("prompt_ids", O_, prompt_ids, "", false, "token ids, comma-separated (no BOS added)"),
+    QRL_CFG_STRING("chat_template", O_, chat_template, "", false,
+                   "plain | chatml | llama3: wrap each prompt as a user turn"),
+    QRL_CFG_STRING("system", O_, system, "", false, "system message for chat_template"),
+    QRL_CFG_INT("max_new_tokens", O_, max_new, "128", 1, 1 << 24, false, "tokens to generate at most"),
+    QRL_CFG_DOUBLE("temperature", O_, temperature, "1.0", 0, 1e4, false, "sampling temperature; 0 = greedy"),
+    QRL_CFG_DOUBLE("top_p", O_, top_p, "1.0", 1e-6, 1, false, "nucleus sampling mass (1 = off)"),
+    QRL_CFG_INT("top_k", O_, top_k, "0", 0, 1 << 30, false, "keep the k most likely tokens (0 = off)"),
+    QRL_CFG_INT("seed", O_, seed, "0", 0, INFINITY, false, "sampler seed (SPEC §3 Determinism)"),
+    QRL_CFG_INT("n", O_, n, "1", 1, 4096, false, "responses per prompt"),
+    QRL_CFG_LIST("stop", O_, stop, "", false, "stop strings, comma-separated (up to 8)"),
+    QRL_CFG_LIST("stop_token_ids", O_, stop_id_text, "", false,
+                 "token ids that end a response besides EOS (finish_reason stop; up to 16), as qrl-eval's"),
+    QRL_CFG_ENUM("stop_at_bos", O_, stop_at_bos, "auto", "auto|true|false", false,
+                 "end a response when the model samples BOS (finish_reason stop); auto = for llama2.c "
+                 "tokenizers (.bin), whose story models start the next story with BOS"),
+    QRL_CFG_ENUM("output", O_, output, "json", "json|text", false,
+                 "json: one JSON line per response; text: each prompt followed by its response as plain "
+                 "text, responses separated by a blank line"),
+    QRL_CFG_ENUM("precision", O_, precision, "f32",
+                 "f32|bf16|w8a8-int8|w8a8-fp8|w4a16-nvfp4|w4a16-mxfp4|w4a4-nvfp4", false,
+                 "weight/activation format (SPEC §3)"),
+    QRL_CFG_ENUM("kv_cache", O_, kv_cache, "f32", "f32|bf16|fp8|int8|int4|fp4|int4-protected", false,
+                 "KV-cache format (SPEC §3)"),
+    QRL_CFG_INT("kv_sink", O_, kv_sink, "16", 0, 1 << 20, false,
+                "int4-protected: first positions kept in INT8 (attention sink)"),
+    QRL_CFG_INT("kv_recent", O_, kv_recent, "128", 0, 1 << 20, false,
+                "int4-protected: most recent positions kept in INT8"),
+    QRL_CFG_STRING("dump_logits", O_, dump_logits, "", false,
+                   "write the prompt's per-position logits [positions, vocab] as float32 .npy (one prompt only)"),
+    QRL_CFG_INT("threads", O_, threads, "0", 0, 1024, false, "OpenMP threads (0 = all cores)"),
+    QRL_CFG_ENUM("device", O_, device_kind, "cpu", "cpu|cuda", false,
+                 "engine: cpu (the CPU reference forward) or cuda (the rollout scheduler's CUDA engine: "
+                 "f32 runs as bf16, no fp4 KV, no w4a4-nvfp4; refused in a build without CUDA or where "
+                 "the GPU is missing)"),
+    QRL_CFG_INT("device_id", O_, device_id, "0", 0, 64, false, "CUDA device ordinal with --device cuda"),
+    QRL_CFG_DOUBLE("gpu_memory_utilization", O_, gpu_mem, "0", 0, 1, false,
+                   "--device cuda: fraction of the device's memory to use, sizing the KV pool (as "
+                   "rollout.gpu_memory_utilization; 0 = off)"),
 };
+#undef O_
 
-static const char *USAGE_HEAD =
+static const char USAGE_HEAD[] =
     "qrl-generate --model PATH [--tokenizer PATH]\n"
     "             (--prompt TEXT | --prompts FILE.jsonl | --prompt-ids 1,2,3) [options]\n"
     "Output: one JSON line per response: prompt, prompt_index, response_index, text,\n"
@@ -155,89 +153,62 @@ static const char *USAGE_HEAD =
 
 /* ---- argument parsing --------------------------------------------------------------- */
 
-/* A string option, or NULL when it was never given (an explicit "" is a value: an empty
- * prompt is valid). */
-static const char *opt_string(const qrl_config_t *cfg, const char *key) {
-    if (strcmp(qrl_config_origin(cfg, key), "default") == 0) return NULL;
-    return qrl_config_get_string(cfg, key);
+static const qrl_program PROGRAM = {
+    .name = "qrl-generate",
+    .usage = USAGE_HEAD,
+    .table = CONFIG,
+    .n = sizeof CONFIG / sizeof CONFIG[0],
+    .quiet = true, /* stdout is the output: logs from WARN up unless QRL_LOG_LEVEL says */
+};
+
+/* An optional string option is NULL when it was never given (an explicit "" is a value:
+ * an empty prompt is valid). */
+static void unless_given(const qrl_config_t *cfg, const char *key, const char **field) {
+    if (strcmp(qrl_config_origin(cfg, key), "default") == 0) *field = NULL;
 }
 
-/* Returns the config (kept alive for the strings `o` points into). */
-static qrl_config_t *parse_args(int argc, char **argv, opts *o) {
-    qrl_config_t *cfg;
-    qrl_config_action action;
-    int npos;
-    qrl_error err;
-    if (qrl_config_parse_args(CONFIG, sizeof CONFIG / sizeof CONFIG[0], argc, argv, &cfg, &action,
-                              &npos, &err) != QRL_OK)
-        die("%s", err.msg);
-    if (action == QRL_CONFIG_ACTION_HELP) {
-        fputs(USAGE_HEAD, stdout);
-        qrl_config_help(CONFIG, sizeof CONFIG / sizeof CONFIG[0], "qrl-generate", stdout);
-        exit(0);
-    }
-    if (action == QRL_CONFIG_ACTION_HELP_MARKDOWN) {
-        qrl_config_help_markdown(CONFIG, sizeof CONFIG / sizeof CONFIG[0], "qrl-generate", stdout);
-        exit(0);
-    }
-    if (action == QRL_CONFIG_ACTION_PRINT_CONFIG) { /* the resolved config as YAML, nothing run */
-        qrl_config_write(cfg, stdout);
-        qrl_config_destroy(cfg);
-        exit(0);
-    }
-    if (npos > 0) die("unexpected argument '%s' (see --help)", argv[1]);
+/* The settings into *o, then the checks that need no model.  A one-shot tool: *o is a
+ * snapshot (bound once, then unbound), so its optional strings may be set to NULL; the
+ * strings point into cfg, which the caller keeps until the end. */
+static void resolve_opts(qrl_config_t *cfg, opts *o) {
     *o = (opts){0};
-    o->model = opt_string(cfg, "model");
-    o->tokenizer = opt_string(cfg, "tokenizer");
-    o->prompt = opt_string(cfg, "prompt");
-    o->prompts_file = opt_string(cfg, "prompts");
-    o->prompt_ids = opt_string(cfg, "prompt_ids");
-    o->chat_template = opt_string(cfg, "chat_template");
-    o->system = opt_string(cfg, "system");
-    o->precision = qrl_config_get_string(cfg, "precision");
-    o->kv_cache = qrl_config_get_string(cfg, "kv_cache");
-    o->dump_logits = opt_string(cfg, "dump_logits");
-    o->max_new = (int)qrl_config_get_int(cfg, "max_new_tokens");
-    o->top_k = (int)qrl_config_get_int(cfg, "top_k");
-    o->n = (int)qrl_config_get_int(cfg, "n");
-    o->threads = (int)qrl_config_get_int(cfg, "threads");
-    o->kv_sink = (int)qrl_config_get_int(cfg, "kv_sink");
-    o->kv_recent = (int)qrl_config_get_int(cfg, "kv_recent");
-    o->temperature = (float)qrl_config_get_double(cfg, "temperature");
-    o->top_p = (float)qrl_config_get_double(cfg, "top_p");
-    o->seed = (uint64_t)qrl_config_get_int(cfg, "seed");
-    o->device = qrl_config_get_enum(cfg, "device") == 1 ? (int)qrl_config_get_int(cfg, "device_id") : -1;
-    o->gpu_mem = qrl_config_get_double(cfg, "gpu_memory_utilization");
-    o->stop_at_bos = qrl_config_get_enum(cfg, "stop_at_bos");
-    o->stop_id_text = qrl_config_get_list(cfg, "stop_token_ids", &o->n_stop_id_text);
-    if (o->n_stop_id_text > MAX_STOP_IDS) die("--stop-token-ids: at most %d ids", MAX_STOP_IDS);
-    o->text_output = qrl_config_get_enum(cfg, "output") == 1;
-    if (o->device < 0 && o->gpu_mem > 0) die("--gpu-memory-utilization applies to --device cuda only");
-    size_t n_stops;
-    const char *const *stops = qrl_config_get_list(cfg, "stop", &n_stops);
-    if (n_stops > MAX_STOPS) die("--stop: at most %d stop strings", MAX_STOPS);
-    for (size_t i = 0; i < n_stops; i++) {
-        if (!*stops[i]) die("--stop: empty stop string");
-        o->stops[o->n_stops++] = stops[i];
+    qrl_config_bind(cfg, o);
+    qrl_config_bind(cfg, NULL);
+    unless_given(cfg, "model", &o->model);
+    unless_given(cfg, "tokenizer", &o->tokenizer);
+    unless_given(cfg, "prompt", &o->prompt);
+    unless_given(cfg, "prompts", &o->prompts_file);
+    unless_given(cfg, "prompt_ids", &o->prompt_ids);
+    unless_given(cfg, "chat_template", &o->chat_template);
+    unless_given(cfg, "system", &o->system);
+    unless_given(cfg, "dump_logits", &o->dump_logits);
+    o->device = o->device_kind == DEVICE_CUDA ? o->device_id : -1;
+    if (o->stop_id_text.n > MAX_STOP_IDS) qrl_die("--stop-token-ids: at most %d ids", MAX_STOP_IDS);
+    if (o->device < 0 && o->gpu_mem > 0) qrl_die("--gpu-memory-utilization applies to --device cuda only");
+    if (o->stop.n > MAX_STOPS) qrl_die("--stop: at most %d stop strings", MAX_STOPS);
+    for (size_t i = 0; i < o->stop.n; i++) {
+        if (!*o->stop.items[i]) qrl_die("--stop: empty stop string");
+        o->stops[o->n_stops++] = o->stop.items[i];
     }
-    if (!o->model) die("--model is required (see --help)");
+    if (!o->model) qrl_die("--model is required (see --help)");
     if (!!o->prompt + !!o->prompts_file + !!o->prompt_ids != 1)
-        die("give exactly one of --prompt, --prompts, --prompt-ids");
-    if (o->prompt_ids && o->chat_template) die("--chat-template does not apply to --prompt-ids");
-    if (o->system && !o->chat_template) die("--system needs --chat-template");
-    if (o->device >= 0 && o->dump_logits) die("--dump-logits runs on the CPU engine only (not with --device cuda)");
+        qrl_die("give exactly one of --prompt, --prompts, --prompt-ids");
+    if (o->prompt_ids && o->chat_template) qrl_die("--chat-template does not apply to --prompt-ids");
+    if (o->system && !o->chat_template) qrl_die("--system needs --chat-template");
+    if (o->device >= 0 && o->dump_logits)
+        qrl_die("--dump-logits runs on the CPU engine only (not with --device cuda)");
     if (o->device >= 0) { /* refused before anything is loaded */
+        qrl_error err;
         if (qrl_rollout_gpu_check(o->device, NULL, 0, NULL, &err) != QRL_OK)
-            die("--device cuda (--device-id %d): %s", o->device, err.msg);
+            qrl_die("--device cuda (--device-id %d): %s", o->device, err.msg);
     }
-    return cfg;
 }
 
 /* Precision of SPEC §3 (every row of the table runs on the CPU engine). */
 static qrl_precision check_precision(const char *p) {
     qrl_precision prec;
     qrl_error err;
-    if (qrl_precision_parse(p, &prec, &err) != QRL_OK) die_err(&err);
+    if (qrl_precision_parse(p, &prec, &err) != QRL_OK) qrl_die_err(&err);
     return prec;
 }
 
@@ -253,13 +224,13 @@ static int32_t *parse_id_list(const char *s, size_t *n, int vocab) {
         errno = 0;
         long v = strtol(p, &end, 10);
         if (errno || end == p || v < 0 || v >= vocab || (*end && *end != ','))
-            die("--prompt-ids: item %zu ('%.*s') is not a token id in [0, %d)", *n,
+            qrl_die("--prompt-ids: item %zu ('%.*s') is not a token id in [0, %d)", *n,
                 (int)strcspn(p, ","), p, vocab);
         if (*n == cap) ids = realloc(ids, (cap *= 2) * sizeof *ids);
         ids[(*n)++] = (int32_t)v;
         p = *end ? end + 1 : end;
     }
-    if (*n == 0) die("--prompt-ids: empty list");
+    if (*n == 0) qrl_die("--prompt-ids: empty list");
     return ids;
 }
 
@@ -274,7 +245,7 @@ static void free_prompts(prompt *ps, int n) {
 /* One {"prompt": "..."} object per line; blank lines skipped.  Dies naming the line. */
 static prompt *read_prompts_file(const char *path, int *n_out) {
     FILE *f = fopen(path, "r");
-    if (!f) die("%s: cannot open: %s", path, strerror(errno));
+    if (!f) qrl_die("%s: cannot open: %s", path, strerror(errno));
     prompt *ps = NULL;
     int n = 0, lineno = 0;
     char *line = NULL, msg[512] = "";
@@ -301,7 +272,7 @@ static prompt *read_prompts_file(const char *path, int *n_out) {
     if (!msg[0] && n == 0) snprintf(msg, sizeof msg, "%s: no prompts", path);
     if (msg[0]) {
         free_prompts(ps, n);
-        die("%s", msg);
+        qrl_die("%s", msg);
     }
     *n_out = n;
     return ps;
@@ -313,7 +284,7 @@ static void encode_prompt(const opts *o, const qrl_tokenizer *tok, prompt *p) {
     char *templated = NULL;
     if (o->chat_template) {
         if (qrl_chat_template_apply(o->chat_template, o->system, p->text, &templated, &err) != QRL_OK)
-            die_err(&err);
+            qrl_die_err(&err);
         text = templated;
     }
     /* BOS as the tokenizer wants it, unless the template already wrote it (llama3's
@@ -324,9 +295,9 @@ static void encode_prompt(const opts *o, const qrl_tokenizer *tok, prompt *p) {
     if (o->chat_template && bos_piece && strncmp(text, bos_piece, strlen(bos_piece)) == 0)
         add_bos = false;
     if (qrl_tokenizer_encode(tok, text, strlen(text), add_bos, true, &p->ids, &p->n_ids, &err) != QRL_OK)
-        die_err(&err);
+        qrl_die_err(&err);
     free(templated);
-    if (p->n_ids == 0) die("prompt '%.40s' encodes to no tokens", p->text);
+    if (p->n_ids == 0) qrl_die("prompt '%.40s' encodes to no tokens", p->text);
 }
 
 /* ---- generation ----------------------------------------------------------------------- */
@@ -353,19 +324,19 @@ static bool is_stop_id(const opts *o, int32_t t) {
  * (auto: a llama2.c tokenizer, tokenizer.bin / tok<V>.bin: its story models sample BOS
  * to start the next story, as llama2.c's run.c stops there). */
 static void resolve_stop_ids(opts *o, const qrl_model *m, const qrl_tokenizer *tok, const char *tpath) {
-    for (size_t i = 0; i < o->n_stop_id_text; i++) {
-        const char *t = o->stop_id_text[i];
+    for (size_t i = 0; i < o->stop_id_text.n; i++) {
+        const char *t = o->stop_id_text.items[i];
         char *end;
         errno = 0;
         long v = strtol(t, &end, 10);
         if (errno || end == t || *end || v < 0 || v >= m->cfg.vocab_size)
-            die("--stop-token-ids: '%s' is not a token id in [0, %d)", t, m->cfg.vocab_size);
+            qrl_die("--stop-token-ids: '%s' is not a token id in [0, %d)", t, m->cfg.vocab_size);
         o->stop_ids[o->n_stop_ids++] = (int32_t)v;
     }
     size_t tl = strlen(tpath);
     bool llama2c = tl > 4 && strcmp(tpath + tl - 4, ".bin") == 0;
     int32_t bos = tok ? qrl_tokenizer_bos(tok) : -1;
-    if (bos >= 0 && (o->stop_at_bos == 1 || (o->stop_at_bos == 0 && llama2c)) && !is_stop_id(o, bos) &&
+    if (bos >= 0 && (o->stop_at_bos == STOP_AT_BOS_TRUE || (o->stop_at_bos == STOP_AT_BOS_AUTO && llama2c)) && !is_stop_id(o, bos) &&
         !is_eos(m, tok, bos))
         o->stop_ids[o->n_stop_ids++] = bos;
 }
@@ -382,12 +353,12 @@ static char *response_text(const qrl_tokenizer *tok, const prompt *p, const resp
     char *full, *head, *text;
     if (qrl_tokenizer_decode(tok, all, p->n_ids + (size_t)r->n, true, &full, &err) != QRL_OK ||
         qrl_tokenizer_decode(tok, all, p->n_ids, true, &head, &err) != QRL_OK)
-        die_err(&err);
+        qrl_die_err(&err);
     size_t hl = strlen(head);
     if (strncmp(full, head, hl) == 0) {
         text = strdup(full + hl);
     } else if (qrl_tokenizer_decode(tok, r->tokens, (size_t)r->n, true, &text, &err) != QRL_OK) {
-        die_err(&err);
+        qrl_die_err(&err);
     }
     free(full);
     free(head);
@@ -401,7 +372,7 @@ static char *response_text(const qrl_tokenizer *tok, const prompt *p, const resp
 static char *utf8_lossy(const char *s) {
     size_t n = strlen(s), o = 0;
     char *out = malloc(3 * n + 1); /* each bad byte becomes 3 bytes at most */
-    if (!out) die("out of memory");
+    if (!out) qrl_die("out of memory");
     for (size_t i = 0; i < n;) {
         utf8proc_int32_t cp;
         utf8proc_ssize_t k = utf8proc_iterate((const utf8proc_uint8_t *)s + i, (utf8proc_ssize_t)(n - i), &cp);
@@ -418,13 +389,13 @@ static char *utf8_lossy(const char *s) {
 }
 
 static void emit(const opts *op, const prompt *p, int pi, int ri, const response *r, char *text, double secs) {
-    if (op->text_output) { /* the prompt and its continuation; a blank line between responses */
+    if (op->output == OUTPUT_TEXT) { /* the prompt and its continuation; a blank line between responses */
         static bool first = true;
         char *valid = text ? utf8_lossy(text) : NULL;
         printf("%s%s%s\n", first ? "" : "\n", p->text ? p->text : "", valid ? valid : "");
         first = false;
         free(valid);
-        if (fflush(stdout) != 0 || ferror(stdout)) die("writing to stdout failed: %s", strerror(errno));
+        if (fflush(stdout) != 0 || ferror(stdout)) qrl_die("writing to stdout failed: %s", strerror(errno));
         return;
     }
     json_t *o = json_object();
@@ -447,7 +418,7 @@ static void emit(const opts *op, const prompt *p, int pi, int ri, const response
     char *s = json_dumps(o, JSON_COMPACT | JSON_ENSURE_ASCII);
     puts(s);
     /* a full disk or a closed pipe must not look like success */
-    if (fflush(stdout) != 0 || ferror(stdout)) die("writing to stdout failed: %s", strerror(errno));
+    if (fflush(stdout) != 0 || ferror(stdout)) qrl_die("writing to stdout failed: %s", strerror(errno));
     free(s);
     json_decref(o);
 }
@@ -484,27 +455,27 @@ static void generate_group(engine *e, prompt *p, int pi) {
     int V = e->m->cfg.vocab_size, np = (int)p->n_ids;
     qrl_error err;
     qrl_sampling_params sp = {.temperature = o->temperature, .top_k = o->top_k,
-                              .top_p = o->top_p, .seed = o->seed};
+                              .top_p = o->top_p, .seed = (uint64_t)o->seed};
     response *rs = calloc((size_t)o->n, sizeof *rs);
     double t0 = now_s();
-    if (qrl_kv_cache_seq_new(e->kv, &rs[0].seq, &err) != QRL_OK) die_err(&err);
+    if (qrl_kv_cache_seq_new(e->kv, &rs[0].seq, &err) != QRL_OK) qrl_die_err(&err);
     bool dump = o->dump_logits != NULL;
     if (qrl_forward_prefill(e->fwd, e->kv, rs[0].seq, p->ids, np, e->logits, dump, &err) != QRL_OK)
-        die_err(&err);
+        qrl_die_err(&err);
     if (dump) {
         int64_t shape[2] = {np, V};
-        if (qrl_npy_write_f32(o->dump_logits, e->logits, 2, shape, &err) != QRL_OK) die_err(&err);
+        if (qrl_npy_write_f32(o->dump_logits, e->logits, 2, shape, &err) != QRL_OK) qrl_die_err(&err);
         memmove(e->logits, e->logits + (size_t)(np - 1) * V, (size_t)V * sizeof(float));
     }
     for (int i = 0; i < o->n; i++) {
         if (i > 0 && qrl_kv_cache_seq_fork(e->kv, rs[0].seq, &rs[i].seq, &err) != QRL_OK)
-            die_err(&err);
+            qrl_die_err(&err);
         rs[i].tokens = malloc((size_t)o->max_new * sizeof(int32_t));
         rs[i].logprobs = malloc((size_t)o->max_new * sizeof(float));
         qrl_sample s;
         if (qrl_sampler_sample(e->sampler, e->logits, &sp, (uint64_t)pi, (uint32_t)i,
                                (uint32_t)np, &s, &err) != QRL_OK)
-            die_err(&err);
+            qrl_die_err(&err);
         take(e, p, &rs[i], &s, np);
     }
     int *seqs = malloc((size_t)o->n * sizeof(int)), *who = malloc((size_t)o->n * sizeof(int));
@@ -519,14 +490,14 @@ static void generate_group(engine *e, prompt *p, int pi) {
         }
         if (b == 0) break;
         if (qrl_forward_decode(e->fwd, e->kv, seqs, toks, b, e->logits, &err) != QRL_OK)
-            die_err(&err);
+            qrl_die_err(&err);
         for (int j = 0; j < b; j++) {
             response *r = &rs[who[j]];
             int pos = np + r->n; /* position of the token being sampled */
             qrl_sample s;
             if (qrl_sampler_sample(e->sampler, e->logits + (size_t)j * V, &sp, (uint64_t)pi,
                                    (uint32_t)who[j], (uint32_t)pos, &s, &err) != QRL_OK)
-                die_err(&err);
+                qrl_die_err(&err);
             take(e, p, r, &s, pos);
         }
     }
@@ -565,14 +536,14 @@ static void on_gpu_group(const qrl_scheduler_group_result *g, void *ctx) {
     const engine *e = r->e;
     int pi = (int)g->group_id;
     response *rs = calloc(g->group_size, sizeof *rs);
-    if (!rs) die("out of memory");
+    if (!rs) qrl_die("out of memory");
     for (uint32_t i = 0; i < g->group_size; i++) {
         const qrl_scheduler_response *x = &g->responses[i];
         response *y = &rs[i];
         y->n = x->n_tokens;
         y->tokens = malloc(((size_t)x->n_tokens + 1) * sizeof *y->tokens);
         y->logprobs = malloc(((size_t)x->n_tokens + 1) * sizeof *y->logprobs);
-        if (!y->tokens || !y->logprobs) die("out of memory");
+        if (!y->tokens || !y->logprobs) qrl_die("out of memory");
         memcpy(y->tokens, x->tokens, (size_t)x->n_tokens * sizeof *y->tokens);
         memcpy(y->logprobs, x->logprobs_full, (size_t)x->n_tokens * sizeof *y->logprobs); /* as qrl_sample.logprob */
         /* every EOS id the CPU path knows ends with "eos" (the scheduler takes one EOS id,
@@ -613,7 +584,7 @@ static void generate_cuda(engine *e, prompt *ps, int n_prompts) {
     const qrl_model *m = e->m;
     qrl_error err;
     qrl_kv_format kvf;
-    if (qrl_kv_format_parse(o->kv_cache, &kvf, &err) != QRL_OK) die_err(&err);
+    if (qrl_kv_format_parse(o->kv_cache, &kvf, &err) != QRL_OK) qrl_die_err(&err);
     qrl_scheduler_config sc;
     qrl_scheduler_config_default(&sc);
     long long want = (long long)o->n * n_prompts;
@@ -632,26 +603,26 @@ static void generate_cuda(engine *e, prompt *ps, int n_prompts) {
         stops[n_stop_ids++] = qrl_tokenizer_eos(e->tok);
     for (int i = 0; i < o->n_stop_ids; i++) stops[n_stop_ids++] = o->stop_ids[i]; /* finish "stop" */
     if (o->gpu_mem > 0 && qrl_scheduler_config_fit_gpu(&sc, m, o->gpu_mem, &err) != QRL_OK)
-        die("--%s", err.msg);
+        qrl_die("--%s", err.msg);
     gpu_run r = {.e = e, .ps = ps, .n_prompts = n_prompts,
                  .done = calloc((size_t)n_prompts, sizeof *r.done),
                  .secs = calloc((size_t)n_prompts, sizeof *r.secs)};
-    if (!r.done || !r.secs) die("out of memory");
+    if (!r.done || !r.secs) qrl_die("out of memory");
     qrl_scheduler *s;
     if (qrl_scheduler_new(m, e->tok, &sc, on_gpu_group, &r, &s, &err) != QRL_OK)
-        die("--device cuda: %s", err.msg);
+        qrl_die("--device cuda: %s", err.msg);
     for (int i = 0; i < n_prompts; i++) {
         qrl_scheduler_group_desc g = {
             .group_id = (uint64_t)i, .group_size = (uint32_t)o->n, .prompt = ps[i].ids,
             .n_prompt = (int)ps[i].n_ids,
             .sampling = {.temperature = o->temperature, .top_k = o->top_k, .top_p = o->top_p,
-                         .seed = o->seed},
+                         .seed = (uint64_t)o->seed},
             .max_new_tokens = o->max_new, .stop_token_ids = stops, .n_stop_token_ids = n_stop_ids,
             .stop_strings = o->n_stops ? o->stops : NULL, .n_stop_strings = o->n_stops};
-        if (qrl_scheduler_submit(s, &g, &err) != QRL_OK) die("prompt %d: %s", i, err.msg);
+        if (qrl_scheduler_submit(s, &g, &err) != QRL_OK) qrl_die("prompt %d: %s", i, err.msg);
     }
     while (!qrl_scheduler_idle(s)) {
-        if (qrl_scheduler_step(s, NULL, &err) != QRL_OK) die_err(&err);
+        if (qrl_scheduler_step(s, NULL, &err) != QRL_OK) qrl_die_err(&err);
         gpu_flush(&r);
     }
     gpu_flush(&r);
@@ -661,15 +632,17 @@ static void generate_cuda(engine *e, prompt *ps, int n_prompts) {
 }
 
 int main(int argc, char **argv) {
-    if (!getenv("QRL_LOG_LEVEL")) qrl_log_set_level(QRL_LOG_LEVEL_WARN);
+    qrl_config_t *cfg;
+    int rc = qrl_program_start(&PROGRAM, argc, argv, &cfg, NULL);
+    if (rc != QRL_PROGRAM_RUN) return rc;
     opts o;
-    qrl_config_t *cfg = parse_args(argc, argv, &o);
+    resolve_opts(cfg, &o);
     qrl_precision prec = check_precision(o.precision);
     qrl_error err;
     qrl_kv_format kvf;
-    if (qrl_kv_format_parse(o.kv_cache, &kvf, &err) != QRL_OK) die_err(&err);
+    if (qrl_kv_format_parse(o.kv_cache, &kvf, &err) != QRL_OK) qrl_die_err(&err);
     if (o.kv_sink < 0 || o.kv_recent < 0)
-        die("--kv-sink %d and --kv-recent %d must be >= 0", o.kv_sink, o.kv_recent);
+        qrl_die("--kv-sink %d and --kv-recent %d must be >= 0", o.kv_sink, o.kv_recent);
     if (o.threads > 0) omp_set_num_threads(o.threads);
 
     /* default tokenizer: the HF folder itself; next to a .bin: tokenizer.bin or tok<V>.bin;
@@ -679,18 +652,18 @@ int main(int argc, char **argv) {
     char tpath[4096];
     qrl_model_load_opts lo = {.tokenizer = o.tokenizer, .tokenizer_optional = true};
     if (qrl_model_load_with_tokenizer(o.model, &lo, &m, &tok, tpath, sizeof tpath, &err) != QRL_OK)
-        die_err(&err);
+        qrl_die_err(&err);
     int V = m->cfg.vocab_size;
     if (!tok && !o.prompt_ids)
-        die("no tokenizer found for %s (tokenizer.json, vocab.json, tokenizer.bin or tok%d.bin); "
+        qrl_die("no tokenizer found for %s (tokenizer.json, vocab.json, tokenizer.bin or tok%d.bin); "
             "give --tokenizer", o.model, V);
     /* linear layers quantized at load; LM head and embedding stay F32 (bf16: BF16) */
-    if (qrl_model_quantize(m, prec, &err) != QRL_OK) die_err(&err);
+    if (qrl_model_quantize(m, prec, &err) != QRL_OK) qrl_die_err(&err);
     /* a tokenizer may be smaller than the embedding (padded vocabularies), never larger */
     if (tok && qrl_tokenizer_vocab_size(tok) > V)
-        die("%s: tokenizer vocabulary %d is larger than the model's %d: wrong tokenizer for %s?",
+        qrl_die("%s: tokenizer vocabulary %d is larger than the model's %d: wrong tokenizer for %s?",
             tpath, qrl_tokenizer_vocab_size(tok), V, o.model);
-    if (o.n_stops && !tok) die("--stop needs a tokenizer");
+    if (o.n_stops && !tok) qrl_die("--stop needs a tokenizer");
     resolve_stop_ids(&o, m, tok, tpath);
 
     int n_prompts = 1;
@@ -702,12 +675,12 @@ int main(int argc, char **argv) {
         if (o.prompt) ps[0].text = strdup(o.prompt);
         else ps[0].ids = parse_id_list(o.prompt_ids, &ps[0].n_ids, V);
     }
-    if (o.dump_logits && n_prompts != 1) die("--dump-logits needs a single prompt");
+    if (o.dump_logits && n_prompts != 1) qrl_die("--dump-logits needs a single prompt");
     size_t max_prompt = 0;
     for (int i = 0; i < n_prompts; i++) {
         if (ps[i].text) encode_prompt(&o, tok, &ps[i]);
         if (ps[i].n_ids > (size_t)m->cfg.max_seq_len)
-            die("prompt %d has %zu tokens; the model's context is %d positions", i, ps[i].n_ids,
+            qrl_die("prompt %d has %zu tokens; the model's context is %d positions", i, ps[i].n_ids,
                 m->cfg.max_seq_len);
         if (ps[i].n_ids > max_prompt) max_prompt = ps[i].n_ids;
     }
@@ -731,13 +704,13 @@ int main(int argc, char **argv) {
                            /* a window wider than the context protects all of it */
                            .protected_sink = o.kv_sink < e.ctx ? o.kv_sink : e.ctx,
                            .protected_recent = o.kv_recent < e.ctx ? o.kv_recent : e.ctx};
-    if (qrl_kv_cache_new(&d, &e.kv, &err) != QRL_OK) die_err(&err);
+    if (qrl_kv_cache_new(&d, &e.kv, &err) != QRL_OK) qrl_die_err(&err);
     int rows = o.n > PREFILL_ROWS ? o.n : PREFILL_ROWS;
-    if (qrl_forward_new(m, rows, e.ctx, &e.fwd, &err) != QRL_OK) die_err(&err);
-    if (qrl_sampler_new(V, &e.sampler, &err) != QRL_OK) die_err(&err);
+    if (qrl_forward_new(m, rows, e.ctx, &e.fwd, &err) != QRL_OK) qrl_die_err(&err);
+    if (qrl_sampler_new(V, &e.sampler, &err) != QRL_OK) qrl_die_err(&err);
     size_t lrows = o.dump_logits ? (max_prompt > (size_t)o.n ? max_prompt : (size_t)o.n) : (size_t)o.n;
     e.logits = malloc(lrows * V * sizeof(float));
-    if (!e.logits) die("out of memory for logits");
+    if (!e.logits) qrl_die("out of memory for logits");
 
     for (int i = 0; i < n_prompts; i++) generate_group(&e, &ps[i], i);
 
