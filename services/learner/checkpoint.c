@@ -198,7 +198,7 @@ qrl_status ld_ckpt_restore(ld_core *d, const char *dir, const qrl_ckpt_state *s,
     ld_intake_restore(d, s);
     if (d->version > 0) { /* replicas that join (or come back) get the restored version */
         ld_snapshot *snap;
-        QRL_TRY(ld_snapshot_build(d->model, d->version, (size_t)qrl_config_get_int(d->cfg, "weights.bucket_bytes"),
+        QRL_TRY(ld_snapshot_build(d->model, d->version, (size_t)d->s->weights.bucket_bytes,
                                   &snap, err));
         ld_wserver_publish(&d->ws, snap);
     }
@@ -224,8 +224,12 @@ char *ld_ckpt_settings_json(const qrl_config_t *cfg) {
 }
 
 qrl_status ld_ckpt_restore_settings(qrl_config_t *cfg, qrl_error *err) {
-    const char *resume = qrl_config_get_string(cfg, "learner.resume");
-    const char *root = qrl_config_get_string(cfg, "learner.checkpoint_dir");
+    /* before the program binds its settings: a struct of our own for the two keys read */
+    ld_settings ts;
+    qrl_config_bind(cfg, &ts);
+    const char *resume = ts.learner.resume;
+    const char *root = ts.learner.checkpoint_dir;
+    qrl_config_bind(cfg, NULL); /* both are read below before anything changes them */
     if (!*resume || strcmp(resume, "none") == 0) return QRL_OK;
     bool is_auto = strcmp(resume, "auto") == 0;
     struct stat sb;
@@ -291,19 +295,19 @@ static char *abs_path(const char *p) {
  * and UAQ scale replace the configured ones (the parameters are stored scaled). */
 qrl_status ld_ckpt_configure(ld_core *d, qrl_learner_config *lc, bool *resumed, char *rdir,
                              qrl_ckpt_state *rs, qrl_error *err) {
-    const char *root = qrl_config_get_string(d->cfg, "learner.checkpoint_dir");
+    const char *root = d->s->learner.checkpoint_dir;
     K.root = *root ? root : NULL;
-    K.every = (uint64_t)qrl_config_get_int(d->cfg, "learner.checkpoint_every");
-    K.keep = (int)qrl_config_get_int(d->cfg, "learner.checkpoint_keep");
+    K.every = (uint64_t)d->s->learner.checkpoint_every;
+    K.keep = d->s->learner.checkpoint_keep;
     K.step = UINT64_MAX;
-    const char *mp = qrl_config_get_string(d->cfg, "learner.model");
+    const char *mp = d->s->learner.model;
     char tbuf[QRL_CKPT_PATH_MAX];
-    const char *tp = qrl_config_get_string(d->cfg, "learner.tokenizer");
+    const char *tp = d->s->learner.tokenizer;
     if (!*tp) tp = qrl_tokenizer_find_default(mp, d->model->cfg.vocab_size, tbuf, sizeof tbuf);
     K.abs_model = abs_path(mp);
     K.abs_tok = abs_path(tp ? tp : "");
     K.abs_ds = abs_path(d->dataset_path);
-    QRL_TRY(ckpt_resolve(qrl_config_get_string(d->cfg, "learner.resume"), root, resumed, rdir, rs, err));
+    QRL_TRY(ckpt_resolve(d->s->learner.resume, root, resumed, rdir, rs, err));
     if (!*resumed) return QRL_OK;
     if (rs->dataset_prompts != d->ds->n) {
         qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "%s/manifest.json: field \"dataset.prompts\": %" PRIu64

@@ -11,6 +11,8 @@
 #include "intake.h"
 #include "learner/members.h"
 
+static const char *const MODE_NAMES[] = {"overlap", "alternate"}; /* learner.mode, by ld_learner_mode */
+
 static struct {
     qrl_members members;
     char node_id[160];          /* qrl_wipc_node_id: replicas with the same one take CUDA IPC */
@@ -107,7 +109,7 @@ void ld_control_nccl_fallback(ld_core *c) {
 
 void ld_control_tick(ld_core *c) {
     qrl_members_expire(&C.members, ld_unix_ms(),
-                       (uint64_t)qrl_config_get_int(c->cfg, "learner.heartbeat_timeout_ms"));
+                       (uint64_t)c->s->learner.heartbeat_timeout_ms);
     if (!c->lm) return;
     ld_dispatch_counts dc = ld_dispatch_counts_now();
     ld_intake_counts ic = ld_intake_counts_now();
@@ -141,14 +143,14 @@ static void h_register(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *
     resp.replica_id = r->id;
     resp.run_id = c->run_id;
     resp.current_version = c->version;
-    resp.heartbeat_interval_ms = (uint32_t)qrl_config_get_int(c->cfg, "learner.heartbeat_interval_ms");
-    resp.heartbeat_timeout_ms = (uint32_t)qrl_config_get_int(c->cfg, "learner.heartbeat_timeout_ms");
-    resp.kafka_brokers = (char *)qrl_config_get_string(c->cfg, "kafka.bootstrap");
+    resp.heartbeat_interval_ms = (uint32_t)c->s->learner.heartbeat_interval_ms;
+    resp.heartbeat_timeout_ms = (uint32_t)c->s->learner.heartbeat_timeout_ms;
+    resp.kafka_brokers = (char *)c->s->kafka.bootstrap;
     resp.prompts_topic = (char *)c->prompts_topic;
     resp.results_topic = (char *)c->results_topic;
     resp.dlq_topic = (char *)c->dlq_topic;
-    resp.max_staleness = (uint32_t)qrl_config_get_int(c->cfg, "learner.max_staleness");
-    resp.mode = (char *)qrl_config_get_string(c->cfg, "learner.mode");
+    resp.max_staleness = (uint32_t)c->s->learner.max_staleness;
+    resp.mode = (char *)MODE_NAMES[c->s->learner.mode];
     qrl_rpc_call_reply(call, &resp.base);
 }
 
@@ -197,10 +199,10 @@ static void h_status(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *us
     s.version = c->version;
     s.step = c->step;
     s.run_id = c->run_id;
-    s.mode = (char *)qrl_config_get_string(c->cfg, "learner.mode");
+    s.mode = (char *)MODE_NAMES[c->s->learner.mode];
     s.replicas = (uint32_t)qrl_members_live(&C.members);
     s.replicas_synced = (uint32_t)replicas_synced(c);
-    s.lr = qrl_config_get_double(c->cfg, "learner.lr");
+    s.lr = c->s->learner.lr;
     s.groups_in_flight = dc.in_flight - ic.buffered;
     s.groups_buffered = ic.buffered;
     s.quota = c->T;

@@ -22,6 +22,7 @@
 #include "learner.h"
 #include "learner/metrics.h"
 #include "ld_nccl.h"
+#include "settings.h"
 
 /* Where a group is (dispatch.c's table, indexed by group id). */
 enum { GS_NONE = 0, GS_DISPATCHED, GS_BUFFERED, GS_TRAINING, GS_TRAINED, GS_DROPPED };
@@ -29,6 +30,7 @@ enum { GS_NONE = 0, GS_DISPATCHED, GS_BUFFERED, GS_TRAINING, GS_TRAINED, GS_DROP
 /* The run and the parts every section reaches: set up by loop.c, one per process. */
 typedef struct ld_core {
     qrl_config_t *cfg;              /* the loop thread owns it (Learner.Set writes it) */
+    const ld_settings *s;           /* cfg's typed fields (settings.h), bound: Set updates them */
     qrl_model *model;               /* the trainer's after start; read-only here (cfg, uaq_scale) */
     const ld_dataset *ds;
     const char *prompts_topic, *results_topic, *dlq_topic, *task, *dataset_path;

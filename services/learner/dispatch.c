@@ -71,13 +71,13 @@ void ld_dispatch_acked(ld_core *c, uint64_t id) {
 void ld_dispatch_taken(uint64_t n) { D.in_flight -= n; }
 
 bool ld_dispatch_alternate(const ld_core *c) {
-    return strcmp(qrl_config_get_string(c->cfg, "learner.mode"), "alternate") == 0;
+    return c->s->learner.mode == LD_MODE_ALTERNATE;
 }
 
 uint64_t ld_dispatch_window(const ld_core *c) {
     if (ld_dispatch_alternate(c)) return c->T; /* synchronous: one version's quota at a time */
-    int64_t s = qrl_config_get_int(c->cfg, "learner.max_staleness");
-    return (uint64_t)c->T * (uint64_t)(1 + (s < 0 ? 1 : s));
+    int64_t st = c->s->learner.max_staleness;
+    return (uint64_t)c->T * (uint64_t)(1 + (st < 0 ? 1 : st));
 }
 
 /* Produce the PromptGroup of group `id`: prompt `item` of the dataset, drawn at (epoch,
@@ -86,13 +86,14 @@ static void send_group(ld_core *c, uint64_t id, uint32_t epoch, uint64_t index, 
                        uint64_t version) {
     const ld_prompt *p = &c->ds->items[item];
     Qrl__SamplingParams sp = QRL__SAMPLING_PARAMS__INIT;
-    sp.temperature = (float)qrl_config_get_double(c->cfg, "sampling.temperature");
-    sp.top_p = (float)qrl_config_get_double(c->cfg, "sampling.top_p");
-    sp.top_k = (uint32_t)qrl_config_get_int(c->cfg, "sampling.top_k");
-    sp.max_new_tokens = (uint32_t)qrl_config_get_int(c->cfg, "sampling.max_new_tokens");
+    sp.temperature = (float)c->s->sampling.temperature;
+    sp.top_p = (float)c->s->sampling.top_p;
+    sp.top_k = (uint32_t)c->s->sampling.top_k;
+    sp.max_new_tokens = (uint32_t)c->s->sampling.max_new_tokens;
     sp.seed = c->seed;
-    size_t n_stop; /* validated in main.c: at most 16 ids inside the vocabulary */
-    const char *const *stop = qrl_config_get_list(c->cfg, "sampling.stop_token_ids", &n_stop);
+    /* validated in main.c: at most 16 ids inside the vocabulary */
+    size_t n_stop = c->s->sampling.stop_token_ids.n;
+    const char *const *stop = c->s->sampling.stop_token_ids.items;
     uint32_t stop_ids[16];
     for (size_t i = 0; i < n_stop && i < 16; i++) stop_ids[i] = (uint32_t)strtoul(stop[i], NULL, 10);
     sp.stop_token_ids = stop_ids;
@@ -142,7 +143,7 @@ static void dispatch_one(ld_core *c) {
  * lost it (e.g. dead-lettered the prompt, or hung).  The first result for the id trains;
  * a later one is dropped as a duplicate, so nothing trains twice. */
 void ld_dispatch_redispatch_stale(ld_core *c) {
-    int64_t timeout_s = qrl_config_get_int(c->cfg, "learner.redispatch_timeout_s");
+    int64_t timeout_s = c->s->learner.redispatch_timeout_s;
     if (timeout_s <= 0 || c->paused || c->stopping || c->finished) return;
     uint64_t now = ld_unix_ms(), N = c->ds->n;
     if (D.oldest_dispatched == 0) D.oldest_dispatched = 1;

@@ -200,7 +200,10 @@ char *ld_ckpt_settings_json(const qrl_config_t *cfg);
 
 /* Run until max_updates are done (then replicas are told SHUTDOWN) or SIGTERM/SIGINT;
  * returns the exit status.  `lc` is the update config from the table. */
-int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const ld_dataset *ds, const qrl_learner_config *lc);
+struct ld_settings;
+/* `s` is cfg's bound settings struct (settings.h). */
+int ld_daemon_run(qrl_config_t *cfg, const struct ld_settings *s, qrl_model *model, const ld_dataset *ds,
+                  const qrl_learner_config *lc);
 
 
 #endif

@@ -147,10 +147,11 @@ static void on_tick(uv_timer_t *t) {
 
 static qrl_status setup(ld_core *c, const qrl_learner_config *lc, qrl_error *err) {
     qrl_config_t *cfg = c->cfg;
-    QRL_TRY(ld_wserver_start(&c->ws, qrl_config_get_string(cfg, "weights.listen"), err));
-    QRL_TRY(ld_nccl_start(&c->nccl, cfg, &c->ws, err));
+    QRL_TRY(ld_wserver_start(&c->ws, c->s->weights.listen, err));
+    QRL_TRY(ld_nccl_start(&c->nccl, c->s->weights.transport, c->s->weights.nccl_device, c->s->weights.nccl_timeout_ms,
+                          &c->ws, err));
     QRL_TRY(ld_trainer_start(&c->trainer, c->model, lc, &c->ws, NULL,
-                             (size_t)qrl_config_get_int(cfg, "weights.bucket_bytes"), &L.train_async, err));
+                             (size_t)c->s->weights.bucket_bytes, &L.train_async, err));
     if (lc->device_weights) { /* after the engine: its errors name the device first */
         char node_id[160];
         QRL_TRY(qrl_wipc_sender_new(lc->device, &c->ipc, err));
@@ -160,20 +161,20 @@ static qrl_status setup(ld_core *c, const qrl_learner_config *lc, qrl_error *err
         QRL_LOG_INFO("weights", "versions are published on cuda:%d; replicas on node %s take them by CUDA IPC",
                      lc->device, node_id);
     }
-    const char *bootstrap = qrl_config_get_string(cfg, "kafka.bootstrap");
+    const char *bootstrap = c->s->kafka.bootstrap;
     qrl_kafka_producer_opts po = {.bootstrap = bootstrap, .client_id = "qrl-learner", .linger_ms = 2,
                                   .on_delivery = ld_produce_on_delivery, .user = c};
     QRL_TRY(qrl_kafka_producer_new(&po, &c->producer, err));
-    qrl_kafka_consumer_opts co = {.bootstrap = bootstrap, .group_id = qrl_config_get_string(cfg, "kafka.group"),
+    qrl_kafka_consumer_opts co = {.bootstrap = bootstrap, .group_id = c->s->kafka.group,
                                   .client_id = "qrl-learner",
-                                  .session_timeout_ms = (int)qrl_config_get_int(cfg, "kafka.session_timeout_ms")};
+                                  .session_timeout_ms = c->s->kafka.session_timeout_ms};
     QRL_TRY(qrl_kafka_consumer_new(&co, &c->results_topic, 1, &c->consumer, err));
     char token[QRL_RPC_TOKEN_MAX + 1];
     bool have = false;
-    const char *tf = qrl_config_get_string(cfg, "rpc.token_file");
+    const char *tf = c->s->rpc.token_file;
     QRL_TRY(qrl_rpc_token_resolve(*tf ? tf : NULL, token, &have, err));
     if (!have) QRL_LOG_WARN("learner", "no rpc token (rpc.token_file): mutating calls are refused");
-    qrl_rpc_server_opts ro = {.addr = qrl_config_get_string(cfg, "rpc.listen"), .token = have ? token : NULL,
+    qrl_rpc_server_opts ro = {.addr = c->s->rpc.listen, .token = have ? token : NULL,
                               .allow_no_token = !have};
     qrl_rpc_server_opts_tls(&ro, cfg);
     QRL_TRY(qrl_rpc_server_new(&L.loop, &ro, &L.rpc, err));
@@ -182,27 +183,28 @@ static qrl_status setup(ld_core *c, const qrl_learner_config *lc, qrl_error *err
     qrl_rpc_server_handle(L.rpc, QRL_RPC_LEARNER_CHECKPOINT, ld_ckpt_h_checkpoint, c);
     QRL_TRY(qrl_rpc_server_start(L.rpc, err));
     QRL_LOG_INFO("learner", "rpc listening port=%d", qrl_rpc_server_port(L.rpc));
-    QRL_TRY(ld_update_init(qrl_config_get_string(cfg, "metrics.jsonl"), err));
-    return qrl_learner_metrics_start(qrl_config_get_string(cfg, "metrics.listen"),
-                                     qrl_config_get_string(cfg, "metrics.tensorboard_dir"), &c->lm, err);
+    QRL_TRY(ld_update_init(c->s->metrics.jsonl, err));
+    return qrl_learner_metrics_start(c->s->metrics.listen, c->s->metrics.tensorboard_dir, &c->lm, err);
 }
 
-int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const ld_dataset *ds, const qrl_learner_config *lc) {
+int ld_daemon_run(qrl_config_t *cfg, const ld_settings *s, qrl_model *model, const ld_dataset *ds,
+                  const qrl_learner_config *lc) {
     ld_core *c = &L.core;
     c->cfg = cfg;
+    c->s = s;
     c->model = model;
     c->started_ms = ld_unix_ms();
     c->ds = ds;
-    c->prompts_topic = qrl_config_get_string(cfg, "kafka.prompts_topic");
-    c->results_topic = qrl_config_get_string(cfg, "kafka.results_topic");
-    c->dlq_topic = qrl_config_get_string(cfg, "kafka.dlq_topic");
-    c->task = qrl_config_get_string(cfg, "dataset.task");
-    c->dataset_path = qrl_config_get_string(cfg, "dataset.path");
-    c->G = (uint32_t)qrl_config_get_int(cfg, "learner.group_size");
-    c->T = (uint32_t)qrl_config_get_int(cfg, "learner.quota");
-    c->max_updates = (uint64_t)qrl_config_get_int(cfg, "learner.max_updates");
-    c->seed = (uint64_t)qrl_config_get_int(cfg, "learner.seed");
-    c->run_id = (uint64_t)qrl_config_get_int(cfg, "learner.run_id");
+    c->prompts_topic = c->s->kafka.prompts_topic;
+    c->results_topic = c->s->kafka.results_topic;
+    c->dlq_topic = c->s->kafka.dlq_topic;
+    c->task = c->s->dataset.task;
+    c->dataset_path = c->s->dataset.path;
+    c->G = (uint32_t)c->s->learner.group_size;
+    c->T = (uint32_t)c->s->learner.quota;
+    c->max_updates = (uint64_t)c->s->learner.max_updates;
+    c->seed = (uint64_t)c->s->learner.seed;
+    c->run_id = (uint64_t)c->s->learner.run_id;
     if (!c->run_id) c->run_id = (ld_unix_ms() << 16) ^ (uint64_t)getpid();
     ld_produce_init(ld_dispatch_acked);
     ld_dispatch_init(c);
@@ -230,7 +232,7 @@ int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const ld_dataset *ds, con
     }
     uv_timer_init(&L.loop, &L.tick);
     uv_timer_init(&L.loop, &L.exit_timer);
-    int period = (int)qrl_config_get_int(cfg, "kafka.poll_ms");
+    int period = c->s->kafka.poll_ms;
     uv_timer_start(&L.tick, on_tick, (uint64_t)period, (uint64_t)period);
     uv_signal_init(&L.loop, &L.sigterm);
     uv_signal_init(&L.loop, &L.sigint);

@@ -45,7 +45,7 @@ void ld_update_try(ld_core *c) {
     c->training = true;
     ld_dispatch_taken(c->T);
     j->n = c->T;
-    j->lr = qrl_config_get_double(c->cfg, "learner.lr");
+    j->lr = c->s->learner.lr;
     j->version = c->version + 1;
     ld_trainer_submit(&c->trainer, j);
     /* alternate mode (SPEC §4.6): replicas decode nothing while the update runs; the next

@@ -21,7 +21,6 @@
 #include <jansson.h>
 #include <math.h>
 #include <omp.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -30,6 +29,7 @@
 #include <unistd.h>
 
 #include "core/config.h"
+#include "core/program.h"
 #include "core/log.h"
 #include "core/shuffle.h"
 #include "model/load.h"
@@ -37,6 +37,33 @@
 #include "train/adamw.h"
 #include "train/lr_schedule.h"
 #include "train/model_train.h"
+
+/* The typed settings the table at the end fills (qrl_config_bind, by core/program.h). */
+typedef struct sft_settings {
+    struct {
+        const char *model, *tokenizer;
+        int64_t seed;
+        const char *device; /* cpu|cuda: the value's text */
+        bool activation_recompute;
+        int threads;
+    } learner;
+    struct {
+        double beta1, beta2, eps, weight_decay, max_grad_norm;
+    } adamw;
+    struct {
+        const char *path, *prompt_field, *solution_field;
+        const char *chat_template; /* the value's text: "auto", "none", ... */
+    } dataset;
+    struct {
+        int64_t steps, warmup_steps, log_every;
+        int batch_tokens;
+        double lr, min_lr;
+        const char *out;
+    } sft;
+    struct {
+        const char *jsonl;
+    } metrics;
+} sft_settings;
 
 typedef struct sft_seq {
     int32_t *ids; /* prompt + completion + EOS */
@@ -221,25 +248,22 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-static const char *prog = "qrl-sft"; /* "qrl-learner" when called by that name */
-
-/* Train `m` in place with the sft.* / dataset.* / adamw.* keys of `cfg`, write sft.out
- * (model + a copy of the tokenizer files at `tok_path`).  Returns the exit status (0 done,
- * 1 error, reported as one line on stderr). */
-static int sft_run(const qrl_config_t *cfg, qrl_model *m, const qrl_tokenizer *tok, const char *tok_path) {
+/* Train `m` in place with the sft.* / dataset.* / adamw.* settings, write sft.out (model +
+ * a copy of the tokenizer files at `tok_path`).  Returns the exit status (0 done, 1 error,
+ * reported as one line on stderr). */
+static int sft_run(const sft_settings *S, qrl_model *m, const qrl_tokenizer *tok, const char *tok_path) {
     qrl_error e, *err = &e;
-    const char *out = qrl_config_get_string(cfg, "sft.out");
-    const int steps = (int)qrl_config_get_int(cfg, "sft.steps");
-    const int cap = (int)qrl_config_get_int(cfg, "sft.batch_tokens");
-    const int every = (int)qrl_config_get_int(cfg, "sft.log_every");
-    const char *mpath = qrl_config_get_string(cfg, "metrics.jsonl");
+    const char *out = S->sft.out;
+    const int steps = (int)S->sft.steps;
+    const int cap = S->sft.batch_tokens;
+    const int every = (int)S->sft.log_every;
+    const char *mpath = S->metrics.jsonl;
     if (!*out) {
-        fprintf(stderr, "%s: error: --sft.out is required in --mode sft\n", prog);
-        return 1;
+        qrl_die("--sft.out is required in --mode sft");
     }
-    if (strcmp(qrl_config_get_string(cfg, "learner.device"), "cpu") != 0)
+    if (strcmp(S->learner.device, "cpu") != 0)
         QRL_LOG_WARN("sft", "learner.device %s applies to RL updates only: --mode sft trains "
-                     "on the CPU engine", qrl_config_get_string(cfg, "learner.device"));
+                     "on the CPU engine", S->learner.device);
     int max_len = m->cfg.max_seq_len < cap ? m->cfg.max_seq_len : cap;
     sft_data d;
     qrl_model_train_t *tr = NULL;
@@ -247,27 +271,27 @@ static int sft_run(const qrl_config_t *cfg, qrl_model *m, const qrl_tokenizer *t
     int32_t *buf = NULL;
     float *lp = NULL, *dlp = NULL;
     FILE *mf = NULL;
-    sft_cursor cur = {.seed = (uint64_t)qrl_config_get_int(cfg, "learner.seed")};
-    qrl_status st = data_load(qrl_config_get_string(cfg, "dataset.path"),
-                              qrl_config_get_string(cfg, "dataset.prompt_field"),
-                              qrl_config_get_string(cfg, "dataset.solution_field"),
-                              qrl_config_get_string(cfg, "dataset.chat_template"), tok, max_len, &d, err);
+    sft_cursor cur = {.seed = (uint64_t)S->learner.seed};
+    qrl_status st = data_load(S->dataset.path,
+                              S->dataset.prompt_field,
+                              S->dataset.solution_field,
+                              S->dataset.chat_template, tok, max_len, &d, err);
     if (st != QRL_OK) goto done;
     size_t n;
     qrl_model_train_opts to = {
         .max_tokens = cap,
-        .recompute_activations = qrl_config_get_bool(cfg, "learner.activation_recompute")};
+        .recompute_activations = S->learner.activation_recompute};
     QRL_TRY_GOTO(qrl_model_train_new_opts(m, &to, &tr, err), done);
     float *params = qrl_model_train_params(tr, &n), *grads = qrl_model_train_grads(tr, NULL);
-    qrl_adamw_config ac = {.beta1 = (float)qrl_config_get_double(cfg, "adamw.beta1"),
-                           .beta2 = (float)qrl_config_get_double(cfg, "adamw.beta2"),
-                           .eps = (float)qrl_config_get_double(cfg, "adamw.eps"),
-                           .weight_decay = (float)qrl_config_get_double(cfg, "adamw.weight_decay"),
-                           .max_grad_norm = (float)qrl_config_get_double(cfg, "adamw.max_grad_norm")};
+    qrl_adamw_config ac = {.beta1 = (float)S->adamw.beta1,
+                           .beta2 = (float)S->adamw.beta2,
+                           .eps = (float)S->adamw.eps,
+                           .weight_decay = (float)S->adamw.weight_decay,
+                           .max_grad_norm = (float)S->adamw.max_grad_norm};
     QRL_TRY_GOTO(qrl_adamw_new(n, &ac, &opt, err), done);
-    qrl_lr_schedule sched = {.decay = QRL_LR_DECAY_COSINE, .lr = qrl_config_get_double(cfg, "sft.lr"),
-                             .min_lr = qrl_config_get_double(cfg, "sft.min_lr"),
-                             .warmup_steps = qrl_config_get_int(cfg, "sft.warmup_steps"),
+    qrl_lr_schedule sched = {.decay = QRL_LR_DECAY_COSINE, .lr = S->sft.lr,
+                             .min_lr = S->sft.min_lr,
+                             .warmup_steps = S->sft.warmup_steps,
                              .total_steps = steps};
     if (sched.warmup_steps >= steps) sched.warmup_steps = steps - 1;
     if (sched.min_lr > sched.lr) sched.min_lr = sched.lr;
@@ -339,102 +363,82 @@ done:
     qrl_adamw_destroy(opt);
     qrl_model_train_destroy(tr);
     data_free(&d);
-    if (st != QRL_OK) fprintf(stderr, "%s: error: %s\n", prog, e.msg);
+    if (st != QRL_OK) qrl_die_err(&e);
     return st == QRL_OK ? 0 : 1;
 }
+
 
 /* The program's config table (STYLE 10; docs/config-qrl-sft.md via `make docs`): the keys
  * keep the names they had as qrl-learner --mode sft keys, so both spellings take the same
  * arguments. */
+#define S_ sft_settings
 static const qrl_config_entry CONFIG[] = {
-    {"learner.model", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
-     "HuggingFace folder or llama2.c .bin: the policy to warm-start (required)"},
-    {"learner.tokenizer", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
-     "tokenizer path; default: the model folder, or tokenizer.bin / tok<vocab>.bin beside the .bin"},
-    {"learner.seed", QRL_CONFIG_TYPE_INT, "0", 0, 1e15, NULL, false, "batch order (the epochs' shuffles)"},
-    {"learner.device", QRL_CONFIG_TYPE_ENUM, "cpu", 0, 0, "cpu|cuda", false,
-     "accepted for qrl-learner's sake: SFT trains on the CPU engine (cuda only logs a warning)"},
-    {"learner.activation_recompute", QRL_CONFIG_TYPE_BOOL, "false", 0, 0, NULL, false,
-     "keep only each layer's input and recompute the layer in the backward (same results)"},
-    {"learner.threads", QRL_CONFIG_TYPE_INT, "0", 0, 1024, NULL, false, "OpenMP threads (0 = all cores)"},
-    {"adamw.beta1", QRL_CONFIG_TYPE_DOUBLE, "0.9", 0, 0.999999, NULL, false, "AdamW beta1"},
-    {"adamw.beta2", QRL_CONFIG_TYPE_DOUBLE, "0.999", 0, 0.999999999, NULL, false, "AdamW beta2"},
-    {"adamw.eps", QRL_CONFIG_TYPE_DOUBLE, "1e-8", 1e-30, 1, NULL, false, "AdamW epsilon"},
-    {"adamw.weight_decay", QRL_CONFIG_TYPE_DOUBLE, "0.01", 0, 10, NULL, false, "decoupled weight decay"},
-    {"adamw.max_grad_norm", QRL_CONFIG_TYPE_DOUBLE, "1.0", 0, 1e9, NULL, false, "gradient clip (0 = off)"},
-    {"dataset.path", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
-     "JSONL examples, one object per line (required; a bad line refuses the file)"},
-    {"dataset.prompt_field", QRL_CONFIG_TYPE_STRING, "prompt", 0, 0, NULL, false, "prompt text field"},
-    {"dataset.solution_field", QRL_CONFIG_TYPE_STRING, "solution", 0, 0, NULL, false,
-     "completion text field (worked solution)"},
-    {"dataset.chat_template", QRL_CONFIG_TYPE_ENUM, "auto", 0, 0, "auto|none|plain|chatml|llama3", false,
-     "prompt rendering, as the RL run renders it: auto = the tokenizer's family; none = raw text with BOS"},
-    {"sft.steps", QRL_CONFIG_TYPE_INT, "300", 1, 1e12, NULL, false, "optimizer steps"},
-    {"sft.batch_tokens", QRL_CONFIG_TYPE_INT, "2048", 2, 1 << 24, NULL, false,
-     "packed tokens per step (whole sequences)"},
-    {"sft.lr", QRL_CONFIG_TYPE_DOUBLE, "3e-3", 1e-12, 1, NULL, false, "peak learning rate"},
-    {"sft.min_lr", QRL_CONFIG_TYPE_DOUBLE, "3e-4", 0, 1, NULL, false, "cosine floor"},
-    {"sft.warmup_steps", QRL_CONFIG_TYPE_INT, "20", 0, 1e12, NULL, false, "linear warmup steps"},
-    {"sft.log_every", QRL_CONFIG_TYPE_INT, "10", 1, 1e12, NULL, false, "steps per progress line"},
-    {"sft.out", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false,
-     "output HuggingFace folder (model + tokenizer files; required)"},
-    {"metrics.jsonl", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false, "append one JSON line per progress line"},
+    QRL_CFG_STRING("learner.model", S_, learner.model, "", false,
+     "HuggingFace folder or llama2.c .bin: the policy to warm-start (required)"),
+    QRL_CFG_STRING("learner.tokenizer", S_, learner.tokenizer, "", false,
+     "tokenizer path; default: the model folder, or tokenizer.bin / tok<vocab>.bin beside the .bin"),
+    QRL_CFG_INT("learner.seed", S_, learner.seed, "0", 0, 1e15, false, "batch order (the epochs' shuffles)"),
+    QRL_CFG_ENUM("learner.device", S_, learner.device, "cpu", "cpu|cuda", false,
+     "accepted for qrl-learner's sake: SFT trains on the CPU engine (cuda only logs a warning)"),
+    QRL_CFG_BOOL("learner.activation_recompute", S_, learner.activation_recompute, "false", false,
+     "keep only each layer's input and recompute the layer in the backward (same results)"),
+    QRL_CFG_INT("learner.threads", S_, learner.threads, "0", 0, 1024, false, "OpenMP threads (0 = all cores)"),
+    QRL_CFG_DOUBLE("adamw.beta1", S_, adamw.beta1, "0.9", 0, 0.999999, false, "AdamW beta1"),
+    QRL_CFG_DOUBLE("adamw.beta2", S_, adamw.beta2, "0.999", 0, 0.999999999, false, "AdamW beta2"),
+    QRL_CFG_DOUBLE("adamw.eps", S_, adamw.eps, "1e-8", 1e-30, 1, false, "AdamW epsilon"),
+    QRL_CFG_DOUBLE("adamw.weight_decay", S_, adamw.weight_decay, "0.01", 0, 10, false, "decoupled weight decay"),
+    QRL_CFG_DOUBLE("adamw.max_grad_norm", S_, adamw.max_grad_norm, "1.0", 0, 1e9, false, "gradient clip (0 = off)"),
+    QRL_CFG_STRING("dataset.path", S_, dataset.path, "", false,
+     "JSONL examples, one object per line (required; a bad line refuses the file)"),
+    QRL_CFG_STRING("dataset.prompt_field", S_, dataset.prompt_field, "prompt", false, "prompt text field"),
+    QRL_CFG_STRING("dataset.solution_field", S_, dataset.solution_field, "solution", false,
+     "completion text field (worked solution)"),
+    QRL_CFG_ENUM("dataset.chat_template", S_, dataset.chat_template, "auto", "auto|none|plain|chatml|llama3", false,
+     "prompt rendering, as the RL run renders it: auto = the tokenizer's family; none = raw text with BOS"),
+    QRL_CFG_INT("sft.steps", S_, sft.steps, "300", 1, 1e12, false, "optimizer steps"),
+    QRL_CFG_INT("sft.batch_tokens", S_, sft.batch_tokens, "2048", 2, 1 << 24, false,
+     "packed tokens per step (whole sequences)"),
+    QRL_CFG_DOUBLE("sft.lr", S_, sft.lr, "3e-3", 1e-12, 1, false, "peak learning rate"),
+    QRL_CFG_DOUBLE("sft.min_lr", S_, sft.min_lr, "3e-4", 0, 1, false, "cosine floor"),
+    QRL_CFG_INT("sft.warmup_steps", S_, sft.warmup_steps, "20", 0, 1e12, false, "linear warmup steps"),
+    QRL_CFG_INT("sft.log_every", S_, sft.log_every, "10", 1, 1e12, false, "steps per progress line"),
+    QRL_CFG_STRING("sft.out", S_, sft.out, "", false,
+     "output HuggingFace folder (model + tokenizer files; required)"),
+    QRL_CFG_STRING("metrics.jsonl", S_, metrics.jsonl, "", false, "append one JSON line per progress line"),
 };
 #define N_CONFIG (sizeof CONFIG / sizeof CONFIG[0])
 
-static _Noreturn void die(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static _Noreturn void die(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "%s: error: ", prog);
-    vfprintf(stderr, fmt, ap);
-    fputc('\n', stderr);
-    va_end(ap);
-    exit(1);
-}
+static sft_settings S;
+
+#define SFT_USAGE                                                                                     \
+    "qrl-sft --learner.model PATH --dataset.path FILE.jsonl --sft.out HF_DIR [--config FILE.yaml] "   \
+    "[--key=value ...]\n"                                                                             \
+    "Supervised warm start: next-token cross-entropy on each example's completion (prompt rendered\n" \
+    "as the RL run renders it), AdamW with warmup and cosine decay, on the CPU; writes a\n"          \
+    "HuggingFace folder.  docs/qrl-sft.md; `qrl-learner --mode sft ...` is the same command.\n\n"
+/* Two names: run as `qrl-learner --mode sft` (argv[0] "qrl-learner"), messages read as they did. */
+static const qrl_program PROGRAM = {.name = "qrl-sft", .usage = SFT_USAGE, .table = CONFIG, .n = N_CONFIG,
+                                    .settings = &S};
+static const qrl_program AS_LEARNER = {.name = "qrl-learner", .usage = SFT_USAGE, .table = CONFIG,
+                                       .n = N_CONFIG, .settings = &S};
 
 int main(int argc, char **argv) {
-    if (argc > 0 && strcmp(argv[0], "qrl-learner") == 0) prog = "qrl-learner";
+    bool as_learner = argc > 0 && strcmp(argv[0], "qrl-learner") == 0;
     qrl_config_t *cfg;
-    qrl_config_action action;
-    int npos;
-    qrl_error err;
-    if (qrl_config_parse_args(CONFIG, N_CONFIG, argc, argv, &cfg, &action, &npos, &err) != QRL_OK)
-        die("%s", err.msg);
-    if (action == QRL_CONFIG_ACTION_HELP) {
-        fputs("qrl-sft --learner.model PATH --dataset.path FILE.jsonl --sft.out HF_DIR [--config FILE.yaml] "
-              "[--key=value ...]\n"
-              "Supervised warm start: next-token cross-entropy on each example's completion (prompt rendered\n"
-              "as the RL run renders it), AdamW with warmup and cosine decay, on the CPU; writes a\n"
-              "HuggingFace folder.  docs/qrl-sft.md; `qrl-learner --mode sft ...` is the same command.\n\n",
-              stdout);
-        qrl_config_help(CONFIG, N_CONFIG, "qrl-sft", stdout);
-        return 0;
-    }
-    if (action == QRL_CONFIG_ACTION_HELP_MARKDOWN) {
-        qrl_config_help_markdown(CONFIG, N_CONFIG, "qrl-sft", stdout);
-        return 0;
-    }
-    if (action == QRL_CONFIG_ACTION_PRINT_CONFIG) { /* the resolved config as YAML, nothing run */
-        qrl_config_write(cfg, stdout);
-        qrl_config_destroy(cfg);
-        return 0;
-    }
-    if (npos > 0) die("unexpected argument '%s' (see --help)", argv[1]);
-    const char *model_path = qrl_config_get_string(cfg, "learner.model");
-    if (!*model_path) die("--learner.model is required (see --help)");
-    if (!*qrl_config_get_string(cfg, "dataset.path")) die("--dataset.path is required (see --help)");
+    int rc = qrl_program_start(as_learner ? &AS_LEARNER : &PROGRAM, argc, argv, &cfg, NULL);
+    if (rc != QRL_PROGRAM_RUN) return rc;
+    if (!*S.learner.model) qrl_die("--learner.model is required (see --help)");
+    if (!*S.dataset.path) qrl_die("--dataset.path is required (see --help)");
     qrl_config_log(cfg, "sft");
-    int threads = (int)qrl_config_get_int(cfg, "learner.threads");
-    if (threads > 0) omp_set_num_threads(threads);
+    if (S.learner.threads > 0) omp_set_num_threads(S.learner.threads);
     qrl_model *m;
     qrl_tokenizer *tok;
     char tpath[4096];
-    qrl_model_load_opts lo = {.tokenizer = qrl_config_get_string(cfg, "learner.tokenizer"),
-                              .tokenizer_option = "--learner.tokenizer"};
-    if (qrl_model_load_with_tokenizer(model_path, &lo, &m, &tok, tpath, sizeof tpath, &err) != QRL_OK)
-        die("%s", err.msg);
-    int rc = sft_run(cfg, m, tok, tpath);
+    qrl_error err;
+    qrl_model_load_opts lo = {.tokenizer = S.learner.tokenizer, .tokenizer_option = "--learner.tokenizer"};
+    if (qrl_model_load_with_tokenizer(S.learner.model, &lo, &m, &tok, tpath, sizeof tpath, &err) != QRL_OK)
+        qrl_die_err(&err);
+    rc = sft_run(&S, m, tok, tpath);
     qrl_tokenizer_free(tok);
     qrl_model_free(m);
     qrl_config_destroy(cfg);
