@@ -8,7 +8,12 @@
 #include <time.h>
 
 #include "core/log.h"
+#include "rollout/gpu_memory.h"
+#ifdef QRL_HAVE_CUDA
+#include "cuda/runtime.cuh"
+#endif
 #include "rollout.h"
+#include "rollout/result.h"
 
 static double mono_s(void) {
     struct timespec ts;
@@ -24,105 +29,38 @@ void rd_group_free(rd_group *g) {
     free(g);
 }
 
-/* ---- GroupResult -------------------------------------------------------------------- */
+/* ---- settings ------------------------------------------------------------------------ */
 
-static char *dupstr(const char *s) { return strdup(s ? s : ""); }
-
-static Qrl__Timings *timings_new(uint64_t queue, uint64_t prefill, uint64_t decode,
-                                 uint64_t verify, uint64_t total, uint64_t t0, uint64_t t1) {
-    Qrl__Timings *t = malloc(sizeof *t);
-    if (!t) return NULL;
-    qrl__timings__init(t);
-    t->queue_us = queue;
-    t->prefill_us = prefill;
-    t->decode_us = decode;
-    t->verify_us = verify;
-    t->total_us = total;
-    t->started_unix_ms = t0;
-    t->finished_unix_ms = t1;
-    return t;
-}
-
-static bool response_fill(Qrl__Response *o, const qrl_scheduler_response *r, bool emit_text) {
-    qrl__response__init(o);
-    size_t n = (size_t)r->n_tokens;
-    o->n_token_ids = o->n_behavior_logprobs = o->n_token_versions = n;
-    if (n) {
-        o->token_ids = malloc(n * sizeof *o->token_ids);
-        o->behavior_logprobs = malloc(n * sizeof *o->behavior_logprobs);
-        o->token_versions = malloc(n * sizeof *o->token_versions);
-        if (!o->token_ids || !o->behavior_logprobs || !o->token_versions) return false;
-        for (size_t i = 0; i < n; i++) {
-            o->token_ids[i] = (uint32_t)r->tokens[i];
-            o->behavior_logprobs[i] = r->logprobs[i];
-            o->token_versions[i] = r->versions[i];
+qrl_status rd_engine_config(const rd_settings *s, const qrl_model *model, const qrl_tokenizer *tok,
+                            qrl_scheduler_config *sc, char *device, size_t device_size, char *device_name,
+                            size_t name_size, qrl_error *err) {
+    qrl_scheduler_config_default(sc);
+    sc->max_slots = s->slots;
+    sc->prefill_chunk = s->prefill_chunk;
+    sc->max_staleness = s->max_staleness;
+    QRL_CHECK(qrl_kv_format_parse(s->kv_cache, &sc->kv_format, err) == QRL_OK);
+    sc->kv_sink = s->kv_sink;
+    sc->kv_recent = s->kv_recent;
+    sc->eos_token_id = model->cfg.n_eos > 0 ? model->cfg.eos_ids[0] : qrl_tokenizer_eos(tok);
+    snprintf(device, device_size, "cpu");
+    snprintf(device_name, name_size, "cpu");
+    if (s->device != RD_DEVICE_CUDA) return QRL_OK;
+    sc->device = s->cuda_device;
+    sc->eager = s->enforce_eager;
+    if (s->gpu_memory_utilization > 0) {
+        qrl_status st = qrl_scheduler_config_fit_gpu(sc, model, s->gpu_memory_utilization, err);
+        if (st != QRL_OK) {
+            qrl_error inner = *err;
+            return qrl_error_set(err, st, "rollout.%s", inner.msg);
         }
     }
-    o->finish_reason = (Qrl__FinishReason)r->finish; /* same values (scheduler.h) */
-    o->reward = (float)r->reward;
-    o->correct = r->correct;
-    o->extracted_answer = dupstr(r->extracted);
-    o->text = dupstr(emit_text ? r->text : "");
-    o->sampling_truncated = r->sampling_truncated;
-    o->truncated_tokens = r->truncated_tokens;
-    o->reprefills = r->reprefills;
-    o->restarts = r->restarts;
-    o->timings = timings_new(r->queue_us, r->prefill_us, r->decode_us, r->verify_us,
-                             0, r->started_unix_ms, r->finished_unix_ms);
-    return o->extracted_answer && o->text && o->timings;
-}
-
-Qrl__GroupResult *rd_result_build(const qrl_scheduler_group_result *r, const Qrl__PromptGroup *pg,
-                                  const char *replica_id, bool emit_text) {
-    Qrl__GroupResult *o = malloc(sizeof *o);
-    if (!o) return NULL;
-    qrl__group_result__init(o);
-    o->group_id = r->group_id;
-    o->run_id = pg->run_id;
-    o->replica_id = dupstr(replica_id);
-    o->group_size = r->group_size;
-    o->dispatch_version = pg->dispatch_version;
-    o->task = dupstr(r->task);
-    o->chunk_count = 1;
-    bool ok = o->replica_id && o->task;
-    o->n_prompt_token_ids = (size_t)r->n_prompt;
-    o->prompt_token_ids = malloc((size_t)r->n_prompt * sizeof *o->prompt_token_ids);
-    ok = ok && o->prompt_token_ids;
-    for (int i = 0; ok && i < r->n_prompt; i++) o->prompt_token_ids[i] = (uint32_t)r->prompt[i];
-    o->responses = calloc(r->group_size, sizeof *o->responses);
-    ok = ok && o->responses;
-    uint64_t t0 = UINT64_MAX, t1 = 0, q = 0, pf = 0, dc = 0, vf = 0;
-    for (uint32_t i = 0; ok && i < r->group_size; i++) {
-        o->responses[i] = malloc(sizeof *o->responses[i]);
-        if (!o->responses[i]) { ok = false; break; }
-        o->n_responses = i + 1;
-        ok = response_fill(o->responses[i], &r->responses[i], emit_text);
-        const qrl_scheduler_response *s = &r->responses[i];
-        if (s->started_unix_ms && s->started_unix_ms < t0) t0 = s->started_unix_ms;
-        if (s->finished_unix_ms > t1) t1 = s->finished_unix_ms;
-        q += s->queue_us, pf += s->prefill_us, dc += s->decode_us, vf += s->verify_us;
-    }
-    if (ok) {
-        o->timings = timings_new(q / r->group_size, pf, dc, vf, r->total_us,
-                                 t0 == UINT64_MAX ? 0 : t0, t1);
-        ok = o->timings != NULL;
-    }
-    if (ok && pg->position) {
-        o->position = malloc(sizeof *o->position);
-        ok = o->position != NULL;
-        if (ok) {
-            qrl__dataset_position__init(o->position);
-            o->position->epoch = pg->position->epoch;
-            o->position->index = pg->position->index;
-            o->position->source = dupstr(pg->position->source);
-            ok = o->position->source != NULL;
-        }
-    }
-    if (!ok) {
-        qrl__group_result__free_unpacked(o, NULL);
-        return NULL;
-    }
-    return o;
+    snprintf(device, device_size, "cuda:%d", sc->device);
+#ifdef QRL_HAVE_CUDA
+    qrl_error ignored;
+    if (qrl_cuda_device_describe(sc->device, device_name, name_size, &ignored) != QRL_OK)
+#endif
+        snprintf(device_name, name_size, "cuda:%d", sc->device);
+    return QRL_OK;
 }
 
 /* ---- thread ------------------------------------------------------------------------- */
@@ -144,8 +82,8 @@ static void on_group(const qrl_scheduler_group_result *res, void *ctx) {
     else e->active = g->enext;
     if (g->enext) g->enext->eprev = g->eprev;
     g->eprev = g->enext = NULL;
-    g->result = rd_result_build(res, g->pg, e->replica_id, e->emit_text);
-    if (!g->result) {
+    qrl_error err;
+    if (qrl_scheduler_result_to_wire(res, g->pg, e->replica_id, e->emit_text, &g->result, &err) != QRL_OK) {
         g->rejected = true;
         snprintf(g->error, sizeof g->error, "group %llu: out of memory building its result",
                  (unsigned long long)g->group_id);

@@ -3,7 +3,6 @@
 
 #include <stdlib.h>
 
-#include "metrics/prom.h"
 
 enum {
     M_VERSION, M_STATE, M_SLOTS_TOTAL, M_SLOTS_IN_USE, M_GROUPS_ACTIVE, M_GROUPS_QUEUED, M_TOKENS_PER_S,
@@ -32,38 +31,28 @@ static const struct {
 };
 
 struct rd_metrics {
-    qrl_prom_registry_t *reg;
-    qrl_prom_server_t *server;
     qrl_prom_series_t *s[M_COUNT];
 };
 
-qrl_status rd_metrics_start(const qrl_config_t *cfg, const char *replica_id, const char *precision,
+qrl_status rd_metrics_start(qrl_prom_registry_t *reg, const char *replica_id, const char *precision,
                             const char *kv_format, rd_metrics **out, qrl_error *err) {
     *out = NULL;
-    const char *listen = qrl_config_get_string(cfg, "metrics.listen");
-    if (!*listen) return QRL_OK;
+    if (!reg) return QRL_OK;
     rd_metrics *m = calloc(1, sizeof *m);
     if (!m) return qrl_error_set(err, QRL_STATUS_NOMEM, "metrics: out of memory");
     qrl_status st;
-    QRL_TRY_GOTO(qrl_prom_registry_new(&m->reg, err), fail);
     for (int i = 0; i < M_COUNT; i++)
-        QRL_TRY_GOTO(qrl_prom_register(m->reg, SERIES[i].type, SERIES[i].name, SERIES[i].help, NULL, 0, &m->s[i],
+        QRL_TRY_GOTO(qrl_prom_register(reg, SERIES[i].type, SERIES[i].name, SERIES[i].help, NULL, 0, &m->s[i],
                                        err), fail);
     const char *info_labels[] = {"replica", replica_id, "precision", precision, "kv_format", kv_format};
     qrl_prom_series_t *info;
-    QRL_TRY_GOTO(qrl_prom_register(m->reg, QRL_PROM_GAUGE, "qrl_rollout_info",
+    QRL_TRY_GOTO(qrl_prom_register(reg, QRL_PROM_GAUGE, "qrl_rollout_info",
                                    "Always 1; the labels describe the replica.", info_labels, 3, &info, err), fail);
     qrl_prom_set(info, 1);
-    st = qrl_prom_server_start(m->reg, listen, &m->server, err);
-    if (st != QRL_OK) {
-        qrl_error inner = *err;
-        qrl_error_set(err, st, "metrics.listen: %s", inner.msg);
-        goto fail;
-    }
     *out = m;
     return QRL_OK;
 fail:
-    rd_metrics_stop(m);
+    free(m);
     return st;
 }
 
@@ -86,9 +75,4 @@ void rd_metrics_update(rd_metrics *m, const Qrl__RolloutStatus *s, uint64_t dead
     qrl_prom_set(m->s[M_DUPLICATES], (double)duplicates);
 }
 
-void rd_metrics_stop(rd_metrics *m) {
-    if (!m) return;
-    qrl_prom_server_stop(m->server);
-    qrl_prom_registry_destroy(m->reg);
-    free(m);
-}
+void rd_metrics_stop(rd_metrics *m) { free(m); }

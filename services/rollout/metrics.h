@@ -6,22 +6,22 @@
 
 #include <stdint.h>
 
-#include "core/config.h"
 #include "core/status.h"
+#include "metrics/prom.h"
 #include "qrl.pb-c.h"
 
 typedef struct rd_metrics rd_metrics;
 
-/* Start serving when metrics.listen is set (*out NULL and QRL_OK when it is ""); labels
- * the info series with the replica id, precision and KV format (copied).  Errors: those of
- * qrl_prom_server_start, prefixed with "metrics.listen: ". */
-qrl_status rd_metrics_start(const qrl_config_t *cfg, const char *replica_id, const char *precision,
+/* Register the series on `reg` (the service's registry, served at metrics.listen; *out
+ * NULL and QRL_OK when reg is NULL: metrics.listen is off); labels the info series with
+ * the replica id, precision and KV format (copied).  Errors: those of qrl_prom_register. */
+qrl_status rd_metrics_start(qrl_prom_registry_t *reg, const char *replica_id, const char *precision,
                             const char *kv_format, rd_metrics **out, qrl_error *err);
 /* Publish a status snapshot (as Rollout.Status fills it) and the loop's totals.  m may be
  * NULL (no-op). */
 void rd_metrics_update(rd_metrics *m, const Qrl__RolloutStatus *s, uint64_t dead_letters,
                        uint64_t consumed, uint64_t duplicates);
-/* Stop the server and free everything; NULL is a no-op. */
+/* Free the handles (the series stay with the registry); NULL is a no-op. */
 void rd_metrics_stop(rd_metrics *m);
 
 #endif

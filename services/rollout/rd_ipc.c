@@ -14,9 +14,7 @@
 #include "rollout.h"
 #include "weights/wipc.h"
 #include "wire/wire.h"
-#ifdef QRL_HAVE_CUDA
-#include "model/forward_cuda.h"
-#endif
+#include "model/forward_cuda.h" /* qrl_cuda_stream_tensor: a plain struct, any build */
 
 static uint64_t unix_ms(void) {
     struct timespec ts;
@@ -30,12 +28,12 @@ static double mono_ms(void) {
     return (double)ts.tv_sec * 1e3 + (double)ts.tv_nsec / 1e6;
 }
 
-void rd_ipc_configure(rd_control *c, qrl_config_t *cfg) {
+void rd_ipc_configure(rd_control *c, const rd_settings *s) {
     c->ipc.device = -1;
     c->ipc.rx = NULL;
     c->ipc.node_id[0] = 0;
-    if (strcmp(qrl_config_get_string(cfg, "rollout.device"), "cuda") != 0) return;
-    c->ipc.device = (int)qrl_config_get_int(cfg, "rollout.cuda_device");
+    if (s->device != RD_DEVICE_CUDA) return;
+    c->ipc.device = s->cuda_device;
     qrl_wipc_node_id(c->ipc.node_id);
     if (c->ipc.node_id[0]) c->info.node_id = c->ipc.node_id;
 }
@@ -64,7 +62,7 @@ static qrl_status apply_host(rd_control *c, const qrl_wipc_received *rx, uint64_
 
 qrl_status rd_apply_device_stream(rd_control *c, const Qrl__WeightManifest *mf, const uint8_t *d_stream,
                                   uint64_t version, double *swap_s, qrl_error *err) {
-#ifdef QRL_HAVE_CUDA
+    /* only reached with a CUDA engine (rd_engine_takes_stream); a CPU one refuses the swap */
     size_t n = mf->n_tensors;
     qrl_cuda_stream_tensor *t = calloc(n ? n : 1, sizeof *t);
     if (!t) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda ipc: %zu tensors", n);
@@ -79,10 +77,6 @@ qrl_status rd_apply_device_stream(rd_control *c, const Qrl__WeightManifest *mf, 
     if (st == QRL_OK) st = rd_engine_swap_stream(c->engine, t, n, version, swap_s, err);
     free(t);
     return st;
-#else
-    (void)c, (void)mf, (void)d_stream, (void)version, (void)swap_s;
-    return qrl_error_set(err, QRL_STATUS_UNSUPPORTED, "device weights: this build has no CUDA");
-#endif
 }
 
 qrl_status rd_ipc_fetch_apply(rd_control *c, const Qrl__VersionEvent *ev, qrl_error *err) {

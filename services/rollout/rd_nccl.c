@@ -98,8 +98,7 @@ void rd_nccl_close(rd_nccl *n) {
     n->dbuf = NULL;
 }
 
-void rd_nccl_configure(rd_control *c, qrl_config_t *cfg) {
+void rd_nccl_configure(rd_control *c, const rd_settings *s) {
     c->info.nccl = rd_nccl_capable();
-    c->nccl = (rd_nccl){.device = (int)qrl_config_get_int(cfg, "rollout.nccl_device"),
-                        .timeout_ms = (int)qrl_config_get_int(cfg, "rollout.nccl_timeout_ms")};
+    c->nccl = (rd_nccl){.device = s->nccl_device, .timeout_ms = s->nccl_timeout_ms};
 }

@@ -26,6 +26,38 @@
 #include "wire/wire.h"
 
 
+/* rollout.device (choices order of the config row). */
+typedef enum rd_device { RD_DEVICE_CPU = 0, RD_DEVICE_CUDA = 1 } rd_device;
+
+/* The daemon's settings: every key of main.c's config table, filled by qrl_config_bind
+ * (core/config.h) and kept current by `qrlctl set` (the runtime-mutable ones).  Strings
+ * are owned by the config. */
+typedef struct rd_settings {
+    const char *model, *tokenizer;
+    const char *precision, *kv_cache;      /* enum texts: qrl_precision_parse / qrl_kv_format_parse */
+    int device;                            /* rd_device */
+    int cuda_device;
+    double gpu_memory_utilization;
+    bool enforce_eager;
+    int drain_timeout_ms;
+    int kv_sink, kv_recent;
+    int nccl_device, nccl_timeout_ms;
+    int slots, prefill_chunk, max_staleness;
+    double temperature, top_p;             /* runtime-mutable sampling defaults ... */
+    int top_k, max_new_tokens;
+    int max_concurrency;                   /* ... and the in-flight limit */
+    const char *replica_id;
+    bool emit_text;
+    int threads, step_delay_ms;
+    struct {
+        const char *bootstrap, *prompts_topic, *results_topic, *dlq_topic, *group;
+        int session_timeout_ms, poll_ms, max_result_bytes;
+    } kafka;
+    const char *rpc_listen, *rpc_token_file;
+    const char *learner_addr, *learner_tls_ca, *learner_tls_cert, *learner_tls_key;
+    const char *metrics_jsonl, *metrics_listen;
+} rd_settings;
+
 /* One consumed PromptGroup, from the poll to the delivery report of its result. */
 typedef struct rd_group {
     struct rd_group *next;        /* link in whichever queue/list holds it */
@@ -39,11 +71,9 @@ typedef struct rd_group {
     Qrl__GroupResult *result;     /* owned (qrl__group_result__free_unpacked) */
     bool rejected;                /* the scheduler refused it: goes to the DLQ */
     char error[512];
-    /* loop: result delivery */
-    qrl_wire_chunks chunks;       /* encoded result (or one DLQ record), kept to resend */
-    size_t chunks_left;
-    bool delivery_failed;
-    bool to_dlq;                  /* chunks hold a dead-letter record */
+    /* loop: result delivery (service/service.h resends them until acknowledged) */
+    qrl_wire_chunks chunks;       /* encoded result, borrowed by the service until acknowledged */
+    bool to_dlq;                  /* a dead-letter record was produced instead */
 } rd_group;
 
 typedef struct rd_engine_stats {
@@ -88,6 +118,14 @@ typedef struct rd_engine {
     int omp_threads;               /* the loop thread's OpenMP thread count at start */
 } rd_engine;
 
+/* The scheduler's settings from the daemon's (slots, prefill chunk, staleness, KV format,
+ * EOS from `model` or `tok`); with rollout.device cuda the device, eager mode, the KV pool
+ * sized to rollout.gpu_memory_utilization, and device / device_name for ReplicaInfo
+ * ("cpu" / "cuda:N" and the device's description).  Errors: those of
+ * qrl_scheduler_config_fit_gpu, prefixed "rollout.". */
+qrl_status rd_engine_config(const rd_settings *s, const qrl_model *model, const qrl_tokenizer *tok,
+                            qrl_scheduler_config *sc, char *device, size_t device_size, char *device_name,
+                            size_t name_size, qrl_error *err);
 /* Start the engine thread over a scheduler made from `model`/`tok` (borrowed, alive
  * until rd_engine_join).  Errors: those of qrl_scheduler_new, INTERNAL (thread). */
 qrl_status rd_engine_start(rd_engine *e, const qrl_model *model, const qrl_tokenizer *tok,
@@ -115,11 +153,6 @@ rd_group *rd_engine_take_done(rd_engine *e);
 void rd_engine_get_stats(rd_engine *e, rd_engine_stats *out);
 /* Ask the thread to end, join it, free the scheduler. */
 void rd_engine_join(rd_engine *e);
-
-/* GroupResult from a finished scheduler group and its PromptGroup; everything malloc'd
- * so qrl__group_result__free_unpacked(r, NULL) frees it.  NULL on NOMEM. */
-Qrl__GroupResult *rd_result_build(const qrl_scheduler_group_result *r, const Qrl__PromptGroup *pg,
-                                  const char *replica_id, bool emit_text);
 
 /* Free a group and whatever it owns. */
 void rd_group_free(rd_group *g);
@@ -193,10 +226,10 @@ typedef struct rd_control {
  * learner.tls_ca_file: IO) and start both threads (INTERNAL). */
 qrl_status rd_control_start(rd_control *c, qrl_error *err);
 /* Advertise the NCCL capability (c->info.nccl) and take rollout.nccl_* (rd_nccl.c). */
-void rd_nccl_configure(rd_control *c, qrl_config_t *cfg);
+void rd_nccl_configure(rd_control *c, const rd_settings *s);
 /* With rollout.device cuda: advertise this node (ReplicaInfo.node_id) so a learner here
  * sends versions by CUDA IPC (rd_ipc.c). */
-void rd_ipc_configure(rd_control *c, qrl_config_t *cfg);
+void rd_ipc_configure(rd_control *c, const rd_settings *s);
 /* Take a CUDA_IPC VersionEvent's version: map the learner's slot, copy and verify it on
  * this GPU, swap it into the engine (device-side; the host path for engines that cannot
  * take a stream).  *ms: wall time until swapped.  Errors: those of qrl_wipc_receive and the
@@ -205,7 +238,8 @@ qrl_status rd_ipc_fetch_apply(rd_control *c, const Qrl__VersionEvent *ev, qrl_er
 void rd_ipc_close(rd_control *c);
 /* Swap a verified device BF16 stream (manifest mf, device bytes d_stream) into the engine
  * and wait for it (rd_engine_swap_stream): the device side of CUDA IPC and NCCL.  Errors:
- * INVALID_ARGUMENT (a tensor not BF16), those of the swap, UNSUPPORTED without CUDA. */
+ * INVALID_ARGUMENT (a tensor not BF16), those of the swap (UNSUPPORTED from an engine that
+ * takes host weights). */
 qrl_status rd_apply_device_stream(rd_control *c, const Qrl__WeightManifest *mf, const uint8_t *d_stream,
                                   uint64_t version, double *swap_s, qrl_error *err);
 /* The NCCL device path (rd_nccl.c): when the engine takes device streams and runs on the
@@ -217,7 +251,8 @@ void rd_control_stop(rd_control *c);
 
 /* The daemon (loop.c). */
 typedef struct rd_daemon rd_daemon;
-/* Run the loop until drained; returns the process exit status. */
-int rd_daemon_run(qrl_config_t *cfg, const qrl_model *model, const qrl_tokenizer *tok);
+/* Run the loop until drained; returns the process exit status.  `s` is bound to `cfg`
+ * (the Set RPC changes both); all three borrowed for the call. */
+int rd_daemon_run(const rd_settings *s, qrl_config_t *cfg, const qrl_model *model, const qrl_tokenizer *tok);
 
 #endif
