@@ -65,11 +65,52 @@ static const struct {
 };
 
 struct qrl_learner_metrics {
-    qrl_prom_registry_t *reg;
-    qrl_prom_server_t *server;
+    qrl_prom_registry_t *reg;    /* the series' registry: owned when own_reg */
+    bool own_reg;
+    qrl_prom_server_t *server;   /* ours (qrl_learner_metrics_start), or NULL */
     qrl_prom_series_t *update[N_UPDATE], *loop[L_COUNT];
     qrl_tfevents_t *tb;
 };
+
+static qrl_status metrics_open_events(qrl_learner_metrics_t *m, const char *tb_dir, qrl_error *err);
+
+/* Register the series on m->reg (when set) and open the event file (when tb_dir). */
+static qrl_status metrics_open(qrl_learner_metrics_t *m, const char *tb_dir, qrl_error *err) {
+    for (size_t i = 0; m->reg && i < L_COUNT; i++)
+        QRL_TRY(qrl_prom_register(m->reg, LOOP[i].type, LOOP[i].name, LOOP[i].help, NULL, 0, &m->loop[i], err));
+    for (size_t i = 0; m->reg && i < N_UPDATE; i++)
+        QRL_TRY(qrl_prom_register(m->reg, QRL_PROM_GAUGE, UPDATE[i].name, UPDATE[i].help, NULL, 0, &m->update[i],
+                                  err));
+    return metrics_open_events(m, tb_dir, err);
+}
+
+/* Open the TensorBoard event file in tb_dir ("" = none). */
+static qrl_status metrics_open_events(qrl_learner_metrics_t *m, const char *tb_dir, qrl_error *err) {
+    qrl_status st;
+    if (*tb_dir) {
+        qrl_error inner;
+        if ((st = qrl_tfevents_open(tb_dir, &m->tb, &inner)) != QRL_OK)
+            return qrl_error_set(err, st, "metrics.tensorboard_dir: %s", inner.msg);
+        QRL_LOG_INFO("learner", "tensorboard events file=%s", qrl_tfevents_path(m->tb));
+    }
+    return QRL_OK;
+}
+
+qrl_status qrl_learner_metrics_new(qrl_prom_registry_t *reg, const char *tb_dir, qrl_learner_metrics_t **out,
+                                   qrl_error *err) {
+    *out = NULL;
+    if (!reg && !*tb_dir) return QRL_OK;
+    qrl_learner_metrics_t *m = calloc(1, sizeof *m);
+    if (!m) return qrl_error_set(err, QRL_STATUS_NOMEM, "metrics: out of memory");
+    m->reg = reg;
+    qrl_status st = metrics_open(m, tb_dir, err);
+    if (st != QRL_OK) {
+        qrl_learner_metrics_stop(m);
+        return st;
+    }
+    *out = m;
+    return QRL_OK;
+}
 
 qrl_status qrl_learner_metrics_start(const char *listen, const char *tb_dir, qrl_learner_metrics_t **out,
                                      qrl_error *err) {
@@ -81,24 +122,14 @@ qrl_status qrl_learner_metrics_start(const char *listen, const char *tb_dir, qrl
     qrl_error inner;
     if (*listen) {
         QRL_TRY_GOTO(qrl_prom_registry_new(&m->reg, err), fail);
-        for (size_t i = 0; i < L_COUNT; i++)
-            QRL_TRY_GOTO(qrl_prom_register(m->reg, LOOP[i].type, LOOP[i].name, LOOP[i].help, NULL, 0, &m->loop[i],
-                                           err), fail);
-        for (size_t i = 0; i < N_UPDATE; i++)
-            QRL_TRY_GOTO(qrl_prom_register(m->reg, QRL_PROM_GAUGE, UPDATE[i].name, UPDATE[i].help, NULL, 0,
-                                           &m->update[i], err), fail);
-        if ((st = qrl_prom_server_start(m->reg, listen, &m->server, &inner)) != QRL_OK) {
-            qrl_error_set(err, st, "metrics.listen: %s", inner.msg);
-            goto fail;
-        }
+        m->own_reg = true;
     }
-    if (*tb_dir) {
-        if ((st = qrl_tfevents_open(tb_dir, &m->tb, &inner)) != QRL_OK) {
-            qrl_error_set(err, st, "metrics.tensorboard_dir: %s", inner.msg);
-            goto fail;
-        }
-        QRL_LOG_INFO("learner", "tensorboard events file=%s", qrl_tfevents_path(m->tb));
+    QRL_TRY_GOTO(metrics_open(m, "", err), fail); /* the series first, the event file last (as before) */
+    if (*listen && (st = qrl_prom_server_start(m->reg, listen, &m->server, &inner)) != QRL_OK) {
+        qrl_error_set(err, st, "metrics.listen: %s", inner.msg);
+        goto fail;
     }
+    QRL_TRY_GOTO(metrics_open_events(m, tb_dir, err), fail);
     *out = m;
     return QRL_OK;
 fail:
@@ -167,7 +198,7 @@ const char *qrl_learner_metrics_events_path(const qrl_learner_metrics_t *m) {
 void qrl_learner_metrics_stop(qrl_learner_metrics_t *m) {
     if (!m) return;
     qrl_prom_server_stop(m->server);
-    qrl_prom_registry_destroy(m->reg);
+    if (m->own_reg) qrl_prom_registry_destroy(m->reg);
     qrl_tfevents_close(m->tb);
     free(m);
 }

@@ -11,6 +11,7 @@
 
 #include "core/status.h"
 #include "learner/update.h"
+#include "metrics/prom.h"
 
 typedef struct qrl_learner_metrics qrl_learner_metrics_t;
 
@@ -32,7 +33,14 @@ typedef struct qrl_learner_metrics_record {
     double snapshot_s; /* building the BF16 weight snapshot */
 } qrl_learner_metrics_record;
 
-/* Start what is asked for: `listen` (metrics.listen, host:port, "" = no endpoint) and
+/* Register the series on `reg` (a registry the caller serves, e.g. the service shell's
+ * qrl_service_prom; borrowed, it must outlive *out; NULL: no Prometheus series) and open
+ * `tb_dir` (metrics.tensorboard_dir, "" = no events); *out NULL and QRL_OK when neither.
+ * *out is freed with qrl_learner_metrics_stop.  Errors: those of qrl_prom_register, and
+ * qrl_tfevents_open's prefixed with the key. */
+qrl_status qrl_learner_metrics_new(qrl_prom_registry_t *reg, const char *tb_dir, qrl_learner_metrics_t **out,
+                                   qrl_error *err);
+/* The same with a registry and /metrics server of its own: start what is asked for: `listen` (metrics.listen, host:port, "" = no endpoint) and
  * `tb_dir` (metrics.tensorboard_dir, "" = no events); *out NULL and QRL_OK when both are
  * "".  *out is freed with qrl_learner_metrics_stop.  Errors: those of
  * qrl_prom_server_start / qrl_tfevents_open, prefixed with the key. */

@@ -35,13 +35,6 @@ Qrl__ServiceState ld_service_state(const ld_core *c) {
     return QRL__SERVICE_STATE__SERVICE_STATE_RUNNING;
 }
 
-void ld_control_reply(const ld_core *c, qrl_rpc_call_t *call, const char *msg) {
-    Qrl__ControlResponse r = QRL__CONTROL_RESPONSE__INIT;
-    r.state = ld_service_state(c);
-    r.message = (char *)msg;
-    qrl_rpc_call_reply(call, &r.base);
-}
-
 /* ---- version events ----------------------------------------------------------------- */
 
 /* Whether r takes versions by CUDA IPC: the learner publishes on the device and r runs a
@@ -186,8 +179,7 @@ static void h_watch(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *use
     if (c->finished && r->watch) push_event(c, r, QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_SHUTDOWN);
 }
 
-static void h_status(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
-    ld_core *c = user;
+void ld_control_status(ld_core *c, qrl_rpc_call_t *call) {
     ld_dispatch_counts dc = ld_dispatch_counts_now();
     ld_intake_counts ic = ld_intake_counts_now();
     Qrl__LearnerStatus s = QRL__LEARNER_STATUS__INIT;
@@ -223,23 +215,11 @@ static void h_status(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *us
     qrl_rpc_call_reply(call, &s.base);
 }
 
-static void h_pause(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
-    ld_core *c = user;
-    c->paused = true;
-    QRL_LOG_INFO("learner", "paused: no more dispatch (in-flight groups are still trained)");
-    ld_control_reply(c, call, "dispatch paused");
-}
-
-static void h_resume(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
-    ld_core *c = user;
-    c->paused = false;
-    QRL_LOG_INFO("learner", "resumed");
-    ld_control_reply(c, call, "dispatch resumed");
-}
-
-static void h_set(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
-    ld_core *c = user;
-    qrl_rpc_call_config_set(call, c->cfg, (const Qrl__SetRequest *)req);
+const char *ld_control_pause(ld_core *c, bool pause) {
+    c->paused = pause;
+    if (pause) QRL_LOG_INFO("learner", "paused: no more dispatch (in-flight groups are still trained)");
+    else QRL_LOG_INFO("learner", "resumed");
+    return pause ? "dispatch paused" : "dispatch resumed";
 }
 
 static void h_list_replicas(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
@@ -274,14 +254,10 @@ static void h_drain(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *use
     qrl_rpc_call_reply(call, &r.base);
 }
 
-void ld_control_handle(ld_core *c, qrl_rpc_server_t *rpc) {
-    qrl_rpc_server_handle(rpc, QRL_RPC_LEARNER_REGISTER, h_register, c);
-    qrl_rpc_server_handle(rpc, QRL_RPC_LEARNER_HEARTBEAT, h_heartbeat, c);
-    qrl_rpc_server_handle(rpc, QRL_RPC_LEARNER_WATCH_VERSIONS, h_watch, c);
-    qrl_rpc_server_handle(rpc, QRL_RPC_LEARNER_STATUS, h_status, c);
-    qrl_rpc_server_handle(rpc, QRL_RPC_LEARNER_PAUSE, h_pause, c);
-    qrl_rpc_server_handle(rpc, QRL_RPC_LEARNER_RESUME, h_resume, c);
-    qrl_rpc_server_handle(rpc, QRL_RPC_LEARNER_SET, h_set, c);
-    qrl_rpc_server_handle(rpc, QRL_RPC_LEARNER_LIST_REPLICAS, h_list_replicas, c);
-    qrl_rpc_server_handle(rpc, QRL_RPC_LEARNER_DRAIN, h_drain, c);
+void ld_control_handle(ld_core *c, qrl_service_t *svc) {
+    qrl_service_handle(svc, QRL_RPC_LEARNER_REGISTER, h_register, c);
+    qrl_service_handle(svc, QRL_RPC_LEARNER_HEARTBEAT, h_heartbeat, c);
+    qrl_service_handle(svc, QRL_RPC_LEARNER_WATCH_VERSIONS, h_watch, c);
+    qrl_service_handle(svc, QRL_RPC_LEARNER_LIST_REPLICAS, h_list_replicas, c);
+    qrl_service_handle(svc, QRL_RPC_LEARNER_DRAIN, h_drain, c);
 }

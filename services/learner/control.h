@@ -1,7 +1,8 @@
 /* qrl-learner control (control.c; docs/learner-daemon.md "Control", "Membership"): the
- * Learner gRPC handlers (Register, Heartbeat, WatchVersions, Status, Pause, Resume, Set,
- * ListReplicas, Drain), the membership table (learner/members.h) and the VersionEvents
- * sent down the replicas' WatchVersions streams. */
+ * Learner gRPC handlers of its own (Register, Heartbeat, WatchVersions, ListReplicas,
+ * Drain; the shell serves Status, Pause, Resume and Set through the two calls below), the
+ * membership table (learner/members.h) and the VersionEvents sent down the replicas'
+ * WatchVersions streams. */
 #ifndef QRL_LD_CONTROL_H
 #define QRL_LD_CONTROL_H
 
@@ -10,12 +11,15 @@
 /* Replicas on this node (qrl_wipc_node_id) take versions by CUDA IPC: call once at setup
  * when the learner publishes on the device. */
 void ld_control_set_node(const char *node_id);
-/* Register the handlers above on `rpc` (user = the core). */
-void ld_control_handle(ld_core *c, qrl_rpc_server_t *rpc);
-/* The service state the handlers and metrics report. */
+/* Route the handlers above through the shell (before qrl_service_start; user = the core). */
+void ld_control_handle(ld_core *c, qrl_service_t *svc);
+/* The service state the shell, the handlers and metrics report. */
 Qrl__ServiceState ld_service_state(const ld_core *c);
-/* Answer a control call with the service state and `msg`. */
-void ld_control_reply(const ld_core *c, qrl_rpc_call_t *call, const char *msg);
+/* Learner.Status (the shell's status callback): reply on `call`. */
+void ld_control_status(ld_core *c, qrl_rpc_call_t *call);
+/* Learner.Pause / Resume (the shell's pause callback): dispatch stops or goes on (groups in
+ * flight are still trained); returns the ControlResponse message. */
+const char *ld_control_pause(ld_core *c, bool pause);
 /* Send a `kind` event (c->version) to every replica watching. */
 void ld_control_announce(ld_core *c, Qrl__VersionEventKind kind);
 /* A new version is on the weight server: plan its transport (NCCL group of the watching

@@ -2,26 +2,30 @@
  * docs/learner-daemon.md).  Everything here belongs to the loop thread.
  *
  * The loop is cut along its own sections, each with its state private to its file:
- *   produce.c     records out (prompts, dead letters), kept until acknowledged, resent;
  *   dispatch.c    the dataset walk, the group table (the dedupe table), redispatch;
  *   intake.c      results in: decode, chunk joins, validation, dedupe, buffering, and the
  *                 commit-after-use offsets;
  *   checkpoint.c  checkpoints and resume, behind checkpoint.h;
  *   control.c     the Learner RPC handlers, the membership table and version events;
  *   update.c      quotas to the trainer and what a finished update sets off;
- *   loop.c        setup, tick, signals, the close chain; the only file that sees them all.
- * Calls go down that list's dependency order only (produce <- dispatch <- intake <-
- * checkpoint <- control <- update <- loop); nothing below calls up. */
+ *   loop.c        the daemon on the service shell (common/service/service.h: the loop,
+ *                 tick, signals, close chain, Kafka consumer with commit-after-use,
+ *                 producer with resend, dead letters, Status/Pause/Resume/Set, metrics
+ *                 outputs), setup and Shutdown; the only file that sees every section.
+ * Calls go down that list's dependency order only (dispatch <- intake <- checkpoint <-
+ * control <- update <- loop); nothing below calls up (the shell's callbacks land in
+ * loop.c, which hands them down). */
 #ifndef QRL_LEARNER_DAEMON_PRIVATE_H
 #define QRL_LEARNER_DAEMON_PRIVATE_H
 
 #include <stdbool.h>
 #include <stdint.h>
+#include <sys/time.h>
 
-#include "kafka/kafka.h"
 #include "learner.h"
 #include "learner/metrics.h"
 #include "ld_nccl.h"
+#include "service/service.h"
 #include "settings.h"
 
 /* Where a group is (dispatch.c's table, indexed by group id). */
@@ -41,8 +45,7 @@ typedef struct ld_core {
     bool training;                  /* an update is on the trainer (update.c) */
     double last_reward, last_accuracy, last_train_tps; /* of the newest update (Status) */
     uint64_t started_ms;            /* unix ms at start (Status.uptime_s) */
-    qrl_kafka_producer_t *producer;
-    qrl_kafka_consumer_t *consumer;
+    qrl_service_t *svc;             /* the shell: produce, record done, commits, dead letters */
     ld_trainer trainer;
     ld_wserver ws;
     ld_nccl nccl;                   /* weights.transport nccl|auto (ld_nccl.c) */
@@ -51,6 +54,10 @@ typedef struct ld_core {
 } ld_core;
 
 /* Wall clock, unix ms. */
-uint64_t ld_unix_ms(void);
+static inline uint64_t ld_unix_ms(void) {
+    struct timeval tv;
+    gettimeofday(&tv, NULL);
+    return (uint64_t)tv.tv_sec * 1000 + (uint64_t)tv.tv_usec / 1000;
+}
 
 #endif

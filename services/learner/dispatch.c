@@ -6,7 +6,6 @@
 #include <string.h>
 
 #include "core/log.h"
-#include "produce.h"
 #include "wire/wire.h"
 
 typedef struct ld_ginfo { /* what a checkpoint needs of a dispatched group */
@@ -119,7 +118,10 @@ static void send_group(ld_core *c, uint64_t id, uint32_t epoch, uint64_t index, 
     size_t len;
     qrl_error err;
     QRL_CHECK(qrl_wire_encode_alloc(&pg.base, &buf, &len, &err) == QRL_OK); /* only NOMEM */
-    ld_produce(c, c->prompts_topic, id, buf, len);
+    char key[QRL_WIRE_KEY_MAX];
+    size_t klen = qrl_wire_group_key(id, key);
+    /* the tag is the group id: ld_dispatch_acked marks it delivered */
+    qrl_service_produce(c->svc, c->prompts_topic, key, klen, &buf, &len, 1, true, (void *)(uintptr_t)id);
 }
 
 static void dispatch_one(ld_core *c) {

@@ -31,7 +31,7 @@ void ld_dispatch_fill(ld_core *c);
 /* Produce again, with the same id and content, every group sent more than
  * learner.redispatch_timeout_s ago (and acknowledged) that has no result yet. */
 void ld_dispatch_redispatch_stale(ld_core *c);
-/* The broker acknowledged group id's PromptGroup (produce.h's callback). */
+/* The broker acknowledged group id's PromptGroup (the shell's acknowledged callback). */
 void ld_dispatch_acked(ld_core *c, uint64_t id);
 /* `n` groups left the window (an update took them). */
 void ld_dispatch_taken(uint64_t n);

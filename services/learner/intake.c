@@ -8,32 +8,21 @@
 
 #include "core/log.h"
 #include "dispatch.h"
-#include "produce.h"
 #include "wire/chunk_join.h"
 #include "wire/wire.h"
 
 static struct {
-    qrl_kafka_offsets *offsets; /* commit-after-use tracking of consumed records */
     qrl_wire_joiner chunks;     /* chunked results being reassembled */
     ld_buffered *buf;
     size_t n_buf, cap_buf;
     uint64_t results, duplicates, dead_letters, other_run;
-    uint64_t warned_ms;
-    bool defer;    /* commits go with checkpoints */
     int64_t *safe; /* per partition: next offset with every record before it used (-1 none) */
     int n_safe;
 } I;
 
-void ld_intake_init(bool commit_with_checkpoints) {
-    I.offsets = qrl_kafka_offsets_new();
-    QRL_CHECK(I.offsets != NULL);
-    I.defer = commit_with_checkpoints;
-}
-
 void ld_intake_free(void) {
     for (size_t i = 0; i < I.n_buf; i++) qrl_wire_free(&I.buf[i].r->base);
     qrl_wire_joiner_free(&I.chunks);
-    qrl_kafka_offsets_free(I.offsets);
     free(I.buf);
     free(I.safe);
     memset(&I, 0, sizeof I);
@@ -55,39 +44,18 @@ static void safe_set(int32_t p, int64_t upto) {
     if (upto > I.safe[p]) I.safe[p] = upto;
 }
 
-/* The record is used up: commit its partition up to the first record still in use (with
- * checkpoints on: remember it; the next checkpoint commits it). */
-void ld_intake_done(ld_core *c, int32_t p, qrl_kafka_offset *o) {
-    int64_t upto = qrl_kafka_offsets_done(I.offsets, o, &p);
-    if (upto < 0) return;
-    if (I.defer) { /* committed with the next checkpoint (ld_intake_commit_saved) */
-        safe_set(p, upto);
-        qrl_kafka_offsets_committed(I.offsets, p, upto);
-        return;
-    }
-    qrl_error err;
-    if (qrl_kafka_consumer_commit_offset_async(c->consumer, c->results_topic, p, upto, &err) != QRL_OK) {
-        QRL_LOG_WARN("learner", "commit failed (the records will be delivered again): %s", err.msg);
-        return;
-    }
-    qrl_kafka_offsets_committed(I.offsets, p, upto);
-    QRL_LOG_DEBUG("learner", "commit partition=%d next_offset=%" PRId64, (int)p, upto);
-}
+void ld_intake_committable(int32_t partition, int64_t upto) { safe_set(partition, upto); }
 
+void ld_intake_done(ld_core *c, qrl_kafka_offset *rec) { qrl_service_record_done(c->svc, rec); }
+
+/* The record's dead letter goes out (the shell logs it); its offset is released by the
+ * caller at once, as before the shell (not from the acknowledgement). */
 static void dead_letter(ld_core *c, const qrl_kafka_message *m, const char *why) {
-    char *rec;
-    size_t len;
-    qrl_error err;
-    QRL_CHECK(qrl_kafka_dlq_encode(m->topic, m->partition, m->offset, m->key, m->key_len, m->payload,
-                                   m->len, why, &rec, &len, &err) == QRL_OK);
-    QRL_LOG_WARN("learner", "dead letter partition=%d offset=%" PRId64 ": %s", (int)m->partition, m->offset, why);
-    ld_produce(c, c->dlq_topic, 0, (uint8_t *)rec, len);
+    qrl_service_dead_letter(c->svc, m->partition, m->offset, m->key, m->key_len, m->payload, m->len, why, NULL);
     I.dead_letters++;
 }
 
-static void on_result(ld_core *c, const qrl_kafka_message *m) {
-    qrl_kafka_offset *off = qrl_kafka_offsets_push(I.offsets, m->partition, m->offset);
-    int32_t part = m->partition;
+void ld_intake_record(ld_core *c, const qrl_kafka_message *m, qrl_kafka_offset *off) {
     I.results++;
     ProtobufCMessage *pm = NULL;
     qrl_error err;
@@ -102,13 +70,12 @@ static void on_result(ld_core *c, const qrl_kafka_message *m) {
         st = qrl_wire_joiner_add(&I.chunks, r, m->partition, off, ld_unix_ms(), &co, &err);
         r = NULL;
         if (!co.done && st == QRL_OK) {
-            if (!co.held) ld_intake_done(c, m->partition, off); /* a later chunk of an open set */
+            if (!co.held) ld_intake_done(c, off); /* a later chunk of an open set */
             return;
         }
         if (co.done) { /* the set ends here: it continues under its first chunk's record */
-            if (off != co.first) ld_intake_done(c, m->partition, off);
+            if (off != co.first) ld_intake_done(c, off);
             off = co.first;
-            part = co.partition;
             r = co.whole;
             pm = r ? &r->base : NULL;
         }
@@ -120,7 +87,7 @@ static void on_result(ld_core *c, const qrl_kafka_message *m) {
         snprintf(why, sizeof why, "%s: %s", qrl_status_name(st), err.msg);
         dead_letter(c, m, why);
         qrl_wire_free(pm);
-        ld_intake_done(c, part, off);
+        ld_intake_done(c, off);
         return;
     }
     uint8_t gs = ld_group_state(r->group_id);
@@ -132,7 +99,7 @@ static void on_result(ld_core *c, const qrl_kafka_message *m) {
                  " (next id %" PRIu64 ")", r->group_id, c->run_id, next_id);
         dead_letter(c, m, why);
         qrl_wire_free(pm);
-        ld_intake_done(c, part, off);
+        ld_intake_done(c, off);
         return;
     }
     if (r->run_id != c->run_id || gs != GS_DISPATCHED) {
@@ -142,7 +109,7 @@ static void on_result(ld_core *c, const qrl_kafka_message *m) {
                      r->group_id, r->run_id, r->replica_id,
                      r->run_id != c->run_id ? "another run" : gs == GS_NONE ? "never dispatched" : "duplicate");
         qrl_wire_free(pm);
-        ld_intake_done(c, part, off);
+        ld_intake_done(c, off);
         return;
     }
     if (I.n_buf == I.cap_buf) {
@@ -150,28 +117,9 @@ static void on_result(ld_core *c, const qrl_kafka_message *m) {
         I.buf = realloc(I.buf, I.cap_buf * sizeof *I.buf);
         QRL_CHECK(I.buf != NULL);
     }
-    I.buf[I.n_buf++] = (ld_buffered){r, part, off};
+    I.buf[I.n_buf++] = (ld_buffered){r, off};
     ld_group_set(r->group_id, GS_BUFFERED);
     QRL_LOG_DEBUG("learner", "result group=%" PRIu64 " from %s buffered=%zu", r->group_id, r->replica_id, I.n_buf);
-}
-
-void ld_intake_poll(ld_core *c) {
-    for (int n = 0; n < 64 && !c->finished; n++) {
-        qrl_kafka_message msg = {0};
-        bool got = false;
-        qrl_error err;
-        if (qrl_kafka_consumer_poll(c->consumer, 0, &msg, &got, &err) != QRL_OK) {
-            uint64_t now = ld_unix_ms();
-            if (now - I.warned_ms >= 1000) {
-                I.warned_ms = now;
-                QRL_LOG_WARN("learner", "consumer: %s", err.msg);
-            }
-            break;
-        }
-        if (!got) break;
-        on_result(c, &msg);
-        qrl_kafka_message_release(&msg);
-    }
 }
 
 void ld_intake_expire_chunks(ld_core *c) {
@@ -179,7 +127,7 @@ void ld_intake_expire_chunks(ld_core *c) {
     size_t n_gone = qrl_wire_joiner_expire(&I.chunks, ld_unix_ms(), 60000, gone, 16);
     for (size_t i = 0; i < n_gone; i++) {
         I.dead_letters++;
-        ld_intake_done(c, gone[i].partition, gone[i].first);
+        ld_intake_done(c, gone[i].first);
     }
 }
 
@@ -205,8 +153,7 @@ void ld_intake_save(qrl_ckpt_state *s) {
 void ld_intake_commit_saved(ld_core *c, const qrl_ckpt_state *s) {
     for (size_t i = 0; i < s->n_offsets; i++) {
         qrl_error err;
-        if (qrl_kafka_consumer_commit_offset_async(c->consumer, c->results_topic, s->offsets[i].partition,
-                                                   s->offsets[i].next_offset, &err) != QRL_OK)
+        if (qrl_service_commit(c->svc, s->offsets[i].partition, s->offsets[i].next_offset, &err) != QRL_OK)
             QRL_LOG_WARN("learner", "commit failed (the records will be read again): %s", err.msg);
     }
 }
@@ -217,8 +164,8 @@ void ld_intake_restore(ld_core *c, const qrl_ckpt_state *s) {
         safe_set(s->offsets[i].partition, s->offsets[i].next_offset);
         int64_t committed = -1;
         qrl_error e2;
-        if (qrl_kafka_consumer_committed(c->consumer, c->results_topic, s->offsets[i].partition, 5000, &committed,
-                                         &e2) != QRL_OK)
+        if (qrl_kafka_consumer_committed(qrl_service_consumer(c->svc), c->results_topic, s->offsets[i].partition,
+                                         5000, &committed, &e2) != QRL_OK)
             QRL_LOG_WARN("learner", "resume: committed offset of partition %d: %s", (int)s->offsets[i].partition,
                          e2.msg);
         else if (committed > s->offsets[i].next_offset)

@@ -1,6 +1,7 @@
-/* qrl-learner loop thread (STYLE 14; docs/learner-daemon.md): setup, the tick, signals,
- * Shutdown and the close chain; the sections (daemon.h) do the work.  Nothing here waits:
- * Kafka is polled with zero timeouts from a uv_timer, commits are asynchronous, the
+/* qrl-learner loop thread (STYLE 14; docs/learner-daemon.md): the daemon on the service
+ * shell (common/service/service.h), which owns the loop, the tick, signals, the close chain,
+ * Kafka in and out and the shared RPCs; here are setup, the shell's callbacks, Shutdown and
+ * the end of the run.  The sections (daemon.h) do the work.  Nothing here waits: the
  * trainer is reached through its job slot and answers through an async handle. */
 #include <inttypes.h>
 #include <signal.h>
@@ -15,7 +16,6 @@
 #include "daemon.h"
 #include "dispatch.h"
 #include "intake.h"
-#include "produce.h"
 #include "rpc/rpc.h"
 #include "update.h"
 #include "weights/wipc.h"
@@ -23,11 +23,8 @@
 
 static struct {
     ld_core core;
-    uv_loop_t loop;
-    uv_timer_t tick, exit_timer;
-    uv_signal_t sigterm, sigint;
+    uv_timer_t exit_timer;
     uv_async_t train_async;
-    qrl_rpc_server_t *rpc;
     bool close_after_ckpt; /* a close was asked while a checkpoint was being written */
 } L; /* one per process; handles outlive every callback */
 
@@ -37,11 +34,9 @@ static void close_handle(uv_handle_t *h) {
     if (!uv_is_closing(h)) uv_close(h, NULL);
 }
 
-static void on_rpc_closed(qrl_rpc_server_t *s, void *user) {
-    close_handle((uv_handle_t *)&L.tick);
+/* The shell's closed callback: its RPC server and handles are closed; close ours. */
+static void on_closed(void *user) {
     close_handle((uv_handle_t *)&L.exit_timer);
-    close_handle((uv_handle_t *)&L.sigterm);
-    close_handle((uv_handle_t *)&L.sigint);
     close_handle((uv_handle_t *)&L.train_async);
 }
 
@@ -59,9 +54,8 @@ static void begin_close(void) {
                  " results=%" PRIu64 " duplicates=%" PRIu64 " dead_letters=%" PRIu64
                  " redispatched=%" PRIu64, c->step, c->version, dc.next_id - 1, ic.results,
                  ic.duplicates, ic.dead_letters, dc.redispatched);
-    uv_timer_stop(&L.tick);
     ld_control_closing();
-    qrl_rpc_server_close(L.rpc, on_rpc_closed, c);
+    qrl_service_close(c->svc);
 }
 
 /* The end of the run (max_updates, Shutdown, a resumed finished run): the final state is
@@ -72,18 +66,17 @@ static void on_exit_timer(uv_timer_t *t) {
     begin_close();
 }
 
-static void on_signal(uv_signal_t *h, int sig) {
+/* The shell's stop callback (SIGTERM/SIGINT); false: a second signal, the shell exits. */
+static bool on_stop(void *user, int sig) {
     ld_core *c = &L.core;
-    if (c->stopping) {
-        QRL_LOG_ERROR("learner", "second signal %d: exiting now", sig);
-        _exit(1);
-    }
+    if (c->stopping) return false;
     c->stopping = true;
     QRL_LOG_INFO("learner", "%s: no more dispatch; stopping after the running update%s",
                  sig == SIGTERM ? "SIGTERM" : "SIGINT", ld_ckpt_on() ? " and a checkpoint" : "");
-    if (c->training) return; /* on_trained checkpoints and closes */
+    if (c->training) return true; /* on_trained checkpoints and closes */
     if (ld_ckpt_on() && !ld_ckpt_busy() && !ld_ckpt_current(c)) ld_ckpt_start(c);
     begin_close();
+    return true;
 }
 
 static void h_shutdown(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
@@ -94,7 +87,7 @@ static void h_shutdown(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *
     QRL_LOG_INFO("learner", "Shutdown requested reason='%s' at step=%" PRIu64 ": telling replicas to shut down; "
                  "stopping after the running update%s", rq->reason ? rq->reason : "", c->step,
                  ld_ckpt_on() ? " and a checkpoint" : "");
-    ld_control_reply(c, call, "shutting down");
+    qrl_service_reply_control(c->svc, call, "shutting down");
     ld_control_announce(c, QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_SHUTDOWN);
     c->stopping = true;
     if (!c->training) uv_timer_start(&L.exit_timer, on_exit_timer, 500, 0);
@@ -130,28 +123,80 @@ static void on_trained(uv_async_t *h) {
     if (c->stopping) begin_close();
 }
 
-static void on_tick(uv_timer_t *t) {
+/* The shell's tick (after it polled the producer, sent again what failed and consumed). */
+static void on_tick(void *user) {
     ld_core *c = &L.core;
     ld_intake_expire_chunks(c);
-    qrl_kafka_producer_poll(c->producer, 0);
     ld_control_nccl_fallback(c);
-    ld_produce_resend(c);
     ld_dispatch_fill(c);
     ld_dispatch_redispatch_stale(c);
-    ld_intake_poll(c);
     ld_update_try(c);
     ld_control_tick(c);
 }
 
+/* ---- the shell's other callbacks ------------------------------------------------------ */
+
+static void on_record(void *user, const qrl_kafka_message *m, qrl_kafka_offset *rec) {
+    ld_intake_record(&L.core, m, rec);
+}
+
+static bool may_consume(void *user) { return !L.core.finished; }
+
+static void on_acked(void *user, void *tag) {
+    if (tag) ld_dispatch_acked(&L.core, (uint64_t)(uintptr_t)tag); /* a PromptGroup (dead letters: NULL) */
+}
+
+static Qrl__ServiceState state_of(void *user) { return ld_service_state(&L.core); }
+
+static const char *on_pause(void *user, bool pause, const char *reason) { return ld_control_pause(&L.core, pause); }
+
+static void on_status(void *user, qrl_rpc_call_t *call) { ld_control_status(&L.core, call); }
+
+static void on_committable(void *user, int32_t partition, int64_t upto) { ld_intake_committable(partition, upto); }
+
 /* ---- run ------------------------------------------------------------------------------ */
 
+/* The shell and the handles of our own (before anything connects). */
+static qrl_status service_new(ld_core *c, qrl_error *err) {
+    qrl_service_opts so = {
+        .tag = "learner",
+        .client_id = "qrl-learner",
+        .bootstrap = c->s->kafka.bootstrap,
+        .group = c->s->kafka.group,
+        .topic = c->results_topic,
+        .dlq_topic = c->dlq_topic,
+        .session_timeout_ms = c->s->kafka.session_timeout_ms,
+        .poll_ms = c->s->kafka.poll_ms,
+        .rpc = {.addr = c->s->rpc.listen},
+        .token_file = c->s->rpc.token_file,
+        .no_token_note = "mutating calls are refused",
+        .rpc_status = QRL_RPC_LEARNER_STATUS,
+        .rpc_pause = QRL_RPC_LEARNER_PAUSE,
+        .rpc_resume = QRL_RPC_LEARNER_RESUME,
+        .rpc_set = QRL_RPC_LEARNER_SET,
+        .cfg = c->cfg,
+        .metrics_jsonl = c->s->metrics.jsonl,
+        .metrics_listen = c->s->metrics.listen,
+    };
+    qrl_rpc_server_opts_tls(&so.rpc, c->cfg);
+    /* with checkpoints on, used records are committed with the checkpoint that covers them */
+    qrl_service_callbacks cb = {.record = on_record, .may_consume = may_consume, .acknowledged = on_acked,
+                                .tick = on_tick, .state = state_of, .pause = on_pause, .stop = on_stop,
+                                .status = on_status, .closed = on_closed,
+                                .committable = ld_ckpt_on() ? on_committable : NULL};
+    QRL_TRY(qrl_service_new(&so, &cb, c, &c->svc, err));
+    uv_loop_t *loop = qrl_service_loop(c->svc);
+    uv_async_init(loop, &L.train_async, on_trained);
+    uv_timer_init(loop, &L.exit_timer);
+    return QRL_OK;
+}
+
 static qrl_status setup(ld_core *c, const qrl_learner_config *lc, qrl_error *err) {
-    qrl_config_t *cfg = c->cfg;
     QRL_TRY(ld_wserver_start(&c->ws, c->s->weights.listen, err));
     QRL_TRY(ld_nccl_start(&c->nccl, c->s->weights.transport, c->s->weights.nccl_device, c->s->weights.nccl_timeout_ms,
                           &c->ws, err));
-    QRL_TRY(ld_trainer_start(&c->trainer, c->model, lc, &c->ws, NULL,
-                             (size_t)c->s->weights.bucket_bytes, &L.train_async, err));
+    QRL_TRY(ld_trainer_start(&c->trainer, c->model, lc, &c->ws, NULL, (size_t)c->s->weights.bucket_bytes,
+                             &L.train_async, err));
     if (lc->device_weights) { /* after the engine: its errors name the device first */
         char node_id[160];
         QRL_TRY(qrl_wipc_sender_new(lc->device, &c->ipc, err));
@@ -161,30 +206,11 @@ static qrl_status setup(ld_core *c, const qrl_learner_config *lc, qrl_error *err
         QRL_LOG_INFO("weights", "versions are published on cuda:%d; replicas on node %s take them by CUDA IPC",
                      lc->device, node_id);
     }
-    const char *bootstrap = c->s->kafka.bootstrap;
-    qrl_kafka_producer_opts po = {.bootstrap = bootstrap, .client_id = "qrl-learner", .linger_ms = 2,
-                                  .on_delivery = ld_produce_on_delivery, .user = c};
-    QRL_TRY(qrl_kafka_producer_new(&po, &c->producer, err));
-    qrl_kafka_consumer_opts co = {.bootstrap = bootstrap, .group_id = c->s->kafka.group,
-                                  .client_id = "qrl-learner",
-                                  .session_timeout_ms = c->s->kafka.session_timeout_ms};
-    QRL_TRY(qrl_kafka_consumer_new(&co, &c->results_topic, 1, &c->consumer, err));
-    char token[QRL_RPC_TOKEN_MAX + 1];
-    bool have = false;
-    const char *tf = c->s->rpc.token_file;
-    QRL_TRY(qrl_rpc_token_resolve(*tf ? tf : NULL, token, &have, err));
-    if (!have) QRL_LOG_WARN("learner", "no rpc token (rpc.token_file): mutating calls are refused");
-    qrl_rpc_server_opts ro = {.addr = c->s->rpc.listen, .token = have ? token : NULL,
-                              .allow_no_token = !have};
-    qrl_rpc_server_opts_tls(&ro, cfg);
-    QRL_TRY(qrl_rpc_server_new(&L.loop, &ro, &L.rpc, err));
-    ld_control_handle(c, L.rpc);
-    qrl_rpc_server_handle(L.rpc, QRL_RPC_LEARNER_SHUTDOWN, h_shutdown, c);
-    qrl_rpc_server_handle(L.rpc, QRL_RPC_LEARNER_CHECKPOINT, ld_ckpt_h_checkpoint, c);
-    QRL_TRY(qrl_rpc_server_start(L.rpc, err));
-    QRL_LOG_INFO("learner", "rpc listening port=%d", qrl_rpc_server_port(L.rpc));
-    QRL_TRY(ld_update_init(c->s->metrics.jsonl, err));
-    return qrl_learner_metrics_start(c->s->metrics.listen, c->s->metrics.tensorboard_dir, &c->lm, err);
+    ld_control_handle(c, c->svc);
+    qrl_service_handle(c->svc, QRL_RPC_LEARNER_SHUTDOWN, h_shutdown, c);
+    qrl_service_handle(c->svc, QRL_RPC_LEARNER_CHECKPOINT, ld_ckpt_h_checkpoint, c);
+    QRL_TRY(qrl_learner_metrics_new(qrl_service_prom(c->svc), c->s->metrics.tensorboard_dir, &c->lm, err));
+    return qrl_service_start(c->svc, err); /* Kafka, the control server, metrics.jsonl, /metrics */
 }
 
 int ld_daemon_run(qrl_config_t *cfg, const ld_settings *s, qrl_model *model, const ld_dataset *ds,
@@ -206,7 +232,6 @@ int ld_daemon_run(qrl_config_t *cfg, const ld_settings *s, qrl_model *model, con
     c->seed = (uint64_t)c->s->learner.seed;
     c->run_id = (uint64_t)c->s->learner.run_id;
     if (!c->run_id) c->run_id = (ld_unix_ms() << 16) ^ (uint64_t)getpid();
-    ld_produce_init(ld_dispatch_acked);
     ld_dispatch_init(c);
     qrl_error err;
     qrl_learner_config lcr = *lc;
@@ -217,9 +242,10 @@ int ld_daemon_run(qrl_config_t *cfg, const ld_settings *s, qrl_model *model, con
         fprintf(stderr, "qrl-learner: error: %s\n", err.msg);
         return 1;
     }
-    ld_intake_init(ld_ckpt_on());
-    uv_loop_init(&L.loop);
-    uv_async_init(&L.loop, &L.train_async, on_trained);
+    if (service_new(c, &err) != QRL_OK) {
+        fprintf(stderr, "qrl-learner: error: %s\n", err.msg);
+        return 1;
+    }
     if (setup(c, &lcr, &err) != QRL_OK || (resumed && ld_ckpt_restore(c, rdir, &rs, &err) != QRL_OK)) {
         fprintf(stderr, "qrl-learner: error: %s\n", err.msg);
         _exit(1); /* handles half made; nothing in flight yet */
@@ -230,37 +256,28 @@ int ld_daemon_run(qrl_config_t *cfg, const ld_settings *s, qrl_model *model, con
                      c->max_updates, c->step);
         c->finished = true;
     }
-    uv_timer_init(&L.loop, &L.tick);
-    uv_timer_init(&L.loop, &L.exit_timer);
-    int period = c->s->kafka.poll_ms;
-    uv_timer_start(&L.tick, on_tick, (uint64_t)period, (uint64_t)period);
-    uv_signal_init(&L.loop, &L.sigterm);
-    uv_signal_init(&L.loop, &L.sigint);
-    uv_signal_start(&L.sigterm, on_signal, SIGTERM);
-    uv_signal_start(&L.sigint, on_signal, SIGINT);
     if (c->finished) uv_timer_start(&L.exit_timer, on_exit_timer, 1500, 0);
     QRL_LOG_INFO("learner", "serving run_id=%" PRIu64 " prompts=%s results=%s G=%u T=%u window=%" PRIu64
                  " dataset=%zu prompts", c->run_id, c->prompts_topic, c->results_topic, c->G, c->T,
                  ld_dispatch_window(c), ds->n);
 
-    uv_run(&L.loop, UV_RUN_DEFAULT);
+    qrl_service_run(c->svc);
 
     ld_trainer_join(&c->trainer);
     ld_nccl_stop(&c->nccl);
     ld_wserver_stop(&c->ws);
     qrl_wipc_sender_free(c->ipc); /* after the servers: their snapshots read its slots */
-    qrl_kafka_consumer_close(c->consumer);
-    int rc = qrl_kafka_producer_flush(c->producer, 10000, &err) == QRL_OK ? 0 : 1;
+    /* leave the group, then deliver anything still queued */
+    int rc = qrl_service_leave(c->svc, 10000, &err) == QRL_OK ? 0 : 1;
     if (rc) fprintf(stderr, "qrl-learner: error: %s\n", err.msg);
-    qrl_kafka_producer_destroy(c->producer);
-    uv_loop_close(&L.loop);
+    qrl_learner_metrics_stop(c->lm); /* before the shell frees the registry it serves */
+    c->lm = NULL;
+    qrl_service_destroy(c->svc);
     ld_intake_free();
     ld_control_free();
-    ld_produce_free();
     ld_update_free();
     ld_dispatch_free();
     ld_ckpt_free();
-    qrl_learner_metrics_stop(c->lm);
     QRL_LOG_INFO("learner", "stopped rc=%d step=%" PRIu64 " version=%" PRIu64, rc, c->step, c->version);
     return rc;
 }

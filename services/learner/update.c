@@ -14,19 +14,11 @@
 static struct {
     ld_buffered *training; /* the quota the trainer holds */
     size_t n_training;
-    FILE *metrics;         /* metrics.jsonl, or NULL */
 } U;
-
-qrl_status ld_update_init(const char *mp, qrl_error *err) {
-    if (*mp && !(U.metrics = fopen(mp, "a")))
-        return qrl_error_set(err, QRL_STATUS_IO, "metrics.jsonl: cannot open %s", mp);
-    return QRL_OK;
-}
 
 void ld_update_free(void) {
     free(U.training);
-    if (U.metrics) fclose(U.metrics);
-    U.training = NULL, U.metrics = NULL, U.n_training = 0;
+    U.training = NULL, U.n_training = 0;
 }
 
 void ld_update_try(ld_core *c) {
@@ -55,7 +47,7 @@ void ld_update_try(ld_core *c) {
 }
 
 static void write_metrics(const ld_core *c, const ld_job *j, const ld_buffered *b) {
-    FILE *f = U.metrics;
+    FILE *f = qrl_service_metrics_jsonl(c->svc); /* metrics.jsonl, opened by the shell */
     if (!f) return;
     const qrl_learner_stats *s = &j->stats;
     fprintf(f, "{\"unix_ms\":%" PRIu64 ",\"step\":%" PRIu64 ",\"version\":%" PRIu64 ",\"groups\":[", ld_unix_ms(),
@@ -116,7 +108,7 @@ ld_update_next ld_update_finish(ld_core *c, ld_job *j) {
                                &(qrl_learner_metrics_record){&j->stats, j->update_s, j->snapshot_s});
     for (size_t i = 0; i < U.n_training; i++) {
         ld_group_set(U.training[i].r->group_id, GS_TRAINED);
-        ld_intake_done(c, U.training[i].partition, U.training[i].off);
+        ld_intake_done(c, U.training[i].off);
     }
     uint8_t handle[64];
     bool ipc = j->ipc;

@@ -14,8 +14,6 @@ typedef enum ld_update_next {
     LD_UPDATE_NEXT_FAIL,  /* the update failed (a model/config problem): the run is finished */
 } ld_update_next;
 
-/* Open metrics.jsonl ("" = none).  Errors: IO naming the file. */
-qrl_status ld_update_init(const char *metrics_jsonl, qrl_error *err);
 void ld_update_free(void);
 /* Start an update when a quota is buffered and nothing else holds the trainer (not while
  * stopping or finished); in alternate mode the replicas are told to pause. */
