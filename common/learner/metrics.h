@@ -50,6 +50,7 @@ qrl_status qrl_learner_metrics_start(const char *listen, const char *tb_dir, qrl
  * logged (once) and the file given up; training goes on.  m may be NULL. */
 void qrl_learner_metrics_update(qrl_learner_metrics_t *m, uint64_t step, uint64_t version,
                                 const qrl_learner_metrics_record *u);
+/* The loop's gauges and totals now (each tick); m may be NULL. */
 void qrl_learner_metrics_tick(qrl_learner_metrics_t *m, const qrl_learner_metrics_state *s);
 /* The port /metrics listens on (metrics.listen port 0 picks one), or -1 without one. */
 int qrl_learner_metrics_port(const qrl_learner_metrics_t *m);

@@ -33,6 +33,7 @@ void ld_control_nccl_fallback(ld_core *c);
 void ld_control_tick(ld_core *c);
 /* The close chain began: the RPC server cancels the streams (forget them). */
 void ld_control_closing(void);
+/* Free the membership table's copies. */
 void ld_control_free(void);
 
 #endif

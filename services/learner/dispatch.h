@@ -19,6 +19,7 @@ typedef struct ld_dispatch_counts {
 
 /* The walk at epoch 0, first id 1. */
 void ld_dispatch_init(ld_core *c);
+/* Free the walk and the group table. */
 void ld_dispatch_free(void);
 /* learner.mode alternate (SPEC §4.6): one version's quota at a time. */
 bool ld_dispatch_alternate(const ld_core *c);
@@ -35,8 +36,11 @@ void ld_dispatch_redispatch_stale(ld_core *c);
 void ld_dispatch_acked(ld_core *c, uint64_t id);
 /* `n` groups left the window (an update took them). */
 void ld_dispatch_taken(uint64_t n);
+/* Where group `id` is (GS_*; GS_NONE for an id never dispatched). */
 uint8_t ld_group_state(uint64_t id);
+/* Move group `id` to `s` (the table grows as ids do). */
 void ld_group_set(uint64_t id, uint8_t s);
+/* The counters and the walk's position now. */
 ld_dispatch_counts ld_dispatch_counts_now(void);
 /* Checkpoint side: the walk's position and the pending (DISPATCHED or BUFFERED) groups into
  * s (s->pending malloc'd; between updates: nothing is TRAINING). */

@@ -29,6 +29,7 @@ void ld_intake_record(ld_core *c, const qrl_kafka_message *m, qrl_kafka_offset *
 void ld_intake_committable(int32_t partition, int64_t upto);
 /* Drop chunk sets incomplete for 60 s (counted as dead letters). */
 void ld_intake_expire_chunks(ld_core *c);
+/* The counters and the buffer's size now. */
 ld_intake_counts ld_intake_counts_now(void);
 /* Take the oldest n buffered results (n <= buffered): a malloc'd array, ownership passes. */
 ld_buffered *ld_intake_take(size_t n);

@@ -14,6 +14,7 @@ typedef enum ld_update_next {
     LD_UPDATE_NEXT_FAIL,  /* the update failed (a model/config problem): the run is finished */
 } ld_update_next;
 
+/* Free what an unfinished update left (at exit). */
 void ld_update_free(void);
 /* Start an update when a quota is buffered and nothing else holds the trainer (not while
  * stopping or finished); in alternate mode the replicas are told to pause. */
