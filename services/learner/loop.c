@@ -35,7 +35,7 @@ static void close_handle(uv_handle_t *h) {
 }
 
 /* The shell's closed callback: its RPC server and handles are closed; close ours. */
-static void on_closed(void *user) {
+static void shell_closed(void *user) {
     close_handle((uv_handle_t *)&L.exit_timer);
     close_handle((uv_handle_t *)&L.train_async);
 }
@@ -67,7 +67,7 @@ static void on_exit_timer(uv_timer_t *t) {
 }
 
 /* The shell's stop callback (SIGTERM/SIGINT); false: a second signal, the shell exits. */
-static bool on_stop(void *user, int sig) {
+static bool stop_asked(void *user, int sig) {
     ld_core *c = &L.core;
     if (c->stopping) return false;
     c->stopping = true;
@@ -124,7 +124,7 @@ static void on_trained(uv_async_t *h) {
 }
 
 /* The shell's tick (after it polled the producer, sent again what failed and consumed). */
-static void on_tick(void *user) {
+static void tick(void *user) {
     ld_core *c = &L.core;
     ld_intake_expire_chunks(c);
     ld_control_nccl_fallback(c);
@@ -136,23 +136,23 @@ static void on_tick(void *user) {
 
 /* ---- the shell's other callbacks ------------------------------------------------------ */
 
-static void on_record(void *user, const qrl_kafka_message *m, qrl_kafka_offset *rec) {
+static void record_in(void *user, const qrl_kafka_message *m, qrl_kafka_offset *rec) {
     ld_intake_record(&L.core, m, rec);
 }
 
-static bool may_consume(void *user) { return !L.core.finished; }
+static bool consume_more(void *user) { return !L.core.finished; }
 
-static void on_acked(void *user, void *tag) {
+static void acked(void *user, void *tag) {
     if (tag) ld_dispatch_acked(&L.core, (uint64_t)(uintptr_t)tag); /* a PromptGroup (dead letters: NULL) */
 }
 
-static Qrl__ServiceState state_of(void *user) { return ld_service_state(&L.core); }
+static Qrl__ServiceState state_now(void *user) { return ld_service_state(&L.core); }
 
-static const char *on_pause(void *user, bool pause, const char *reason) { return ld_control_pause(&L.core, pause); }
+static const char *pause_resume(void *user, bool pause, const char *reason) { return ld_control_pause(&L.core, pause); }
 
-static void on_status(void *user, qrl_rpc_call_t *call) { ld_control_status(&L.core, call); }
+static void status_reply(void *user, qrl_rpc_call_t *call) { ld_control_status(&L.core, call); }
 
-static void on_committable(void *user, int32_t partition, int64_t upto) { ld_intake_committable(partition, upto); }
+static void committable(void *user, int32_t partition, int64_t upto) { ld_intake_committable(partition, upto); }
 
 /* ---- run ------------------------------------------------------------------------------ */
 
@@ -180,10 +180,10 @@ static qrl_status service_new(ld_core *c, qrl_error *err) {
     };
     qrl_rpc_server_opts_tls(&so.rpc, c->cfg);
     /* with checkpoints on, used records are committed with the checkpoint that covers them */
-    qrl_service_callbacks cb = {.record = on_record, .may_consume = may_consume, .acknowledged = on_acked,
-                                .tick = on_tick, .state = state_of, .pause = on_pause, .stop = on_stop,
-                                .status = on_status, .closed = on_closed,
-                                .committable = ld_ckpt_on() ? on_committable : NULL};
+    qrl_service_callbacks cb = {.record = record_in, .may_consume = consume_more, .acknowledged = acked,
+                                .tick = tick, .state = state_now, .pause = pause_resume, .stop = stop_asked,
+                                .status = status_reply, .closed = shell_closed,
+                                .committable = ld_ckpt_on() ? committable : NULL};
     QRL_TRY(qrl_service_new(&so, &cb, c, &c->svc, err));
     uv_loop_t *loop = qrl_service_loop(c->svc);
     uv_async_init(loop, &L.train_async, on_trained);

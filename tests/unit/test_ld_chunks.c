@@ -1,7 +1,7 @@
-/* Chunked-result reassembly (common/wire/chunk_join.h): chunks of one production joined in any order,
- * another replica's production of the same group kept apart, a corrupted chunk refused
- * with its offset released, an incomplete set expired, and the limits (chunk count, open
- * sets) refusing before anything is held. */
+/* Chunked-result reassembly (common/wire/chunk_join.h): chunks of one production joined in
+ * any order, another replica's production of the same group kept apart, a corrupted chunk
+ * refused with its offset released, an incomplete set expired, and the limits (chunk
+ * count, open sets) refusing before anything is held. */
 #include <criterion/criterion.h>
 #include <stdlib.h>
 #include <string.h>

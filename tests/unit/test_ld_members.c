@@ -1,6 +1,7 @@
-/* The learner's membership table (common/learner/members.h): registration checks, heartbeats, the heartbeat timeout
- * marking a replica lost (strictly after timeout_ms of silence), a lost replica coming back
- * clean, and a full table refusing or reusing the oldest lost entry. */
+/* The learner's membership table (common/learner/members.h): registration checks,
+ * heartbeats, the heartbeat timeout marking a replica lost (strictly after timeout_ms of
+ * silence), a lost replica coming back clean, and a full table refusing or reusing the
+ * oldest lost entry. */
 #include <criterion/criterion.h>
 #include <stdio.h>
 #include <string.h>
