@@ -94,47 +94,6 @@ void qrl_learner_config_default(qrl_learner_config *c) {
     c->seed = 0;
 }
 
-/* ---- scheduler result -> owned group -------------------------------------------------- */
-
-qrl_status qrl_learner_group_from_scheduler(const qrl_scheduler_group_result *res,
-                                            qrl_learner_group **out, qrl_error *err) {
-    *out = NULL;
-    size_t G = res->group_size, ntok = 0;
-    for (size_t i = 0; i < G; i++) ntok += (size_t)res->responses[i].n_tokens;
-    /* one block: group, responses, prompt, then per-response tokens / lp / versions */
-    size_t bytes = sizeof(qrl_learner_group) + G * sizeof(qrl_learner_response) +
-                   ntok * (sizeof(uint64_t) + sizeof(int32_t) + sizeof(float)) +
-                   (size_t)res->n_prompt * sizeof(int32_t);
-    char *blk = calloc(1, bytes);
-    if (!blk) return qrl_error_set(err, QRL_STATUS_NOMEM, "learner group copy: %zu bytes", bytes);
-    qrl_learner_group *g = (qrl_learner_group *)blk;
-    qrl_learner_response *rs = (qrl_learner_response *)(g + 1);
-    uint64_t *ver = (uint64_t *)(rs + G); /* 8-byte arrays first keep alignment */
-    int32_t *tok = (int32_t *)(ver + ntok);
-    float *lp = (float *)(tok + ntok);
-    int32_t *prompt = (int32_t *)(lp + ntok);
-    memcpy(prompt, res->prompt, (size_t)res->n_prompt * sizeof *prompt);
-    *g = (qrl_learner_group){.group_id = res->group_id, .prompt = prompt,
-                             .n_prompt = res->n_prompt, .responses = rs,
-                             .n_responses = res->group_size};
-    for (size_t i = 0; i < G; i++) {
-        const qrl_scheduler_response *s = &res->responses[i];
-        size_t n = (size_t)s->n_tokens;
-        if (n) { /* an empty response may carry NULL arrays */
-            memcpy(tok, s->tokens, n * sizeof *tok);
-            memcpy(lp, s->logprobs, n * sizeof *lp);
-            memcpy(ver, s->versions, n * sizeof *ver);
-        }
-        rs[i] = (qrl_learner_response){.tokens = tok, .logprobs = lp, .versions = ver,
-                                       .n_tokens = s->n_tokens, .reward = (float)s->reward};
-        tok += n, lp += n, ver += n;
-    }
-    *out = g;
-    return QRL_OK;
-}
-
-void qrl_learner_group_free(qrl_learner_group *g) { free(g); }
-
 /* ---- create / destroy ----------------------------------------------------------------- */
 
 static qrl_status check_config(const qrl_learner_config *c, qrl_error *err) {

@@ -31,7 +31,6 @@
 #include "core/status.h"
 #include "model/model.h"
 #include "rl/rl.h"
-#include "rollout/scheduler.h"
 #include "train/adamw.h"
 #include "train/lr_schedule.h"
 
@@ -59,14 +58,6 @@ typedef struct qrl_learner_group {
     const qrl_learner_response *responses;  /* [n_responses], n_responses >= 1 */
     uint32_t n_responses;
 } qrl_learner_group;
-
-/* Deep copy of a scheduler result (valid only during its callback) into one owned
- * allocation: *out (group, response table and every array) is freed with
- * qrl_learner_group_free.  Rewards are converted to float.  Errors: NOMEM. */
-qrl_status qrl_learner_group_from_scheduler(const qrl_scheduler_group_result *res,
-                                            qrl_learner_group **out, qrl_error *err);
-/* Free a group made by qrl_learner_group_from_scheduler; NULL is a no-op. */
-void qrl_learner_group_free(qrl_learner_group *g);
 
 /* ---- configuration ----------------------------------------------------------------- */
 

@@ -1,49 +1,58 @@
-/* qrl-learner checkpoints (docs/learner-daemon.md "Checkpoints", "Resume", "Export"):
- *   - trainer side: write one (tensors, optimizer, manifest) from the job the loop made;
- *   - loop side: copy the loop's state into a job, finish it (commit the recorded
- *     offsets, answer Learner.Checkpoint), resolve and restore one at start;
- *   - the `qrl-learner export` subcommand (checkpoint -> HuggingFace folder, UAQ undone).
- * Common format code: common/learner/checkpoint.h. */
-#include <errno.h>
+/* qrl-learner checkpoints, the loop's side (checkpoint.h): the checkpoint keys, resolving
+ * and restoring one at start, copying the loop's state into a job, finishing it, and the
+ * Learner.Checkpoint calls.  The trainer's side (tensors, AdamW state) is in trainer.c;
+ * the format is common/learner/checkpoint.h. */
+#include "checkpoint.h"
+
 #include <inttypes.h>
 #include <jansson.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
-#include <time.h>
-#include <unistd.h>
 
 #include "core/log.h"
-#include "daemon.h"
-#include "io/atomic_file.h"
+#include "dispatch.h"
+#include "intake.h"
 
-static uint64_t ckpt_unix_ms(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_REALTIME, &ts);
-    return (uint64_t)ts.tv_sec * 1000 + (uint64_t)ts.tv_nsec / 1000000;
+static struct {
+    const char *root;    /* learner.checkpoint_dir; NULL = off */
+    uint64_t every;
+    uint64_t step;       /* step of the newest checkpoint, UINT64_MAX none */
+    int keep;
+    bool busy;
+    char dir[QRL_CKPT_PATH_MAX];
+    qrl_rpc_call_t *calls[16]; /* Checkpoint RPCs waiting for the next one */
+    int n_calls;
+    char tag[72];              /* the first waiting call's tag */
+    char *abs_model, *abs_tok, *abs_ds; /* recorded in manifests (export reads the model) */
+} K;
+
+bool ld_ckpt_on(void) { return K.root != NULL; }
+bool ld_ckpt_busy(void) { return K.busy; }
+bool ld_ckpt_current(const ld_core *c) { return K.step == c->step; }
+
+bool ld_ckpt_due(const ld_core *c) {
+    return K.root && (c->step % K.every == 0 || K.n_calls || c->stopping ||
+                      (c->max_updates && c->step >= c->max_updates));
 }
 
-static double now_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + (double)ts.tv_nsec / 1e9;
+bool ld_ckpt_last(uint64_t *step, const char **dir) {
+    if (!K.root || K.step == UINT64_MAX) return false;
+    *step = K.step;
+    *dir = K.dir;
+    return true;
 }
 
-void ld_ckpt_run(ld_trainer *t, ld_job *j) {
-    ld_ckpt_job *c = j->ckpt;
-    qrl_error err;
-    double t0 = now_s();
-    c->state.learner_updates = qrl_learner_updates(t->l);
-    j->st = qrl_learner_sync_host(t->l, &err); /* a GPU engine's AdamW state */
-    if (j->st == QRL_OK)
-        j->st = qrl_ckpt_write(c->root, t->m, qrl_learner_optimizer(t->l), &c->state, c->keep, c->dir, &c->bytes,
-                           &err);
-    c->seconds = now_s() - t0;
-    if (j->st != QRL_OK) snprintf(j->error, sizeof j->error, "%s", err.msg);
+void ld_ckpt_free(void) {
+    free(K.abs_model), free(K.abs_tok), free(K.abs_ds);
+    K.abs_model = K.abs_tok = K.abs_ds = NULL;
 }
 
-qrl_status ld_ckpt_resolve(const char *resume, const char *root, bool *found, char *dir, qrl_ckpt_state *s,
+/* Resolve learner.resume ("none" | "auto" | a path) against learner.checkpoint_dir:
+ * *found false for "none", or "auto" without any checkpoint yet; else dir (a complete
+ * checkpoint folder) and *s (qrl_ckpt_read: validated). */
+static qrl_status ckpt_resolve(const char *resume, const char *root, bool *found, char *dir, qrl_ckpt_state *s,
                            qrl_error *err) {
     *found = false;
     memset(s, 0, sizeof *s);
@@ -76,31 +85,10 @@ qrl_status ld_ckpt_resolve(const char *resume, const char *root, bool *found, ch
     return QRL_OK;
 }
 
-qrl_status ld_ckpt_restore_trainer(ld_trainer *t, const char *dir, const qrl_ckpt_state *s, qrl_error *err) {
-    QRL_TRY(qrl_ckpt_load_params(dir, t->m, err));
-    QRL_TRY(qrl_ckpt_load_optimizer(dir, qrl_learner_optimizer(t->l), err));
-    qrl_learner_set_updates(t->l, s->learner_updates);
-    return qrl_learner_sync_device(t->l, err); /* a GPU engine takes both */
-}
-
-/* ---- loop side (the ld_daemon of loop.c, daemon.h) ----------------------------------- */
-
-void ld_ckpt_safe_set(ld_daemon *d, int32_t p, int64_t upto) {
-    if (p >= d->n_safe) {
-        int64_t *ns = realloc(d->safe, (size_t)(p + 1) * sizeof *ns);
-        QRL_CHECK(ns != NULL);
-        for (int i = d->n_safe; i <= p; i++) ns[i] = -1;
-        d->safe = ns;
-        d->n_safe = p + 1;
-    }
-    if (upto > d->safe[p]) d->safe[p] = upto;
-}
-
 /* Copy the loop's side of a checkpoint (between updates: nothing is TRAINING) and hand it
- * to the trainer, which adds the tensors and writes the folder (checkpoint.c).  Updates
- * wait (ckpt_busy) until it is written; dispatch and intake go on. */
-void ld_ckpt_start(ld_daemon *d) {
-    if (d->ckpt_busy || !d->ckpt_root) return;
+ * to the trainer, which adds the tensors and writes the folder. */
+void ld_ckpt_start(ld_core *d) {
+    if (K.busy || !K.root) return;
     ld_job *j = calloc(1, sizeof *j);
     ld_ckpt_job *c = calloc(1, sizeof *c);
     QRL_CHECK(j && c);
@@ -110,180 +98,114 @@ void ld_ckpt_start(ld_daemon *d) {
     s->run_id = d->run_id;
     s->seed = d->seed;
     s->uaq_scale = d->model->uaq_scale; /* set once at start: read-only afterwards */
-    s->model = strdup(d->abs_model);
-    s->tokenizer = strdup(d->abs_tok);
-    s->dataset = strdup(d->abs_ds);
+    s->model = strdup(K.abs_model);
+    s->tokenizer = strdup(K.abs_tok);
+    s->dataset = strdup(K.abs_ds);
     s->results_topic = strdup(d->results_topic);
-    s->dataset_prompts = d->ds->n;
-    s->epoch = d->epoch;
-    s->index = d->cursor;
-    s->next_group_id = d->next_id;
-    s->unix_ms = ckpt_unix_ms();
-    size_t n = 0;
-    for (uint64_t id = 1; id < d->next_id; id++) n += d->state[id] == GS_DISPATCHED || d->state[id] == GS_BUFFERED;
-    s->pending = calloc(n ? n : 1, sizeof *s->pending);
-    s->offsets = calloc(d->n_safe ? (size_t)d->n_safe : 1, sizeof *s->offsets);
-    QRL_CHECK(s->model && s->tokenizer && s->dataset && s->results_topic && s->pending && s->offsets);
-    uint64_t N = d->ds->n;
-    for (uint64_t id = 1; id < d->next_id; id++) {
-        QRL_CHECK(d->state[id] != GS_TRAINING);
-        if (d->state[id] != GS_DISPATCHED && d->state[id] != GS_BUFFERED) continue;
-        /* ids follow the dataset walk one to one: id k is position k-1 of the walk */
-        s->pending[s->n_pending++] = (qrl_ckpt_group){.id = id, .epoch = (uint32_t)((id - 1) / N),
-                                                      .index = (id - 1) % N,
-                                                      .dispatch_version = d->ginfo[id].dispatch_version,
-                                                      .delivered = d->ginfo[id].delivered};
-    }
-    for (int p = 0; p < d->n_safe; p++)
-        if (d->safe[p] >= 0) s->offsets[s->n_offsets++] = (qrl_ckpt_offset){p, d->safe[p]};
-    s->tag = strdup(d->n_ckpt_calls ? d->ckpt_tag : "");
+    s->unix_ms = ld_unix_ms();
+    ld_dispatch_save(d, s);
+    ld_intake_save(s);
+    QRL_CHECK(s->model && s->tokenizer && s->dataset && s->results_topic);
+    s->tag = strdup(K.n_calls ? K.tag : "");
     s->settings = ld_ckpt_settings_json(d->cfg); /* the loop thread owns cfg (qrlctl set) */
     QRL_CHECK(s->tag && s->settings);
-    c->root = d->ckpt_root;
-    c->keep = d->ckpt_keep;
+    c->root = K.root;
+    c->keep = K.keep;
     j->ckpt = c;
-    d->ckpt_busy = true;
+    K.busy = true;
     ld_trainer_submit(&d->trainer, j);
 }
 
-static void ckpt_reply(ld_daemon *d, qrl_status st, const char *msg) {
-    for (int i = 0; i < d->n_ckpt_calls; i++) {
+static void ckpt_reply(const ld_core *d, qrl_status st, const char *msg) {
+    for (int i = 0; i < K.n_calls; i++) {
         if (st != QRL_OK) {
-            qrl_rpc_call_finish(d->ckpt_calls[i], st, "checkpoint failed: %s", msg);
+            qrl_rpc_call_finish(K.calls[i], st, "checkpoint failed: %s", msg);
             continue;
         }
         Qrl__CheckpointResponse r = QRL__CHECKPOINT_RESPONSE__INIT;
-        r.path = d->ckpt_dir;
-        r.step = d->ckpt_step;
+        r.path = K.dir;
+        r.step = K.step;
         r.version = d->version;
-        qrl_rpc_call_reply(d->ckpt_calls[i], &r.base);
+        qrl_rpc_call_reply(K.calls[i], &r.base);
     }
-    d->n_ckpt_calls = 0;
+    K.n_calls = 0;
 }
 
-void ld_ckpt_done(ld_daemon *d, ld_job *j) {
+void ld_ckpt_done(ld_core *d, ld_job *j) {
     ld_ckpt_job *c = j->ckpt;
-    d->ckpt_busy = false;
+    K.busy = false;
     if (j->st != QRL_OK) {
         /* a full disk, say: training goes on; the previous checkpoint stays the newest */
         QRL_LOG_ERROR("learner", "checkpoint step=%" PRIu64 " failed: %s", c->state.step, j->error);
         ckpt_reply(d, j->st, j->error);
     } else {
-        d->ckpt_step = c->state.step;
-        snprintf(d->ckpt_dir, sizeof d->ckpt_dir, "%s", c->dir);
+        K.step = c->state.step;
+        snprintf(K.dir, sizeof K.dir, "%s", c->dir);
         QRL_LOG_INFO("learner", "checkpoint step=%" PRIu64 " version=%" PRIu64 " dir=%s bytes=%zu seconds=%.3f "
                      "pending=%zu", c->state.step, c->state.version, c->dir, c->bytes, c->seconds,
                      c->state.n_pending);
-        /* the group's committed position is what the newest checkpoint has consumed */
-        for (size_t i = 0; i < c->state.n_offsets; i++) {
-            qrl_error err;
-            if (qrl_kafka_consumer_commit_offset_async(d->consumer, d->results_topic, c->state.offsets[i].partition,
-                                                       c->state.offsets[i].next_offset, &err) != QRL_OK)
-                QRL_LOG_WARN("learner", "commit failed (the records will be read again): %s", err.msg);
-        }
+        ld_intake_commit_saved(d, &c->state);
         ckpt_reply(d, QRL_OK, NULL);
     }
     qrl_ckpt_state_free(&c->state);
     free(c);
     j->ckpt = NULL;
     ld_job_free(j);
-    if (d->close_after_ckpt) {
-        d->close_after_ckpt = false;
-        ld_begin_close(d);
-        return;
-    }
-    ld_maybe_train(d);
 }
 
 static void on_ckpt_call_close(qrl_rpc_call_t *call, void *user) {
-    ld_daemon *d = user;
-    for (int i = 0; i < d->n_ckpt_calls; i++)
-        if (d->ckpt_calls[i] == call) d->ckpt_calls[i] = d->ckpt_calls[--d->n_ckpt_calls];
+    for (int i = 0; i < K.n_calls; i++)
+        if (K.calls[i] == call) K.calls[i] = K.calls[--K.n_calls];
     qrl_rpc_call_finish(call, QRL_STATUS_CANCELLED, "client went away");
 }
 
 /* Learner.Checkpoint: a checkpoint at the next safe point (now when no update runs, else
  * right after it), answered with its folder, step and version. */
 void ld_ckpt_h_checkpoint(qrl_rpc_call_t *call, const ProtobufCMessage *req, void *user) {
-    ld_daemon *d = user;
+    ld_core *d = user;
     const Qrl__CheckpointRequest *rq = (const Qrl__CheckpointRequest *)req;
-    if (!d->ckpt_root)
+    if (!K.root)
         return qrl_rpc_call_finish(call, QRL_STATUS_UNSUPPORTED, "checkpoints are off (learner.checkpoint_dir is empty)");
     if (d->closing) return qrl_rpc_call_finish(call, QRL_STATUS_UNSUPPORTED, "the learner is stopping");
     const char *tag = rq->tag ? rq->tag : "";
-    if (strlen(tag) >= sizeof d->ckpt_tag)
+    if (strlen(tag) >= sizeof K.tag)
         return qrl_rpc_call_finish(call, QRL_STATUS_INVALID_ARGUMENT, "CheckpointRequest.tag: longer than %zu bytes",
-                                   sizeof d->ckpt_tag - 1);
-    if (d->n_ckpt_calls == (int)(sizeof d->ckpt_calls / sizeof d->ckpt_calls[0]))
+                                   sizeof K.tag - 1);
+    if (K.n_calls == (int)(sizeof K.calls / sizeof K.calls[0]))
         return qrl_rpc_call_finish(call, QRL_STATUS_BUSY, "too many Checkpoint calls waiting");
-    if (!*tag && d->ckpt_step == d->step && !d->training && !d->ckpt_busy) {
+    if (!*tag && K.step == d->step && !d->training && !K.busy) {
         Qrl__CheckpointResponse r = QRL__CHECKPOINT_RESPONSE__INIT; /* nothing trained since */
-        r.path = d->ckpt_dir;
+        r.path = K.dir;
         r.step = d->step;
         r.version = d->version;
         return qrl_rpc_call_reply(call, &r.base);
     }
-    if (!d->n_ckpt_calls) snprintf(d->ckpt_tag, sizeof d->ckpt_tag, "%s", tag);
-    d->ckpt_calls[d->n_ckpt_calls++] = call;
+    if (!K.n_calls) snprintf(K.tag, sizeof K.tag, "%s", tag);
+    K.calls[K.n_calls++] = call;
     qrl_rpc_call_on_close(call, on_ckpt_call_close, d);
     QRL_LOG_INFO("learner", "Checkpoint requested tag='%s'%s", tag,
-                 d->training ? ": after the running update" : d->ckpt_busy ? ": one is being written" : "");
+                 d->training ? ": after the running update" : K.busy ? ": one is being written" : "");
     if (!d->training) ld_ckpt_start(d); /* no-op while one is being written: that one answers */
 }
 
-/* Restore the loop's state from a checkpoint (after setup: the trainer holds the restored
- * parameters).  Groups pending at the checkpoint are DISPATCHED again (their results are
- * accepted); those whose PromptGroup the broker never acknowledged are produced again. */
-qrl_status ld_ckpt_restore(ld_daemon *d, const char *dir, const qrl_ckpt_state *s, qrl_error *err) {
-    QRL_TRY(ld_ckpt_restore_trainer(&d->trainer, dir, s, err));
+qrl_status ld_ckpt_restore(ld_core *d, const char *dir, const qrl_ckpt_state *s, qrl_error *err) {
+    QRL_TRY(ld_trainer_restore(&d->trainer, dir, s, err));
     d->step = s->step;
     d->version = s->version;
-    d->epoch = s->epoch;
-    d->cursor = s->index;
-    d->next_id = s->next_group_id;
-    d->ckpt_step = s->step;
-    snprintf(d->ckpt_dir, sizeof d->ckpt_dir, "%s", dir);
-    ld_dataset_order(d->ds->n, d->seed, d->epoch, d->perm);
-    if (d->next_id > 1) ld_state_set(d, d->next_id - 1, GS_TRAINED);
-    for (uint64_t id = 1; id < d->next_id; id++) d->state[id] = GS_TRAINED;
-    uint32_t *perm = malloc(d->ds->n * sizeof *perm);
-    QRL_CHECK(perm != NULL);
-    size_t resent = 0;
-    for (size_t i = 0; i < s->n_pending; i++) {
-        const qrl_ckpt_group *g = &s->pending[i];
-        d->state[g->id] = GS_DISPATCHED;
-        d->ginfo[g->id] = (ld_ginfo){.dispatch_version = g->dispatch_version,
-                                     .sent_ms = (uint64_t)ckpt_unix_ms(), .delivered = g->delivered};
-        d->in_flight++;
-        if (g->delivered) continue;
-        ld_dataset_order(d->ds->n, d->seed, g->epoch, perm);
-        ld_send_group(d, g->id, g->epoch, g->index, perm[g->index], g->dispatch_version);
-        resent++;
-    }
-    free(perm);
-    bool same_topic = strcmp(s->results_topic, d->results_topic) == 0;
-    for (size_t i = 0; same_topic && i < s->n_offsets; i++) {
-        ld_ckpt_safe_set(d, s->offsets[i].partition, s->offsets[i].next_offset);
-        int64_t committed = -1;
-        qrl_error e2;
-        if (qrl_kafka_consumer_committed(d->consumer, d->results_topic, s->offsets[i].partition, 5000, &committed,
-                                         &e2) != QRL_OK)
-            QRL_LOG_WARN("learner", "resume: committed offset of partition %d: %s", (int)s->offsets[i].partition,
-                         e2.msg);
-        else if (committed > s->offsets[i].next_offset)
-            QRL_LOG_WARN("learner", "resume: partition %d is committed up to %" PRId64 ", past this checkpoint's %"
-                         PRId64 " (an older checkpoint?): results in between are not read again",
-                         (int)s->offsets[i].partition, committed, s->offsets[i].next_offset);
-    }
+    K.step = s->step;
+    snprintf(K.dir, sizeof K.dir, "%s", dir);
+    size_t resent = ld_dispatch_restore(d, s);
+    ld_intake_restore(d, s);
     if (d->version > 0) { /* replicas that join (or come back) get the restored version */
         ld_snapshot *snap;
-        QRL_TRY(ld_snapshot_build(d->model, d->version, (size_t)qrl_config_get_int(d->cfg, "weights.bucket_bytes"),
+        QRL_TRY(ld_snapshot_build(d->model, d->version, (size_t)d->s->weights.bucket_bytes,
                                   &snap, err));
         ld_wserver_publish(&d->ws, snap);
     }
+    ld_dispatch_counts dc = ld_dispatch_counts_now();
     QRL_LOG_INFO("learner", "resumed from %s: step=%" PRIu64 " version=%" PRIu64 " run_id=%" PRIu64 " epoch=%u "
                  "index=%zu next_group=%" PRIu64 " pending=%zu (produced again: %zu) uaq_scale=%g", dir, d->step,
-                 d->version, d->run_id, d->epoch, d->cursor, d->next_id, s->n_pending, resent,
+                 d->version, d->run_id, dc.epoch, dc.cursor, dc.next_id, s->n_pending, resent,
                  (double)d->model->uaq_scale);
     return QRL_OK;
 }
@@ -302,8 +224,12 @@ char *ld_ckpt_settings_json(const qrl_config_t *cfg) {
 }
 
 qrl_status ld_ckpt_restore_settings(qrl_config_t *cfg, qrl_error *err) {
-    const char *resume = qrl_config_get_string(cfg, "learner.resume");
-    const char *root = qrl_config_get_string(cfg, "learner.checkpoint_dir");
+    /* before the program binds its settings: a struct of our own for the two keys read */
+    ld_settings ts;
+    qrl_config_bind(cfg, &ts);
+    const char *resume = ts.learner.resume;
+    const char *root = ts.learner.checkpoint_dir;
+    qrl_config_bind(cfg, NULL); /* both are read below before anything changes them */
     if (!*resume || strcmp(resume, "none") == 0) return QRL_OK;
     bool is_auto = strcmp(resume, "auto") == 0;
     struct stat sb;
@@ -367,22 +293,21 @@ static char *abs_path(const char *p) {
 
 /* Checkpoint keys, and the checkpoint to resume from (learner.resume): its run id, seed
  * and UAQ scale replace the configured ones (the parameters are stored scaled). */
-qrl_status ld_ckpt_configure(ld_daemon *d, const qrl_tokenizer *tok, qrl_learner_config *lc, bool *resumed,
-                                 char *rdir, qrl_ckpt_state *rs, qrl_error *err) {
-    (void)tok;
-    const char *root = qrl_config_get_string(d->cfg, "learner.checkpoint_dir");
-    d->ckpt_root = *root ? root : NULL;
-    d->ckpt_every = (uint64_t)qrl_config_get_int(d->cfg, "learner.checkpoint_every");
-    d->ckpt_keep = (int)qrl_config_get_int(d->cfg, "learner.checkpoint_keep");
-    d->ckpt_step = UINT64_MAX;
-    const char *mp = qrl_config_get_string(d->cfg, "learner.model");
+qrl_status ld_ckpt_configure(ld_core *d, qrl_learner_config *lc, bool *resumed, char *rdir,
+                             qrl_ckpt_state *rs, qrl_error *err) {
+    const char *root = d->s->learner.checkpoint_dir;
+    K.root = *root ? root : NULL;
+    K.every = (uint64_t)d->s->learner.checkpoint_every;
+    K.keep = d->s->learner.checkpoint_keep;
+    K.step = UINT64_MAX;
+    const char *mp = d->s->learner.model;
     char tbuf[QRL_CKPT_PATH_MAX];
-    const char *tp = qrl_config_get_string(d->cfg, "learner.tokenizer");
+    const char *tp = d->s->learner.tokenizer;
     if (!*tp) tp = qrl_tokenizer_find_default(mp, d->model->cfg.vocab_size, tbuf, sizeof tbuf);
-    d->abs_model = abs_path(mp);
-    d->abs_tok = abs_path(tp ? tp : "");
-    d->abs_ds = abs_path(d->dataset_path);
-    QRL_TRY(ld_ckpt_resolve(qrl_config_get_string(d->cfg, "learner.resume"), root, resumed, rdir, rs, err));
+    K.abs_model = abs_path(mp);
+    K.abs_tok = abs_path(tp ? tp : "");
+    K.abs_ds = abs_path(d->dataset_path);
+    QRL_TRY(ckpt_resolve(d->s->learner.resume, root, resumed, rdir, rs, err));
     if (!*resumed) return QRL_OK;
     if (rs->dataset_prompts != d->ds->n) {
         qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "%s/manifest.json: field \"dataset.prompts\": %" PRIu64
@@ -400,119 +325,10 @@ qrl_status ld_ckpt_configure(ld_daemon *d, const qrl_tokenizer *tok, qrl_learner
     if (strcmp(rs->results_topic, d->results_topic) != 0)
         QRL_LOG_WARN("learner", "resume: the checkpoint consumed topic %s, this run reads %s: its offsets do "
                      "not apply", rs->results_topic, d->results_topic);
-    if (strcmp(rs->dataset, d->abs_ds) != 0)
-        QRL_LOG_WARN("learner", "resume: dataset %s, the checkpoint was taken on %s", d->abs_ds, rs->dataset);
+    if (strcmp(rs->dataset, K.abs_ds) != 0)
+        QRL_LOG_WARN("learner", "resume: dataset %s, the checkpoint was taken on %s", K.abs_ds, rs->dataset);
     d->seed = lc->seed = rs->seed;
     lc->uaq_scale = rs->uaq_scale;
     d->run_id = rs->run_id;
     return QRL_OK;
-}
-
-
-/* ---- export ------------------------------------------------------------------------------ */
-
-static qrl_status copy_file(const char *src, const char *dst, qrl_error *err) {
-    FILE *f = fopen(src, "rb");
-    if (!f) return qrl_error_set(err, QRL_STATUS_IO, "%s: cannot open: %s", src, strerror(errno));
-    qrl_atomic_file af;
-    qrl_status st = qrl_atomic_file_open(dst, &af, err);
-    char buf[1 << 16];
-    size_t k;
-    while (st == QRL_OK && (k = fread(buf, 1, sizeof buf, f)) > 0) st = qrl_atomic_file_write(&af, buf, k, err);
-    if (st == QRL_OK && ferror(f)) st = qrl_error_set(err, QRL_STATUS_IO, "%s: read error", src);
-    fclose(f);
-    if (st == QRL_OK) return qrl_atomic_file_commit(&af, err);
-    qrl_atomic_file_abort(&af);
-    return st;
-}
-
-/* The tokenizer files of `tpath` into out: an HF folder's (or tokenizer.json's folder's)
- * tokenizer files, or a llama2.c tokenizer.bin as out/tokenizer.bin. */
-static qrl_status copy_tokenizer(const char *tpath, const char *out, int *copied, qrl_error *err) {
-    static const char *HF[] = {"tokenizer.json", "tokenizer_config.json", "vocab.json", "merges.txt",
-                               "special_tokens_map.json", "generation_config.json"};
-    char src[QRL_CKPT_PATH_MAX], dst[QRL_CKPT_PATH_MAX], folder[QRL_CKPT_PATH_MAX];
-    struct stat sb;
-    *copied = 0;
-    if (stat(tpath, &sb) != 0) return qrl_error_set(err, QRL_STATUS_NOT_FOUND, "tokenizer %s: %s", tpath, strerror(errno));
-    size_t n = strlen(tpath);
-    bool json = n > 5 && strcmp(tpath + n - 5, ".json") == 0;
-    if (!S_ISDIR(sb.st_mode) && !json) {
-        if (snprintf(dst, sizeof dst, "%s/tokenizer.bin", out) >= (int)sizeof dst)
-            return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "%s: path too long", out);
-        QRL_TRY(copy_file(tpath, dst, err));
-        *copied = 1;
-        return QRL_OK;
-    }
-    snprintf(folder, sizeof folder, "%s", tpath);
-    if (json) {
-        char *slash = strrchr(folder, '/');
-        if (slash) *slash = 0;
-        else snprintf(folder, sizeof folder, ".");
-    }
-    for (size_t i = 0; i < sizeof HF / sizeof HF[0]; i++) {
-        if (snprintf(src, sizeof src, "%s/%s", folder, HF[i]) >= (int)sizeof src ||
-            snprintf(dst, sizeof dst, "%s/%s", out, HF[i]) >= (int)sizeof dst)
-            return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "%s: path too long", folder);
-        if (access(src, F_OK) != 0) continue;
-        QRL_TRY(copy_file(src, dst, err));
-        ++*copied;
-    }
-    if (!*copied) return qrl_error_set(err, QRL_STATUS_NOT_FOUND, "tokenizer %s: no tokenizer files", tpath);
-    return QRL_OK;
-}
-
-static _Noreturn void export_die(const char *what, const char *msg) {
-    fprintf(stderr, "qrl-learner export: error: %s%s%s\n", what, *what ? ": " : "", msg);
-    exit(1);
-}
-
-int ld_export_main(int argc, char **argv) {
-    const char *ckpt = NULL, *out = NULL, *model = NULL, *tokenizer = NULL, *dtype = "f32";
-    for (int i = 1; i < argc; i++) {
-        const char **dst = strcmp(argv[i], "--checkpoint") == 0  ? &ckpt
-                           : strcmp(argv[i], "--out") == 0       ? &out
-                           : strcmp(argv[i], "--model") == 0     ? &model
-                           : strcmp(argv[i], "--tokenizer") == 0 ? &tokenizer
-                           : strcmp(argv[i], "--dtype") == 0     ? &dtype
-                                                                 : NULL;
-        if (strcmp(argv[i], "--help") == 0 || strcmp(argv[i], "-h") == 0) {
-            puts("qrl-learner export --checkpoint DIR --out HF_DIR [--model PATH] [--tokenizer PATH] [--dtype f32|bf16]\n"
-                 "Write a learner checkpoint as a HuggingFace folder (config.json, model.safetensors, tokenizer\n"
-                 "files), UAQ undone.  DIR: a checkpoint root (its newest complete checkpoint) or one step-*\n"
-                 "folder.  --model / --tokenizer override the base model and tokenizer paths the manifest\n"
-                 "records (the base model gives the config; its weights are replaced by the checkpoint's).");
-            return 0;
-        }
-        if (!dst || i + 1 >= argc) export_die("", "usage: qrl-learner export --checkpoint DIR --out HF_DIR "
-                                                  "[--model PATH] [--tokenizer PATH] [--dtype f32|bf16]");
-        *dst = argv[++i];
-    }
-    if (!ckpt || !out) export_die("", "--checkpoint and --out are required (see export --help)");
-    qrl_dtype dt = strcmp(dtype, "f32") == 0 ? QRL_DTYPE_F32 : strcmp(dtype, "bf16") == 0 ? QRL_DTYPE_BF16 : (qrl_dtype)-1;
-    if ((int)dt < 0) export_die("--dtype", "expected f32 or bf16");
-    char dir[QRL_CKPT_PATH_MAX];
-    qrl_error err;
-    qrl_ckpt_state s;
-    if (qrl_ckpt_find(ckpt, dir, &err) != QRL_OK) export_die("", err.msg);
-    if (qrl_ckpt_read(dir, &s, &err) != QRL_OK) export_die("", err.msg);
-    if (!model) model = s.model;
-    qrl_model *m;
-    if (qrl_model_load(model, &m, &err) != QRL_OK) export_die("base model", err.msg);
-    m->uaq_scale = s.uaq_scale; /* the stored parameters are the scaled ones */
-    if (qrl_ckpt_load_params(dir, m, &err) != QRL_OK) export_die("", err.msg);
-    if (qrl_model_undo_uaq(m, &err) != QRL_OK) export_die("undo UAQ", err.msg);
-    if (qrl_model_save_hf(m, out, dt, &err) != QRL_OK) export_die("", err.msg);
-    char tbuf[QRL_CKPT_PATH_MAX];
-    if (!tokenizer) tokenizer = *s.tokenizer ? s.tokenizer
-                                             : qrl_tokenizer_find_default(model, m->cfg.vocab_size, tbuf, sizeof tbuf);
-    int copied = 0;
-    if (!tokenizer) QRL_LOG_WARN("learner", "export: no tokenizer known for %s (give --tokenizer)", model);
-    else if (copy_tokenizer(tokenizer, out, &copied, &err) != QRL_OK) export_die("", err.msg);
-    QRL_LOG_INFO("learner", "exported %s (step=%llu version=%llu uaq_scale=%g undone) to %s: config.json, "
-                 "model.safetensors (%s), %d tokenizer file(s)", dir, (unsigned long long)s.step,
-                 (unsigned long long)s.version, (double)s.uaq_scale, out, dtype, copied);
-    qrl_model_free(m);
-    qrl_ckpt_state_free(&s);
-    return 0;
 }

@@ -131,12 +131,13 @@ static void *bcast_main(void *arg) {
     return NULL;
 }
 
-qrl_status ld_nccl_start(ld_nccl *n, qrl_config_t *cfg, ld_wserver *ws, qrl_error *err) {
+qrl_status ld_nccl_start(ld_nccl *n, const char *transport, int device, int timeout_ms, ld_wserver *ws,
+                         qrl_error *err) {
     memset(n, 0, sizeof *n);
-    QRL_TRY(qrl_wsync_mode_parse(qrl_config_get_string(cfg, "weights.transport"), &n->g.mode, err));
+    QRL_TRY(qrl_wsync_mode_parse(transport, &n->g.mode, err));
     n->g.learner_nccl = qrl_nccl_available();
-    n->device = (int)qrl_config_get_int(cfg, "weights.nccl_device");
-    n->timeout_ms = (int)qrl_config_get_int(cfg, "weights.nccl_timeout_ms");
+    n->device = device;
+    n->timeout_ms = timeout_ms;
     n->ws = ws;
     if (n->g.mode == QRL_WSYNC_MODE_NCCL && !n->g.learner_nccl)
         return qrl_error_set(err, QRL_STATUS_UNSUPPORTED, "weights.transport=nccl: this learner has no CUDA "
@@ -148,7 +149,7 @@ qrl_status ld_nccl_start(ld_nccl *n, qrl_config_t *cfg, ld_wserver *ws, qrl_erro
         return qrl_error_set(err, QRL_STATUS_INTERNAL, "weights: cannot create the nccl thread");
     n->started = true;
     QRL_LOG_INFO("weights", "weight transport=%s learner_nccl=%d device=%d",
-                 qrl_config_get_string(cfg, "weights.transport"), n->g.learner_nccl, n->device);
+                 transport, n->g.learner_nccl, n->device);
     return QRL_OK;
 }
 

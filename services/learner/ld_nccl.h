@@ -39,10 +39,12 @@ typedef struct ld_nccl {
     uint64_t dead_epoch;       /* broadcast thread: an epoch that failed (its id is spent) */
 } ld_nccl;
 
-/* Read weights.transport / weights.nccl_device / weights.nccl_timeout_ms; start the broadcast
- * thread unless the transport is tcp.  Errors: INVALID_ARGUMENT (transport), UNSUPPORTED
- * (nccl asked for without a GPU/NCCL), INTERNAL (thread). */
-qrl_status ld_nccl_start(ld_nccl *n, qrl_config_t *cfg, ld_wserver *ws, qrl_error *err);
+/* Start with weights.transport (`transport`: tcp|nccl|auto), weights.nccl_device and
+ * weights.nccl_timeout_ms; the broadcast thread runs unless the transport is tcp.  Errors:
+ * INVALID_ARGUMENT (transport), UNSUPPORTED (nccl asked for without a GPU/NCCL), INTERNAL
+ * (thread). */
+qrl_status ld_nccl_start(ld_nccl *n, const char *transport, int device, int timeout_ms, ld_wserver *ws,
+                         qrl_error *err);
 /* Remember what replica `id` advertised at Register (ReplicaInfo.nccl). */
 void ld_nccl_note(ld_nccl *n, const char *id, bool nccl);
 /* Before announcing `version` to the watching replicas ids[n_ids]: choose its transport,

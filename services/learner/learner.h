@@ -22,8 +22,10 @@
 #include <uv.h>
 
 #include "core/config.h"
+#include "core/shuffle.h"
 #include "core/status.h"
 #include "learner/checkpoint.h"
+#include "learner/members.h"
 #include "learner/update.h"
 #include "model/model.h"
 #include "qrl.pb-c.h"
@@ -56,9 +58,7 @@ qrl_status ld_dataset_load(const char *path, const char *prompt_field, const cha
                            const char *chat_template, const qrl_tokenizer *tok,
                            size_t max_prompt_tokens, ld_dataset *out, qrl_error *err);
 void ld_dataset_free(ld_dataset *d);
-/* The seeded order of epoch `epoch`: perm[n] is a permutation of 0..n-1 (Fisher-Yates
- * over splitmix64(seed, epoch)); the same (seed, epoch) always gives the same order. */
-void ld_dataset_order(size_t n, uint64_t seed, uint32_t epoch, uint32_t *perm);
+/* The walk order of each epoch is qrl_epoch_order (core/shuffle.h). */
 
 /* ---- weight snapshots and their TCP server (weights.c) --------------------------------- */
 
@@ -134,7 +134,8 @@ typedef struct ld_job {
     double snapshot_s;      /* building the BF16 snapshot (device: cast + checksums) */
     bool ipc;               /* published on the device: ipc_handle names the slot */
     uint8_t ipc_handle[64];
-    struct ld_ckpt_job *ckpt; /* non-NULL: a checkpoint instead of an update (checkpoint.c) */
+    struct ld_ckpt_job *ckpt; /* non-NULL: a checkpoint instead of an update (written by the
+                                 trainer between updates) */
 } ld_job;
 
 typedef struct ld_trainer {
@@ -164,10 +165,8 @@ ld_job *ld_trainer_take_done(ld_trainer *t);
 void ld_trainer_join(ld_trainer *t);
 void ld_job_free(ld_job *j);
 
-/* ---- checkpoints (checkpoint.c; common/learner/checkpoint.h) ------------------------- */
-
 /* A checkpoint handed to the trainer between updates: the loop's state copied by the
- * loop thread; the trainer adds the tensors and writes the folder. */
+ * loop thread (checkpoint.c); the trainer adds the tensors and writes the folder. */
 typedef struct ld_ckpt_job {
     qrl_ckpt_state state;   /* owned (strings and arrays malloc'd by the loop) */
     const char *root;       /* learner.checkpoint_dir */
@@ -178,19 +177,13 @@ typedef struct ld_ckpt_job {
     double seconds;
 } ld_ckpt_job;
 
-/* Trainer side: write j->ckpt (sets j->st / j->error). */
-void ld_ckpt_run(ld_trainer *t, ld_job *j);
-/* Resolve learner.resume ("none" | "auto" | a path) against learner.checkpoint_dir:
- * *found false for "none", or "auto" without any checkpoint yet; else dir (a complete
- * checkpoint folder, QRL_CKPT_PATH_MAX) and *s (qrl_ckpt_read: validated).  Errors: a
- * named path that does not resolve, "auto" without checkpoint_dir, a malformed manifest
- * or tensor file (named). */
-qrl_status ld_ckpt_resolve(const char *resume, const char *root, bool *found, char *dir,
-                           qrl_ckpt_state *s, qrl_error *err);
-/* Restore the trainer's side (parameters into m, AdamW state, update count) from dir;
- * call after ld_trainer_start, before the first job.  Errors: as qrl_ckpt_load_*. */
-qrl_status ld_ckpt_restore_trainer(ld_trainer *t, const char *dir, const qrl_ckpt_state *s,
-                                   qrl_error *err);
+/* Restore the trainer's side of checkpoint `dir` (parameters into m, AdamW state, update
+ * count); call after ld_trainer_start, before the first job.  Errors: as qrl_ckpt_load_*. */
+qrl_status ld_trainer_restore(ld_trainer *t, const char *dir, const qrl_ckpt_state *s, qrl_error *err);
+
+/* ---- the run's settings in checkpoints (checkpoint.c) -------------------------------- */
+
+
 /* The run's settings at resume (docs/learner-daemon.md "Resume"): when learner.resume names
  * a checkpoint (or auto finds one), every key the manifest's "settings" record that this
  * start leaves at its default (not on the command line, not in a --config file) takes the
@@ -202,102 +195,15 @@ qrl_status ld_ckpt_restore_trainer(ld_trainer *t, const char *dir, const qrl_ckp
 qrl_status ld_ckpt_restore_settings(qrl_config_t *cfg, qrl_error *err);
 /* The config as a JSON object text {"key": "value text"} for the manifest (malloc'd). */
 char *ld_ckpt_settings_json(const qrl_config_t *cfg);
-/* `qrl-learner export ...` (argv[0] = "export"); returns the exit status. */
-int ld_export_main(int argc, char **argv);
-
-/* ---- membership (members.c) ---------------------------------------------------------- */
-
-#define LD_MAX_REPLICAS 256
-
-/* One replica as the learner knows it (loop thread only). */
-typedef struct ld_replica {
-    char id[128];
-    uint64_t version;              /* weights version it holds (Register, heartbeats) */
-    uint64_t registered_ms, last_seen_ms;
-    qrl_rpc_call_t *watch;         /* its WatchVersions stream, or NULL */
-    Qrl__ReplicaInfo *info;        /* copy of its registration (owned) */
-    Qrl__RolloutStatus *status;    /* copy of its last heartbeat's status (owned), or NULL */
-    bool lost;                     /* silent past the heartbeat timeout: no more events;
-                                      heartbeats get known=false until it registers again */
-    bool draining;                 /* told to drain (Learner.Drain) */
-} ld_replica;
-
-typedef struct ld_members {
-    ld_replica r[LD_MAX_REPLICAS];
-    int n;
-} ld_members;
-
-/* The replica called `id` (lost ones included), or NULL. */
-ld_replica *ld_members_find(ld_members *m, const char *id);
-/* Register `info` (id checked: 1..127 bytes): a new entry, or the same id refreshed (a
- * lost or restarted replica comes back clean: lost/draining cleared, old status dropped).
- * A full table reuses a lost entry.  Errors: INVALID_ARGUMENT (id), BUSY (full). */
-qrl_status ld_members_register(ld_members *m, const Qrl__ReplicaInfo *info, uint64_t have_version,
-                               uint64_t now_ms, ld_replica **out, qrl_error *err);
-/* A heartbeat from `r` with its status (may be NULL; copied). */
-void ld_members_heartbeat(ld_replica *r, const Qrl__RolloutStatus *st, uint64_t now_ms);
-/* Mark replicas silent for more than timeout_ms lost (their stream is finished); returns
- * how many were marked now. */
-int ld_members_expire(ld_members *m, uint64_t now_ms, uint64_t timeout_ms);
-/* Replicas not lost. */
-int ld_members_live(const ld_members *m);
-/* Answer Learner.ListReplicas: every entry in registration order, with its last status;
- * a lost replica shows state LOST, one told to drain that went silent STOPPED. */
-void ld_members_reply_list(qrl_rpc_call_t *call, const ld_members *m);
-void ld_members_free(ld_members *m);
 
 /* ---- the daemon (loop.c) -------------------------------------------------------------- */
 
 /* Run until max_updates are done (then replicas are told SHUTDOWN) or SIGTERM/SIGINT;
  * returns the exit status.  `lc` is the update config from the table. */
-int ld_daemon_run(qrl_config_t *cfg, qrl_model *model, const qrl_tokenizer *tok,
-                  const ld_dataset *ds, const qrl_learner_config *lc);
+struct ld_settings;
+/* `s` is cfg's bound settings struct (settings.h). */
+int ld_daemon_run(qrl_config_t *cfg, const struct ld_settings *s, qrl_model *model, const ld_dataset *ds,
+                  const qrl_learner_config *lc);
 
-
-/* ---- chunked results (chunks.c) ------------------------------------------------------ */
-
-#include "kafka/offsets.h"
-
-#define LD_MAX_CHUNK_SETS 256 /* incomplete chunked results held at once */
-#define LD_MAX_CHUNKS 4096    /* chunks of one result (4 GiB at 1 MiB chunks) */
-
-typedef struct ld_chunk_set {
-    uint64_t group_id;
-    uint32_t whole_crc32c, chunk_count, n;
-    char replica_id[128];
-    Qrl__GroupResult **chunks; /* [chunk_count], n filled (owned) */
-    int32_t partition;
-    qrl_kafka_offset *first;   /* the first chunk's record: pending until the group is done */
-    uint64_t started_ms;
-} ld_chunk_set;
-
-typedef struct ld_chunks {
-    ld_chunk_set *sets;
-    size_t n, cap;
-} ld_chunks;
-
-typedef struct ld_chunk_outcome {
-    bool held;                 /* this chunk opened a set: its offset stays pending */
-    bool done;                 /* a set ended (joined, failed or expired): release `first` */
-    int32_t partition;
-    qrl_kafka_offset *first;
-    Qrl__GroupResult *whole;   /* the joined result when done without error (caller owns) */
-} ld_chunk_outcome;
-
-/* Add chunk message `r` (chunk_count > 1; ownership passes) read at `off` of `partition`.
- * Sets are keyed by (group id, replica id, whole CRC-32C, chunk count), so a duplicate
- * production by another replica forms its own set.  out->held false and out->done false:
- * the caller releases this record's offset now.  out->done: the set is complete; on QRL_OK
- * out->whole is the reassembled result, on error (qrl_wire_result_join's: CORRUPT naming the
- * chunk, OUT_OF_RANGE, PARSE) nothing; either way the caller owns out->first.
- * Errors before a set exists: OUT_OF_RANGE (chunk_count above LD_MAX_CHUNKS), BUSY
- * (LD_MAX_CHUNK_SETS pending): the chunk is dropped and its offset is the caller's. */
-qrl_status ld_chunks_add(ld_chunks *c, Qrl__GroupResult *r, int32_t partition, qrl_kafka_offset *off,
-                         uint64_t now_ms, ld_chunk_outcome *out, qrl_error *err);
-/* Drop sets older than max_age_ms (a replica died between chunks; its redelivered
- * production forms a new set): up to max_out outcomes (done, first) written to out. */
-size_t ld_chunks_expire(ld_chunks *c, uint64_t now_ms, uint64_t max_age_ms, ld_chunk_outcome *out,
-                        size_t max_out);
-void ld_chunks_free(ld_chunks *c);
 
 #endif

@@ -6,6 +6,7 @@
 #include <time.h>
 
 #include "core/log.h"
+#include "learner/batch.h"
 #include "learner.h"
 #include "weights/wipc.h"
 #include "wire/wire.h"
@@ -21,50 +22,6 @@ void ld_job_free(ld_job *j) {
     for (size_t i = 0; i < j->n; i++) qrl_wire_free(j->results[i] ? &j->results[i]->base : NULL);
     free(j->results);
     free(j);
-}
-
-/* The update input viewing the decoded results; token ids converted to int32 (the
- * wire's uint32 ids are validated below the vocabulary size). */
-typedef struct batch {
-    qrl_learner_group *groups;
-    qrl_learner_response *resp;
-    int32_t *ids;
-} batch;
-
-static qrl_status batch_build(const ld_job *j, batch *b, qrl_error *err) {
-    size_t n_resp = 0, n_ids = 0;
-    for (size_t g = 0; g < j->n; g++) {
-        const Qrl__GroupResult *r = j->results[g];
-        n_resp += r->n_responses;
-        n_ids += r->n_prompt_token_ids;
-        for (size_t k = 0; k < r->n_responses; k++) n_ids += r->responses[k]->n_token_ids;
-    }
-    b->groups = calloc(j->n, sizeof *b->groups);
-    b->resp = calloc(n_resp ? n_resp : 1, sizeof *b->resp);
-    b->ids = malloc((n_ids ? n_ids : 1) * sizeof *b->ids);
-    if (!b->groups || !b->resp || !b->ids) return qrl_error_set(err, QRL_STATUS_NOMEM, "trainer: batch");
-    size_t ri = 0, ii = 0;
-    for (size_t g = 0; g < j->n; g++) {
-        const Qrl__GroupResult *r = j->results[g];
-        qrl_learner_group *lg = &b->groups[g];
-        lg->group_id = r->group_id;
-        lg->prompt = b->ids + ii;
-        lg->n_prompt = (int)r->n_prompt_token_ids;
-        for (size_t t = 0; t < r->n_prompt_token_ids; t++) b->ids[ii++] = (int32_t)r->prompt_token_ids[t];
-        lg->responses = b->resp + ri;
-        lg->n_responses = (uint32_t)r->n_responses;
-        for (size_t k = 0; k < r->n_responses; k++) {
-            const Qrl__Response *src = r->responses[k];
-            qrl_learner_response *dst = &b->resp[ri++];
-            dst->tokens = b->ids + ii;
-            for (size_t t = 0; t < src->n_token_ids; t++) b->ids[ii++] = (int32_t)src->token_ids[t];
-            dst->logprobs = src->behavior_logprobs;
-            dst->versions = src->token_versions;
-            dst->n_tokens = (int)src->n_token_ids;
-            dst->reward = src->reward;
-        }
-    }
-    return QRL_OK;
 }
 
 /* The new version straight from the device parameters into a CUDA IPC slot (weights/wipc.h):
@@ -107,21 +64,44 @@ static qrl_status publish_device(ld_trainer *t, ld_job *j, ld_snapshot **out, qr
     return st;
 }
 
-static void run_job(ld_trainer *t, ld_job *j) {
-    if (j->ckpt) { /* between updates: the parameters are at rest */
-        ld_ckpt_run(t, j);
-        return;
-    }
-    batch b = {0};
+/* ---- checkpoints (the format: common/learner/checkpoint.h) --------------------------- */
+
+/* Write checkpoint job j->ckpt (between updates: the parameters are at rest); sets
+ * j->st / j->error. */
+static void run_checkpoint(ld_trainer *t, ld_job *j) {
+    ld_ckpt_job *c = j->ckpt;
     qrl_error err;
     double t0 = now_s();
-    j->st = batch_build(j, &b, &err);
+    c->state.learner_updates = qrl_learner_updates(t->l);
+    j->st = qrl_learner_sync_host(t->l, &err); /* a GPU engine's AdamW state */
+    if (j->st == QRL_OK)
+        j->st = qrl_ckpt_write(c->root, t->m, qrl_learner_optimizer(t->l), &c->state, c->keep, c->dir, &c->bytes,
+                           &err);
+    c->seconds = now_s() - t0;
+    if (j->st != QRL_OK) snprintf(j->error, sizeof j->error, "%s", err.msg);
+}
+
+qrl_status ld_trainer_restore(ld_trainer *t, const char *dir, const qrl_ckpt_state *s, qrl_error *err) {
+    QRL_TRY(qrl_ckpt_load_params(dir, t->m, err));
+    QRL_TRY(qrl_ckpt_load_optimizer(dir, qrl_learner_optimizer(t->l), err));
+    qrl_learner_set_updates(t->l, s->learner_updates);
+    return qrl_learner_sync_device(t->l, err); /* a GPU engine takes both */
+}
+
+static void run_job(ld_trainer *t, ld_job *j) {
+    if (j->ckpt) { /* between updates: the parameters are at rest */
+        run_checkpoint(t, j);
+        return;
+    }
+    qrl_learner_batch b = {0};
+    qrl_error err;
+    double t0 = now_s();
+    /* the update input viewing the decoded results (learner/batch.h: ids as int32) */
+    j->st = qrl_learner_batch_from_wire((const Qrl__GroupResult *const *)j->results, j->n, &b, &err);
     if (j->st == QRL_OK) j->st = qrl_learner_set_lr(t->l, j->lr, &err);
-    if (j->st == QRL_OK) j->st = qrl_learner_update(t->l, b.groups, j->n, &j->stats, &err);
+    if (j->st == QRL_OK) j->st = qrl_learner_update(t->l, b.groups, b.n_groups, &j->stats, &err);
     j->update_s = now_s() - t0;
-    free(b.groups);
-    free(b.resp);
-    free(b.ids);
+    qrl_learner_batch_free(&b);
     if (j->st != QRL_OK) {
         snprintf(j->error, sizeof j->error, "%s", err.msg);
         return;

@@ -1,32 +1,18 @@
-/* qrl-learner's metrics glue (services/learner/metrics.c): two updates published to
+/* The learner's metrics outputs (common/learner/metrics.h): two updates published to
  * /metrics and to a TensorBoard file, read back over a plain socket and through the
- * independent event reader.  The daemons' sources are not in libqrl, so the glue file is
- * compiled into this test; an update needs Kafka in the daemon, not here. */
+ * independent event reader; an update needs Kafka in the daemon, not here. */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "../../services/learner/metrics.c"
+#include "learner/metrics.h"
+#include "metrics/tfevents.h"
 #include "support/http_client.h"
 #include "support/test_files.h"
 #include "support/tfevents_reader.h"
 
-static const qrl_config_entry TABLE[] = {
-    {"metrics.listen", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false, "x"},
-    {"metrics.tensorboard_dir", QRL_CONFIG_TYPE_STRING, "", 0, 0, NULL, false, "x"},
-};
-
-static qrl_config_t *config(const char *listen, const char *tb) {
-    qrl_config_t *cfg;
-    qrl_error err;
-    cr_assert_eq(qrl_config_new(TABLE, 2, &cfg, &err), QRL_OK, "%s", err.msg);
-    cr_assert_eq(qrl_config_apply(cfg, "metrics.listen", listen, "test", &err), QRL_OK, "%s", err.msg);
-    cr_assert_eq(qrl_config_apply(cfg, "metrics.tensorboard_dir", tb, "test", &err), QRL_OK, "%s", err.msg);
-    return cfg;
-}
-
-/* The scalar keys of a metrics.jsonl line (services/learner/loop.c, write_metrics), in
+/* The scalar keys of a metrics.jsonl line (services/learner/update.c, write_metrics), in
  * order, without step (the event's step) and the group-id lists. */
 static const char *const JSONL_KEYS[] = {
     "version", "groups_used", "groups_dropped", "reward_mean", "reward_std", "accuracy", "response_len_mean",
@@ -35,9 +21,16 @@ static const char *const JSONL_KEYS[] = {
     "train_tokens_per_s", "update_s", "snapshot_s"};
 #define N_KEYS (sizeof JSONL_KEYS / sizeof JSONL_KEYS[0])
 
-static void fill_job(ld_job *j, double k) {
+/* An update's record: the stats in *s, the timings in the record. */
+typedef struct job {
+    qrl_learner_stats stats;
+    qrl_learner_metrics_record rec;
+} job;
+
+static const qrl_learner_metrics_record *fill_job(job *j, double k) {
     memset(j, 0, sizeof *j);
     qrl_learner_stats *s = &j->stats;
+    j->rec.stats = s;
     s->groups_used = 6;
     s->groups_dropped = 2;
     s->reward_mean = 0.25 * k;
@@ -60,8 +53,9 @@ static void fill_job(ld_job *j, double k) {
     s->steps_skipped = 1;
     s->tokens_trained = 100;
     s->train_tokens_per_s = 1234.5;
-    j->update_s = 1.5 * k;
-    j->snapshot_s = 0.03125;
+    j->rec.update_s = 1.5 * k;
+    j->rec.snapshot_s = 0.03125;
+    return &j->rec;
 }
 
 static bool has_line(const char *text, const char *line) {
@@ -71,37 +65,31 @@ static bool has_line(const char *text, const char *line) {
 }
 
 Test(learner_metrics, off_when_both_keys_are_empty) {
-    qrl_config_t *cfg = config("", "");
-    ld_metrics *m = (ld_metrics *)1;
+    qrl_learner_metrics_t *m = (qrl_learner_metrics_t *)1;
     qrl_error err;
-    cr_expect_eq(ld_metrics_start(cfg, &m, &err), QRL_OK);
+    cr_expect_eq(qrl_learner_metrics_start("", "", &m, &err), QRL_OK);
     cr_expect_null(m);
-    ld_job j;
-    fill_job(&j, 1);
-    ld_metrics_update(NULL, 1, 1, &j); /* no-ops */
-    ld_metrics_tick(NULL, &(ld_metrics_state){0});
-    ld_metrics_stop(NULL);
-    qrl_config_destroy(cfg);
+    job j;
+    qrl_learner_metrics_update(NULL, 1, 1, fill_job(&j, 1)); /* no-ops */
+    qrl_learner_metrics_tick(NULL, &(qrl_learner_metrics_state){0});
+    qrl_learner_metrics_stop(NULL);
 }
 
 Test(learner_metrics, updates_reach_prometheus_and_tensorboard) {
     char dir[64], tb[128];
     qrl_test_mkdtemp(dir);
     snprintf(tb, sizeof tb, "%s/runs", dir);
-    qrl_config_t *cfg = config("127.0.0.1:0", tb);
-    ld_metrics *m;
+    qrl_learner_metrics_t *m;
     qrl_error err;
-    cr_assert_eq(ld_metrics_start(cfg, &m, &err), QRL_OK, "%s", err.msg);
-    ld_job j;
-    fill_job(&j, 1);
-    ld_metrics_update(m, 1, 1, &j);
-    fill_job(&j, 2);
-    ld_metrics_update(m, 2, 2, &j);
-    ld_metrics_tick(m, &(ld_metrics_state){.groups_dispatched = 40, .groups_in_flight = 7, .groups_buffered = 3,
-                                           .results = 33, .duplicates = 1, .dead_letters = 2, .replicas = 4,
-                                           .replicas_synced = 3, .state = 2});
+    cr_assert_eq(qrl_learner_metrics_start("127.0.0.1:0", tb, &m, &err), QRL_OK, "%s", err.msg);
+    job j;
+    qrl_learner_metrics_update(m, 1, 1, fill_job(&j, 1));
+    qrl_learner_metrics_update(m, 2, 2, fill_job(&j, 2));
+    qrl_learner_metrics_tick(m, &(qrl_learner_metrics_state){.groups_dispatched = 40, .groups_in_flight = 7, .groups_buffered = 3,
+                                                        .results = 33, .duplicates = 1, .dead_letters = 2, .replicas = 4,
+                                                        .replicas_synced = 3, .state = 2});
 
-    char *resp = qrl_test_http(qrl_prom_server_port(m->server), "GET /metrics HTTP/1.0\r\n\r\n");
+    char *resp = qrl_test_http(qrl_learner_metrics_port(m), "GET /metrics HTTP/1.0\r\n\r\n");
     const char *body = qrl_test_http_body(resp) - 1; /* keep the '\n' before the first line */
     const char *want[] = {
         "qrl_learner_step 2", "qrl_learner_version 2", "qrl_learner_reward_mean 0.5", "qrl_learner_accuracy 0.25",
@@ -118,8 +106,8 @@ Test(learner_metrics, updates_reach_prometheus_and_tensorboard) {
     free(resp);
 
     char path[512];
-    snprintf(path, sizeof path, "%s", qrl_tfevents_path(m->tb));
-    ld_metrics_stop(m);
+    snprintf(path, sizeof path, "%s", qrl_learner_metrics_events_path(m));
+    qrl_learner_metrics_stop(m);
     tfr_event ev[4];
     int n;
     char why[64];
@@ -136,7 +124,6 @@ Test(learner_metrics, updates_reach_prometheus_and_tensorboard) {
         cr_expect_eq(ev[e].v[13].value, 0.01f);              /* tis_frac */
         cr_expect_eq(ev[e].v[23].value, 1.5f * (float)e);    /* update_s */
     }
-    qrl_config_destroy(cfg);
     qrl_test_rmtree(dir);
 }
 
@@ -146,17 +133,14 @@ Test(learner_metrics, bad_values_name_the_key) {
     snprintf(file, sizeof file, "%s/f", dir);
     FILE *f = fopen(file, "w");
     fclose(f);
-    ld_metrics *m;
+    qrl_learner_metrics_t *m;
     qrl_error err;
-    qrl_config_t *cfg = config("127.0.0.1:x", "");
-    cr_expect_eq(ld_metrics_start(cfg, &m, &err), QRL_STATUS_INVALID_ARGUMENT);
+    cr_expect_eq(qrl_learner_metrics_start("127.0.0.1:x", "", &m, &err), QRL_STATUS_INVALID_ARGUMENT);
     cr_expect(strncmp(err.msg, "metrics.listen: ", 16) == 0, "%s", err.msg);
     cr_expect_null(m);
-    qrl_config_destroy(cfg);
-    cfg = config("127.0.0.1:0", file); /* the server is started, then given back */
-    cr_expect_eq(ld_metrics_start(cfg, &m, &err), QRL_STATUS_IO);
+    /* the server is started, then given back */
+    cr_expect_eq(qrl_learner_metrics_start("127.0.0.1:0", file, &m, &err), QRL_STATUS_IO);
     cr_expect(strncmp(err.msg, "metrics.tensorboard_dir: ", 25) == 0, "%s", err.msg);
     cr_expect_null(m);
-    qrl_config_destroy(cfg);
     qrl_test_rmtree(dir);
 }

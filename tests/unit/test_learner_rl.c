@@ -14,6 +14,7 @@
 #include "learner/update.h"
 #include "model/model.h"
 #include "rollout/scheduler.h"
+#include "support/learner_group.h"
 
 #define TINY_JSON                                                                              \
     "{\"model_type\": \"llama\", \"hidden_size\": 32, \"intermediate_size\": 64,"              \

@@ -1,4 +1,11 @@
-/* qrl-learner --mode sft (sft.h; docs/learner-daemon.md "SFT mode").
+/* qrl-sft: supervised warm start of a policy before RL (docs/qrl-sft.md; issue 8 item 5).
+ *
+ *   qrl-sft --learner.model PATH --dataset.path FILE.jsonl --sft.out HF_DIR [--config FILE.yaml] [--key=value ...]
+ *
+ * No Kafka, no replicas: next-token cross-entropy on the completion tokens of a JSONL
+ * dataset, then an HF folder (model + the tokenizer files).  `qrl-learner --mode sft ...`
+ * runs this program with the same arguments (the older spelling, kept for the launcher
+ * and the scripts that use it; errors then read "qrl-learner: error: ...").
  *
  * Each JSONL line gives a prompt (dataset.prompt_field) and a completion
  * (dataset.solution_field).  The prompt is rendered exactly as the RL dataset renders it
@@ -7,14 +14,13 @@
  * mean -log p over the completion tokens and the EOS only.
  *
  * Batches pack whole sequences (segment ids keep them apart) in a seeded shuffled order
- * per epoch (ld_dataset_order) up to sft.batch_tokens tokens; AdamW with linear warmup
+ * per epoch (qrl_epoch_order) up to sft.batch_tokens tokens; AdamW with linear warmup
  * and cosine decay (common/train).  Everything depends only on the seed and the data:
  * the training engine's results do not depend on the thread count. */
-#include "sft.h"
-
 #include <errno.h>
 #include <jansson.h>
 #include <math.h>
+#include <omp.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,11 +28,42 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "core/config.h"
+#include "core/program.h"
 #include "core/log.h"
-#include "learner.h"
+#include "core/shuffle.h"
+#include "model/load.h"
+#include "tokenizer/tokenizer.h"
 #include "train/adamw.h"
 #include "train/lr_schedule.h"
 #include "train/model_train.h"
+
+/* The typed settings the table at the end fills (qrl_config_bind, by core/program.h). */
+typedef struct sft_settings {
+    struct {
+        const char *model, *tokenizer;
+        int64_t seed;
+        const char *device; /* cpu|cuda: the value's text */
+        bool activation_recompute;
+        int threads;
+    } learner;
+    struct {
+        double beta1, beta2, eps, weight_decay, max_grad_norm;
+    } adamw;
+    struct {
+        const char *path, *prompt_field, *solution_field;
+        const char *chat_template; /* the value's text: "auto", "none", ... */
+    } dataset;
+    struct {
+        int64_t steps, warmup_steps, log_every;
+        int batch_tokens;
+        double lr, min_lr;
+        const char *out;
+    } sft;
+    struct {
+        const char *jsonl;
+    } metrics;
+} sft_settings;
 
 typedef struct sft_seq {
     int32_t *ids; /* prompt + completion + EOS */
@@ -44,7 +81,7 @@ static void data_free(sft_data *d) {
     memset(d, 0, sizeof *d);
 }
 
-/* Render + tokenize one example (the rendering of dataset.c's add_prompt). */
+/* Render + tokenize one example (as services/learner/dataset.c renders the RL prompts). */
 static qrl_status add_example(sft_data *d, const char *path, size_t line, const char *user,
                               const char *completion, const char *tmpl, const qrl_tokenizer *tok,
                               int max_len, qrl_error *err) {
@@ -147,7 +184,7 @@ static int make_batch(const sft_data *d, sft_cursor *c, int cap, int32_t *tok, i
                       int32_t *seg, int32_t *pos, int *n_seqs) {
     int T = 0, k = 0;
     for (;;) {
-        if (c->pos == d->n) ld_dataset_order(d->n, c->seed, ++c->epoch, c->perm), c->pos = 0;
+        if (c->pos == d->n) qrl_epoch_order(d->n, c->seed, ++c->epoch, c->perm), c->pos = 0;
         const sft_seq *s = &d->s[c->perm[c->pos]];
         if (T + s->len > cap) break;
         for (int t = 0; t < s->len; t++) {
@@ -211,20 +248,22 @@ static double now_s(void) {
     return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
-int ld_sft_run(const qrl_config_t *cfg, qrl_model *m, const qrl_tokenizer *tok, const char *tok_path) {
+/* Train `m` in place with the sft.* / dataset.* / adamw.* settings, write sft.out (model +
+ * a copy of the tokenizer files at `tok_path`).  Returns the exit status (0 done, 1 error,
+ * reported as one line on stderr). */
+static int sft_run(const sft_settings *S, qrl_model *m, const qrl_tokenizer *tok, const char *tok_path) {
     qrl_error e, *err = &e;
-    const char *out = qrl_config_get_string(cfg, "sft.out");
-    const int steps = (int)qrl_config_get_int(cfg, "sft.steps");
-    const int cap = (int)qrl_config_get_int(cfg, "sft.batch_tokens");
-    const int every = (int)qrl_config_get_int(cfg, "sft.log_every");
-    const char *mpath = qrl_config_get_string(cfg, "metrics.jsonl");
+    const char *out = S->sft.out;
+    const int steps = (int)S->sft.steps;
+    const int cap = S->sft.batch_tokens;
+    const int every = (int)S->sft.log_every;
+    const char *mpath = S->metrics.jsonl;
     if (!*out) {
-        fputs("qrl-learner: error: --sft.out is required in --mode sft\n", stderr);
-        return 1;
+        qrl_die("--sft.out is required in --mode sft");
     }
-    if (strcmp(qrl_config_get_string(cfg, "learner.device"), "cpu") != 0)
+    if (strcmp(S->learner.device, "cpu") != 0)
         QRL_LOG_WARN("sft", "learner.device %s applies to RL updates only: --mode sft trains "
-                     "on the CPU engine", qrl_config_get_string(cfg, "learner.device"));
+                     "on the CPU engine", S->learner.device);
     int max_len = m->cfg.max_seq_len < cap ? m->cfg.max_seq_len : cap;
     sft_data d;
     qrl_model_train_t *tr = NULL;
@@ -232,27 +271,27 @@ int ld_sft_run(const qrl_config_t *cfg, qrl_model *m, const qrl_tokenizer *tok, 
     int32_t *buf = NULL;
     float *lp = NULL, *dlp = NULL;
     FILE *mf = NULL;
-    sft_cursor cur = {.seed = (uint64_t)qrl_config_get_int(cfg, "learner.seed")};
-    qrl_status st = data_load(qrl_config_get_string(cfg, "dataset.path"),
-                              qrl_config_get_string(cfg, "dataset.prompt_field"),
-                              qrl_config_get_string(cfg, "dataset.solution_field"),
-                              qrl_config_get_string(cfg, "dataset.chat_template"), tok, max_len, &d, err);
+    sft_cursor cur = {.seed = (uint64_t)S->learner.seed};
+    qrl_status st = data_load(S->dataset.path,
+                              S->dataset.prompt_field,
+                              S->dataset.solution_field,
+                              S->dataset.chat_template, tok, max_len, &d, err);
     if (st != QRL_OK) goto done;
     size_t n;
     qrl_model_train_opts to = {
         .max_tokens = cap,
-        .recompute_activations = qrl_config_get_bool(cfg, "learner.activation_recompute")};
+        .recompute_activations = S->learner.activation_recompute};
     QRL_TRY_GOTO(qrl_model_train_new_opts(m, &to, &tr, err), done);
     float *params = qrl_model_train_params(tr, &n), *grads = qrl_model_train_grads(tr, NULL);
-    qrl_adamw_config ac = {.beta1 = (float)qrl_config_get_double(cfg, "adamw.beta1"),
-                           .beta2 = (float)qrl_config_get_double(cfg, "adamw.beta2"),
-                           .eps = (float)qrl_config_get_double(cfg, "adamw.eps"),
-                           .weight_decay = (float)qrl_config_get_double(cfg, "adamw.weight_decay"),
-                           .max_grad_norm = (float)qrl_config_get_double(cfg, "adamw.max_grad_norm")};
+    qrl_adamw_config ac = {.beta1 = (float)S->adamw.beta1,
+                           .beta2 = (float)S->adamw.beta2,
+                           .eps = (float)S->adamw.eps,
+                           .weight_decay = (float)S->adamw.weight_decay,
+                           .max_grad_norm = (float)S->adamw.max_grad_norm};
     QRL_TRY_GOTO(qrl_adamw_new(n, &ac, &opt, err), done);
-    qrl_lr_schedule sched = {.decay = QRL_LR_DECAY_COSINE, .lr = qrl_config_get_double(cfg, "sft.lr"),
-                             .min_lr = qrl_config_get_double(cfg, "sft.min_lr"),
-                             .warmup_steps = qrl_config_get_int(cfg, "sft.warmup_steps"),
+    qrl_lr_schedule sched = {.decay = QRL_LR_DECAY_COSINE, .lr = S->sft.lr,
+                             .min_lr = S->sft.min_lr,
+                             .warmup_steps = S->sft.warmup_steps,
                              .total_steps = steps};
     if (sched.warmup_steps >= steps) sched.warmup_steps = steps - 1;
     if (sched.min_lr > sched.lr) sched.min_lr = sched.lr;
@@ -269,7 +308,7 @@ int ld_sft_run(const qrl_config_t *cfg, qrl_model *m, const qrl_tokenizer *tok, 
         st = qrl_error_set(err, QRL_STATUS_IO, "metrics.jsonl: cannot open %s: %s", mpath, strerror(errno));
         goto done;
     }
-    ld_dataset_order(d.n, cur.seed, 0, cur.perm);
+    qrl_epoch_order(d.n, cur.seed, 0, cur.perm);
     int32_t *tk = buf, *tg = buf + cap, *sg = buf + 2 * cap, *ps = buf + 3 * cap;
     QRL_LOG_INFO("sft", "start examples=%zu params=%zu steps=%d batch_tokens=%d lr=%g out=%s "
                  "activation_recompute=%d activation_bytes=%zu", d.n, n, steps, cap, sched.lr, out,
@@ -324,6 +363,84 @@ done:
     qrl_adamw_destroy(opt);
     qrl_model_train_destroy(tr);
     data_free(&d);
-    if (st != QRL_OK) fprintf(stderr, "qrl-learner: error: %s\n", e.msg);
+    if (st != QRL_OK) qrl_die_err(&e);
     return st == QRL_OK ? 0 : 1;
+}
+
+
+/* The program's config table (STYLE 10; docs/config-qrl-sft.md via `make docs`): the keys
+ * keep the names they had as qrl-learner --mode sft keys, so both spellings take the same
+ * arguments. */
+#define S_ sft_settings
+static const qrl_config_entry CONFIG[] = {
+    QRL_CFG_STRING("learner.model", S_, learner.model, "", false,
+     "HuggingFace folder or llama2.c .bin: the policy to warm-start (required)"),
+    QRL_CFG_STRING("learner.tokenizer", S_, learner.tokenizer, "", false,
+     "tokenizer path; default: the model folder, or tokenizer.bin / tok<vocab>.bin beside the .bin"),
+    QRL_CFG_INT("learner.seed", S_, learner.seed, "0", 0, 1e15, false, "batch order (the epochs' shuffles)"),
+    QRL_CFG_ENUM("learner.device", S_, learner.device, "cpu", "cpu|cuda", false,
+     "accepted for qrl-learner's sake: SFT trains on the CPU engine (cuda only logs a warning)"),
+    QRL_CFG_BOOL("learner.activation_recompute", S_, learner.activation_recompute, "false", false,
+     "keep only each layer's input and recompute the layer in the backward (same results)"),
+    QRL_CFG_INT("learner.threads", S_, learner.threads, "0", 0, 1024, false, "OpenMP threads (0 = all cores)"),
+    QRL_CFG_DOUBLE("adamw.beta1", S_, adamw.beta1, "0.9", 0, 0.999999, false, "AdamW beta1"),
+    QRL_CFG_DOUBLE("adamw.beta2", S_, adamw.beta2, "0.999", 0, 0.999999999, false, "AdamW beta2"),
+    QRL_CFG_DOUBLE("adamw.eps", S_, adamw.eps, "1e-8", 1e-30, 1, false, "AdamW epsilon"),
+    QRL_CFG_DOUBLE("adamw.weight_decay", S_, adamw.weight_decay, "0.01", 0, 10, false, "decoupled weight decay"),
+    QRL_CFG_DOUBLE("adamw.max_grad_norm", S_, adamw.max_grad_norm, "1.0", 0, 1e9, false, "gradient clip (0 = off)"),
+    QRL_CFG_STRING("dataset.path", S_, dataset.path, "", false,
+     "JSONL examples, one object per line (required; a bad line refuses the file)"),
+    QRL_CFG_STRING("dataset.prompt_field", S_, dataset.prompt_field, "prompt", false, "prompt text field"),
+    QRL_CFG_STRING("dataset.solution_field", S_, dataset.solution_field, "solution", false,
+     "completion text field (worked solution)"),
+    QRL_CFG_ENUM("dataset.chat_template", S_, dataset.chat_template, "auto", "auto|none|plain|chatml|llama3", false,
+     "prompt rendering, as the RL run renders it: auto = the tokenizer's family; none = raw text with BOS"),
+    QRL_CFG_INT("sft.steps", S_, sft.steps, "300", 1, 1e12, false, "optimizer steps"),
+    QRL_CFG_INT("sft.batch_tokens", S_, sft.batch_tokens, "2048", 2, 1 << 24, false,
+     "packed tokens per step (whole sequences)"),
+    QRL_CFG_DOUBLE("sft.lr", S_, sft.lr, "3e-3", 1e-12, 1, false, "peak learning rate"),
+    QRL_CFG_DOUBLE("sft.min_lr", S_, sft.min_lr, "3e-4", 0, 1, false, "cosine floor"),
+    QRL_CFG_INT("sft.warmup_steps", S_, sft.warmup_steps, "20", 0, 1e12, false, "linear warmup steps"),
+    QRL_CFG_INT("sft.log_every", S_, sft.log_every, "10", 1, 1e12, false, "steps per progress line"),
+    QRL_CFG_STRING("sft.out", S_, sft.out, "", false,
+     "output HuggingFace folder (model + tokenizer files; required)"),
+    QRL_CFG_STRING("metrics.jsonl", S_, metrics.jsonl, "", false, "append one JSON line per progress line"),
+};
+#define N_CONFIG (sizeof CONFIG / sizeof CONFIG[0])
+
+static sft_settings S;
+
+#define SFT_USAGE                                                                                     \
+    "qrl-sft --learner.model PATH --dataset.path FILE.jsonl --sft.out HF_DIR [--config FILE.yaml] "   \
+    "[--key=value ...]\n"                                                                             \
+    "Supervised warm start: next-token cross-entropy on each example's completion (prompt rendered\n" \
+    "as the RL run renders it), AdamW with warmup and cosine decay, on the CPU; writes a\n"          \
+    "HuggingFace folder.  docs/qrl-sft.md; `qrl-learner --mode sft ...` is the same command.\n\n"
+/* Two names: run as `qrl-learner --mode sft` (argv[0] "qrl-learner"), messages read as they did. */
+static const qrl_program PROGRAM = {.name = "qrl-sft", .usage = SFT_USAGE, .table = CONFIG, .n = N_CONFIG,
+                                    .settings = &S};
+static const qrl_program AS_LEARNER = {.name = "qrl-learner", .usage = SFT_USAGE, .table = CONFIG,
+                                       .n = N_CONFIG, .settings = &S};
+
+int main(int argc, char **argv) {
+    bool as_learner = argc > 0 && strcmp(argv[0], "qrl-learner") == 0;
+    qrl_config_t *cfg;
+    int rc = qrl_program_start(as_learner ? &AS_LEARNER : &PROGRAM, argc, argv, &cfg, NULL);
+    if (rc != QRL_PROGRAM_RUN) return rc;
+    if (!*S.learner.model) qrl_die("--learner.model is required (see --help)");
+    if (!*S.dataset.path) qrl_die("--dataset.path is required (see --help)");
+    qrl_config_log(cfg, "sft");
+    if (S.learner.threads > 0) omp_set_num_threads(S.learner.threads);
+    qrl_model *m;
+    qrl_tokenizer *tok;
+    char tpath[4096];
+    qrl_error err;
+    qrl_model_load_opts lo = {.tokenizer = S.learner.tokenizer, .tokenizer_option = "--learner.tokenizer"};
+    if (qrl_model_load_with_tokenizer(S.learner.model, &lo, &m, &tok, tpath, sizeof tpath, &err) != QRL_OK)
+        qrl_die_err(&err);
+    rc = sft_run(&S, m, tok, tpath);
+    qrl_tokenizer_free(tok);
+    qrl_model_free(m);
+    qrl_config_destroy(cfg);
+    return rc;
 }

@@ -1,55 +1,53 @@
-/* Reassembly of chunked GroupResults (docs/wire.md): a result larger than the topic's
- * message limit arrives as chunk_count > 1 messages of the same key, hence the same
- * partition and in offset order.  The set's first chunk keeps its offset pending until
- * the joined result is trained (so a restarted learner reads the whole set again); the
- * later chunks are released at once. */
+/* Reassembly of chunked GroupResults (chunk_join.h; docs/wire.md).  The set's first
+ * chunk keeps its tag pending until the joined result is used (so a restarted learner
+ * reads the whole set again); the later chunks are released at once. */
 #include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
 #include "core/log.h"
-#include "learner.h"
+#include "wire/chunk_join.h"
 #include "wire/wire.h"
 
-static bool same_set(const ld_chunk_set *s, const Qrl__GroupResult *r) {
+static bool same_set(const qrl_wire_chunk_set *s, const Qrl__GroupResult *r) {
     return s->group_id == r->group_id && s->whole_crc32c == r->whole_crc32c &&
            s->chunk_count == r->chunk_count && strcmp(s->replica_id, r->replica_id) == 0;
 }
 
-static void set_free(ld_chunk_set *s) {
+static void set_free(qrl_wire_chunk_set *s) {
     for (uint32_t i = 0; i < s->n; i++) qrl_wire_free(&s->chunks[i]->base);
     free(s->chunks);
 }
 
-static void remove_at(ld_chunks *c, size_t i) {
+static void remove_at(qrl_wire_joiner *c, size_t i) {
     set_free(&c->sets[i]);
     c->sets[i] = c->sets[--c->n];
 }
 
-qrl_status ld_chunks_add(ld_chunks *c, Qrl__GroupResult *r, int32_t partition, qrl_kafka_offset *off,
-                         uint64_t now_ms, ld_chunk_outcome *out, qrl_error *err) {
+qrl_status qrl_wire_joiner_add(qrl_wire_joiner *c, Qrl__GroupResult *r, int32_t partition, void *tag,
+                         uint64_t now_ms, qrl_wire_join_outcome *out, qrl_error *err) {
     memset(out, 0, sizeof *out);
     size_t i = 0;
     while (i < c->n && !same_set(&c->sets[i], r)) i++;
     if (i == c->n) {
-        if (r->chunk_count > LD_MAX_CHUNKS) {
+        if (r->chunk_count > QRL_WIRE_MAX_CHUNKS) {
             uint32_t count = r->chunk_count; /* read before the free (was a use after free) */
             qrl_wire_free(&r->base);
             return qrl_error_set(err, QRL_STATUS_OUT_OF_RANGE, "chunked result: chunk_count %u above %d",
-                                 count, LD_MAX_CHUNKS);
+                                 count, QRL_WIRE_MAX_CHUNKS);
         }
-        if (c->n == LD_MAX_CHUNK_SETS) {
+        if (c->n == QRL_WIRE_MAX_CHUNK_SETS) {
             qrl_wire_free(&r->base);
             return qrl_error_set(err, QRL_STATUS_BUSY,
-                                 "chunked result: %d incomplete sets pending", LD_MAX_CHUNK_SETS);
+                                 "chunked result: %d incomplete sets pending", QRL_WIRE_MAX_CHUNK_SETS);
         }
         if (c->n == c->cap) {
             c->cap = c->cap ? 2 * c->cap : 8;
             c->sets = realloc(c->sets, c->cap * sizeof *c->sets);
             QRL_CHECK(c->sets != NULL);
         }
-        ld_chunk_set *s = &c->sets[c->n++];
+        qrl_wire_chunk_set *s = &c->sets[c->n++];
         memset(s, 0, sizeof *s);
         s->group_id = r->group_id;
         s->whole_crc32c = r->whole_crc32c;
@@ -58,11 +56,11 @@ qrl_status ld_chunks_add(ld_chunks *c, Qrl__GroupResult *r, int32_t partition, q
         s->chunks = calloc(r->chunk_count, sizeof *s->chunks);
         QRL_CHECK(s->chunks != NULL);
         s->partition = partition;
-        s->first = off;
+        s->first = tag;
         s->started_ms = now_ms;
         out->held = true;
     }
-    ld_chunk_set *s = &c->sets[i];
+    qrl_wire_chunk_set *s = &c->sets[i];
     if (s->n == s->chunk_count) { /* cannot happen: a full set is joined at once */
         qrl_wire_free(&r->base);
         return qrl_error_set(err, QRL_STATUS_CORRUPT, "chunked result group %" PRIu64 ": extra chunk",
@@ -81,22 +79,22 @@ qrl_status ld_chunks_add(ld_chunks *c, Qrl__GroupResult *r, int32_t partition, q
     return st;
 }
 
-size_t ld_chunks_expire(ld_chunks *c, uint64_t now_ms, uint64_t max_age_ms, ld_chunk_outcome *out,
+size_t qrl_wire_joiner_expire(qrl_wire_joiner *c, uint64_t now_ms, uint64_t max_age_ms, qrl_wire_join_outcome *out,
                         size_t max_out) {
     size_t k = 0;
     for (size_t i = 0; i < c->n && k < max_out;) {
-        ld_chunk_set *s = &c->sets[i];
+        qrl_wire_chunk_set *s = &c->sets[i];
         if (now_ms - s->started_ms < max_age_ms) { i++; continue; }
         QRL_LOG_WARN("learner", "chunked result group=%" PRIu64 " from %s incomplete after %" PRIu64
                      " ms (%u of %u chunks): dropped", s->group_id, s->replica_id, now_ms - s->started_ms,
                      s->n, s->chunk_count);
-        out[k++] = (ld_chunk_outcome){.done = true, .partition = s->partition, .first = s->first};
+        out[k++] = (qrl_wire_join_outcome){.done = true, .partition = s->partition, .first = s->first};
         remove_at(c, i);
     }
     return k;
 }
 
-void ld_chunks_free(ld_chunks *c) {
+void qrl_wire_joiner_free(qrl_wire_joiner *c) {
     for (size_t i = 0; i < c->n; i++) set_free(&c->sets[i]);
     free(c->sets);
     memset(c, 0, sizeof *c);

@@ -1,5 +1,5 @@
-/* qrl-learner membership table (SPEC §8; docs/learner-daemon.md "Membership"): who is
- * registered, what each replica last reported, and who went silent.  Loop thread only.
+/* The learner's membership table (members.h; SPEC §8; docs/learner-daemon.md "Membership"):
+ * who is registered, what each replica last reported, and who went silent.  One thread only.
  *
  * A replica silent past learner.heartbeat_timeout_ms is marked *lost*, not forgotten, so
  * `qrlctl replicas` can show it: it gets no more VersionEvents (its stream is ended), it is
@@ -10,7 +10,8 @@
 #include <string.h>
 
 #include "core/log.h"
-#include "learner.h"
+#include "learner/members.h"
+#include "rpc/rpc.h"
 
 /* Deep copy of a message through its encoding (protobuf-c has no copy). */
 static ProtobufCMessage *msg_dup(const ProtobufCMessage *m) {
@@ -31,25 +32,25 @@ static ProtobufCMessage *msg_dup(const ProtobufCMessage *m) {
         (p) = NULL;                                                   \
     } while (0)
 
-ld_replica *ld_members_find(ld_members *m, const char *id) {
+qrl_replica *qrl_members_find(qrl_members *m, const char *id) {
     for (int i = 0; i < m->n; i++)
         if (strcmp(m->r[i].id, id) == 0) return &m->r[i];
     return NULL;
 }
 
-qrl_status ld_members_register(ld_members *m, const Qrl__ReplicaInfo *info, uint64_t have_version,
-                               uint64_t now_ms, ld_replica **out, qrl_error *err) {
+qrl_status qrl_members_register(qrl_members *m, const Qrl__ReplicaInfo *info, uint64_t have_version,
+                               uint64_t now_ms, qrl_replica **out, qrl_error *err) {
     const char *id = info && info->id ? info->id : "";
     if (!*id || strlen(id) >= sizeof m->r[0].id)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "RegisterRequest.replica.id: empty or longer than %zu bytes",
                              sizeof m->r[0].id - 1);
-    ld_replica *r = ld_members_find(m, id);
-    if (!r && m->n < LD_MAX_REPLICAS) r = &m->r[m->n++];
+    qrl_replica *r = qrl_members_find(m, id);
+    if (!r && m->n < QRL_MAX_REPLICAS) r = &m->r[m->n++];
     for (int i = 0; !r && i < m->n; i++) /* full: the oldest lost entry makes room */
         if (m->r[i].lost && (!r || m->r[i].last_seen_ms < r->last_seen_ms)) r = &m->r[i];
     if (!r)
-        return qrl_error_set(err, QRL_STATUS_BUSY, "%d replicas registered already", LD_MAX_REPLICAS);
+        return qrl_error_set(err, QRL_STATUS_BUSY, "%d replicas registered already", QRL_MAX_REPLICAS);
     if (strcmp(r->id, id) != 0) { /* a new entry (or a reused lost one) */
         QRL_CHECK(r->watch == NULL);
         MSG_FREE(r->info);
@@ -67,7 +68,7 @@ qrl_status ld_members_register(ld_members *m, const Qrl__ReplicaInfo *info, uint
     return QRL_OK;
 }
 
-void ld_members_heartbeat(ld_replica *r, const Qrl__RolloutStatus *st, uint64_t now_ms) {
+void qrl_members_heartbeat(qrl_replica *r, const Qrl__RolloutStatus *st, uint64_t now_ms) {
     r->last_seen_ms = now_ms;
     if (!st) return;
     r->version = st->version;
@@ -75,10 +76,10 @@ void ld_members_heartbeat(ld_replica *r, const Qrl__RolloutStatus *st, uint64_t 
     r->status = (Qrl__RolloutStatus *)msg_dup(&st->base);
 }
 
-int ld_members_expire(ld_members *m, uint64_t now_ms, uint64_t timeout_ms) {
+int qrl_members_expire(qrl_members *m, uint64_t now_ms, uint64_t timeout_ms) {
     int marked = 0;
     for (int i = 0; i < m->n; i++) {
-        ld_replica *r = &m->r[i];
+        qrl_replica *r = &m->r[i];
         if (r->lost || now_ms - r->last_seen_ms <= timeout_ms) continue;
         r->lost = true;
         marked++;
@@ -94,20 +95,20 @@ int ld_members_expire(ld_members *m, uint64_t now_ms, uint64_t timeout_ms) {
     return marked;
 }
 
-int ld_members_live(const ld_members *m) {
+int qrl_members_live(const qrl_members *m) {
     int n = 0;
     for (int i = 0; i < m->n; i++) n += !m->r[i].lost;
     return n;
 }
 
-void ld_members_reply_list(qrl_rpc_call_t *call, const ld_members *m) {
+void qrl_members_reply_list(qrl_rpc_call_t *call, const qrl_members *m) {
     Qrl__ListReplicasResponse resp = QRL__LIST_REPLICAS_RESPONSE__INIT;
     Qrl__ReplicaEntry *entries = calloc((size_t)m->n + 1, sizeof *entries);
     Qrl__ReplicaEntry **ptrs = calloc((size_t)m->n + 1, sizeof *ptrs);
     Qrl__RolloutStatus *st = calloc((size_t)m->n + 1, sizeof *st);
     QRL_CHECK(entries && ptrs && st);
     for (int i = 0; i < m->n; i++) {
-        const ld_replica *r = &m->r[i];
+        const qrl_replica *r = &m->r[i];
         qrl__replica_entry__init(&entries[i]);
         entries[i].info = r->info;
         entries[i].registered_unix_ms = r->registered_ms;
@@ -136,7 +137,7 @@ void ld_members_reply_list(qrl_rpc_call_t *call, const ld_members *m) {
     free(entries);
 }
 
-void ld_members_free(ld_members *m) {
+void qrl_members_free(qrl_members *m) {
     for (int i = 0; i < m->n; i++) {
         MSG_FREE(m->r[i].info);
         MSG_FREE(m->r[i].status);

@@ -1,7 +1,7 @@
-/* qrl-learner's Prometheus endpoint and TensorBoard events (metrics.h; names and
+/* The learner's Prometheus endpoint and TensorBoard events (metrics.h; names and
  * meanings in docs/metrics.md).  One table lists the per-update scalars: its keys are the
- * metrics.jsonl keys (loop.c) and the TensorBoard tags, its names the Prometheus series. */
-#include "metrics.h"
+ * metrics.jsonl keys (services/learner/update.c) and the TensorBoard tags, its names the Prometheus series. */
+#include "learner/metrics.h"
 
 #include <stdbool.h>
 #include <stdlib.h>
@@ -64,72 +64,103 @@ static const struct {
     {QRL_PROM_COUNTER, "qrl_learner_steps_skipped_total", "Optimizer steps skipped (non-finite loss or gradient)."},
 };
 
-struct ld_metrics {
-    qrl_prom_registry_t *reg;
-    qrl_prom_server_t *server;
+struct qrl_learner_metrics {
+    qrl_prom_registry_t *reg;    /* the series' registry: owned when own_reg */
+    bool own_reg;
+    qrl_prom_server_t *server;   /* ours (qrl_learner_metrics_start), or NULL */
     qrl_prom_series_t *update[N_UPDATE], *loop[L_COUNT];
     qrl_tfevents_t *tb;
 };
 
-qrl_status ld_metrics_start(const qrl_config_t *cfg, ld_metrics **out, qrl_error *err) {
+static qrl_status metrics_open_events(qrl_learner_metrics_t *m, const char *tb_dir, qrl_error *err);
+
+/* Register the series on m->reg (when set) and open the event file (when tb_dir). */
+static qrl_status metrics_open(qrl_learner_metrics_t *m, const char *tb_dir, qrl_error *err) {
+    for (size_t i = 0; m->reg && i < L_COUNT; i++)
+        QRL_TRY(qrl_prom_register(m->reg, LOOP[i].type, LOOP[i].name, LOOP[i].help, NULL, 0, &m->loop[i], err));
+    for (size_t i = 0; m->reg && i < N_UPDATE; i++)
+        QRL_TRY(qrl_prom_register(m->reg, QRL_PROM_GAUGE, UPDATE[i].name, UPDATE[i].help, NULL, 0, &m->update[i],
+                                  err));
+    return metrics_open_events(m, tb_dir, err);
+}
+
+/* Open the TensorBoard event file in tb_dir ("" = none). */
+static qrl_status metrics_open_events(qrl_learner_metrics_t *m, const char *tb_dir, qrl_error *err) {
+    qrl_status st;
+    if (*tb_dir) {
+        qrl_error inner;
+        if ((st = qrl_tfevents_open(tb_dir, &m->tb, &inner)) != QRL_OK)
+            return qrl_error_set(err, st, "metrics.tensorboard_dir: %s", inner.msg);
+        QRL_LOG_INFO("learner", "tensorboard events file=%s", qrl_tfevents_path(m->tb));
+    }
+    return QRL_OK;
+}
+
+qrl_status qrl_learner_metrics_new(qrl_prom_registry_t *reg, const char *tb_dir, qrl_learner_metrics_t **out,
+                                   qrl_error *err) {
     *out = NULL;
-    const char *listen = qrl_config_get_string(cfg, "metrics.listen");
-    const char *tb_dir = qrl_config_get_string(cfg, "metrics.tensorboard_dir");
+    if (!reg && !*tb_dir) return QRL_OK;
+    qrl_learner_metrics_t *m = calloc(1, sizeof *m);
+    if (!m) return qrl_error_set(err, QRL_STATUS_NOMEM, "metrics: out of memory");
+    m->reg = reg;
+    qrl_status st = metrics_open(m, tb_dir, err);
+    if (st != QRL_OK) {
+        qrl_learner_metrics_stop(m);
+        return st;
+    }
+    *out = m;
+    return QRL_OK;
+}
+
+qrl_status qrl_learner_metrics_start(const char *listen, const char *tb_dir, qrl_learner_metrics_t **out,
+                                     qrl_error *err) {
+    *out = NULL;
     if (!*listen && !*tb_dir) return QRL_OK;
-    ld_metrics *m = calloc(1, sizeof *m);
+    qrl_learner_metrics_t *m = calloc(1, sizeof *m);
     if (!m) return qrl_error_set(err, QRL_STATUS_NOMEM, "metrics: out of memory");
     qrl_status st = QRL_OK;
     qrl_error inner;
     if (*listen) {
         QRL_TRY_GOTO(qrl_prom_registry_new(&m->reg, err), fail);
-        for (size_t i = 0; i < L_COUNT; i++)
-            QRL_TRY_GOTO(qrl_prom_register(m->reg, LOOP[i].type, LOOP[i].name, LOOP[i].help, NULL, 0, &m->loop[i],
-                                           err), fail);
-        for (size_t i = 0; i < N_UPDATE; i++)
-            QRL_TRY_GOTO(qrl_prom_register(m->reg, QRL_PROM_GAUGE, UPDATE[i].name, UPDATE[i].help, NULL, 0,
-                                           &m->update[i], err), fail);
-        if ((st = qrl_prom_server_start(m->reg, listen, &m->server, &inner)) != QRL_OK) {
-            qrl_error_set(err, st, "metrics.listen: %s", inner.msg);
-            goto fail;
-        }
+        m->own_reg = true;
     }
-    if (*tb_dir) {
-        if ((st = qrl_tfevents_open(tb_dir, &m->tb, &inner)) != QRL_OK) {
-            qrl_error_set(err, st, "metrics.tensorboard_dir: %s", inner.msg);
-            goto fail;
-        }
-        QRL_LOG_INFO("learner", "tensorboard events file=%s", qrl_tfevents_path(m->tb));
+    QRL_TRY_GOTO(metrics_open(m, "", err), fail); /* the series first, the event file last (as before) */
+    if (*listen && (st = qrl_prom_server_start(m->reg, listen, &m->server, &inner)) != QRL_OK) {
+        qrl_error_set(err, st, "metrics.listen: %s", inner.msg);
+        goto fail;
     }
+    QRL_TRY_GOTO(metrics_open_events(m, tb_dir, err), fail);
     *out = m;
     return QRL_OK;
 fail:
-    ld_metrics_stop(m);
+    qrl_learner_metrics_stop(m);
     return st;
 }
 
 /* The per-update values, in the order of UPDATE. */
-static void update_values(uint64_t version, const ld_job *j, double v[N_UPDATE]) {
-    const qrl_learner_stats *s = &j->stats;
+static void update_values(uint64_t version, const qrl_learner_metrics_record *u, double v[N_UPDATE]) {
+    const qrl_learner_stats *s = u->stats;
     const double x[] = {
         (double)version, (double)s->groups_used, (double)s->groups_dropped, s->reward_mean, s->reward_std,
         s->accuracy, s->response_len_mean, (double)s->version_min, (double)s->version_max, s->kl_behav_prox,
         s->max_w, s->entropy_mean, s->loss_mean, s->tis_frac, s->acr_frac, s->clip_frac_low, s->clip_frac_high,
         s->grad_norm_mean, s->lr, s->steps_taken, s->steps_skipped, (double)s->tokens_trained,
-        s->train_tokens_per_s, j->update_s, j->snapshot_s,
+        s->train_tokens_per_s, u->update_s, u->snapshot_s,
     };
     _Static_assert(sizeof x / sizeof x[0] == N_UPDATE, "one value per UPDATE row");
     for (size_t i = 0; i < N_UPDATE; i++) v[i] = x[i];
 }
 
-void ld_metrics_update(ld_metrics *m, uint64_t step, uint64_t version, const ld_job *j) {
+void qrl_learner_metrics_update(qrl_learner_metrics_t *m, uint64_t step, uint64_t version,
+                                const qrl_learner_metrics_record *u) {
     if (!m) return;
     double v[N_UPDATE];
-    update_values(version, j, v);
+    update_values(version, u, v);
     if (m->reg) {
         for (size_t i = 0; i < N_UPDATE; i++) qrl_prom_set(m->update[i], v[i]);
         qrl_prom_set(m->loop[L_STEP], (double)step);
-        qrl_prom_add(m->loop[L_TOKENS_TOTAL], (double)j->stats.tokens_trained);
-        qrl_prom_add(m->loop[L_SKIPPED_TOTAL], (double)j->stats.steps_skipped);
+        qrl_prom_add(m->loop[L_TOKENS_TOTAL], (double)u->stats->tokens_trained);
+        qrl_prom_add(m->loop[L_SKIPPED_TOTAL], (double)u->stats->steps_skipped);
     }
     if (m->tb) {
         qrl_tfevents_scalar sc[N_UPDATE];
@@ -143,7 +174,7 @@ void ld_metrics_update(ld_metrics *m, uint64_t step, uint64_t version, const ld_
     }
 }
 
-void ld_metrics_tick(ld_metrics *m, const ld_metrics_state *s) {
+void qrl_learner_metrics_tick(qrl_learner_metrics_t *m, const qrl_learner_metrics_state *s) {
     if (!m || !m->reg) return;
     qrl_prom_set(m->loop[L_STATE], s->state);
     qrl_prom_set(m->loop[L_IN_FLIGHT], (double)s->groups_in_flight);
@@ -156,10 +187,18 @@ void ld_metrics_tick(ld_metrics *m, const ld_metrics_state *s) {
     qrl_prom_set(m->loop[L_DEAD_LETTERS], (double)s->dead_letters);
 }
 
-void ld_metrics_stop(ld_metrics *m) {
+int qrl_learner_metrics_port(const qrl_learner_metrics_t *m) {
+    return m && m->server ? qrl_prom_server_port(m->server) : -1;
+}
+
+const char *qrl_learner_metrics_events_path(const qrl_learner_metrics_t *m) {
+    return m && m->tb ? qrl_tfevents_path(m->tb) : NULL;
+}
+
+void qrl_learner_metrics_stop(qrl_learner_metrics_t *m) {
     if (!m) return;
     qrl_prom_server_stop(m->server);
-    qrl_prom_registry_destroy(m->reg);
+    if (m->own_reg) qrl_prom_registry_destroy(m->reg);
     qrl_tfevents_close(m->tb);
     free(m);
 }
