@@ -17,8 +17,12 @@
  * equal-weighted means over the 5 phases (as KV4-RL reports).
  *
  *   build/bench/decode [--out FILE] [--formats bf16,int8,...] [--grid 0|1] [--breakdown]
- *                      [--from N]  (skip the first N replay shapes: --from 10 --grid 0 = late only)
+ *                      [--from N]  (skip the first N replay shapes: --from 10 --grid 0 = late only,
+ *                                   --from 15 = the grid only)
  *                      [--shape BxC]  (that shape alone, e.g. under a profiler)
+ *                      [--weights bf16|w8a8-int8|w8a8-fp8]  (weight precision of every engine;
+ *                        the JSON names it; compare runs with bench/w8a8_decode_table.py)
+ *                      [--grid-shapes BxC,BxC,...]  (up to 9 shapes in place of the grid)
  *   (GPU only) */
 #include <stdio.h>
 #include <stdlib.h>
@@ -53,6 +57,8 @@ static shape SHAPES[] = {
     {"grid", 64, 8192}, {"grid", 1, 32768}, {"grid", 8, 32768}, {"grid", 64, 32768}};
 #define N_SHAPES (int)(sizeof SHAPES / sizeof *SHAPES)
 #define N_REPLAY 15
+static int n_shapes = N_SHAPES; /* --grid-shapes shortens the grid */
+static qrl_precision WEIGHTS = QRL_PRECISION_BF16; /* --weights */
 static const char *const FMT_NAMES[] = {"bf16", "int8", "fp8", "int4", "int4-protected"};
 #define N_FMTS 5
 
@@ -151,7 +157,8 @@ static void run_format(qrl_kv_format fmt, int s0, int s1, double bw, result *res
     qrl_cuda_forward_desc d = {.max_rows = max_rows, .max_ctx = max_ctx, .block_size = BS,
                                .n_blocks = (int)blocks, .max_seqs = max_rows, .kv_format = fmt,
                                .protected_sink = QRL_KV_PROTECTED_DEFAULT_SINK,
-                               .protected_recent = QRL_KV_PROTECTED_DEFAULT_RECENT};
+                               .protected_recent = QRL_KV_PROTECTED_DEFAULT_RECENT,
+                               .precision = WEIGHTS};
     qrl_cuda_forward *f;
     QK(qrl_cuda_forward_new(&cfg, &d, &f, &err));
     QK(qrl_cuda_forward_init_random(f, 1234, &err));
@@ -224,6 +231,34 @@ int main(int argc, char **argv) {
             }
         }
         else if (!strcmp(argv[i], "--from") && i + 1 < argc) from = atoi(argv[++i]); /* first replay shape */
+        else if (!strcmp(argv[i], "--weights") && i + 1 < argc) {
+            qrl_error perr;
+            if (qrl_precision_parse(argv[++i], &WEIGHTS, &perr) != QRL_OK ||
+                (WEIGHTS != QRL_PRECISION_BF16 && WEIGHTS != QRL_PRECISION_W8A8_INT8 &&
+                 WEIGHTS != QRL_PRECISION_W8A8_FP8)) {
+                fprintf(stderr, "decode: --weights: '%s' is not bf16, w8a8-int8 or w8a8-fp8\n", argv[i]);
+                return 2;
+            }
+        } else if (!strcmp(argv[i], "--grid-shapes") && i + 1 < argc) { /* BxC,BxC,... as the grid */
+            const char *p = argv[++i];
+            int k = 0;
+            while (*p) {
+                int b = 0, c = 0, n = 0;
+                if (k == N_SHAPES - N_REPLAY || sscanf(p, "%9dx%9d%n", &b, &c, &n) != 2 || b < 1 ||
+                    c < 1 || (p[n] && p[n] != ',')) {
+                    fprintf(stderr, "decode: --grid-shapes wants up to %d BATCHxCONTEXT, comma-separated, "
+                            "got '%s'\n", N_SHAPES - N_REPLAY, argv[i]);
+                    return 2;
+                }
+                SHAPES[N_REPLAY + k++] = (shape){"grid", b, c};
+                p += n + (p[n] == ',');
+            }
+            if (k == 0) {
+                fprintf(stderr, "decode: --grid-shapes is empty\n");
+                return 2;
+            }
+            n_shapes = N_REPLAY + k;
+        }
         else if (!strcmp(argv[i], "--shape") && i + 1 < argc) { /* one BxC shape only (profiling) */
             int b = 0, c = 0, n = 0;
             if (sscanf(argv[++i], "%9dx%9d%n", &b, &c, &n) != 2 || argv[i][n] || b < 1 || c < 1) {
@@ -235,7 +270,8 @@ int main(int argc, char **argv) {
         } else {
             fprintf(stderr, "decode: unknown or incomplete argument '%s'\nusage: decode [--out FILE] "
                     "[--formats bf16,int8,fp8,int4,int4-protected] [--grid 0|1] [--breakdown] [--from N] "
-                    "[--shape BxC] [--model qwen3-4b|qwen3-8b]\n", argv[i]);
+                    "[--shape BxC] [--model qwen3-4b|qwen3-8b] [--weights bf16|w8a8-int8|w8a8-fp8] "
+                    "[--grid-shapes BxC,...]\n", argv[i]);
             return 2;
         }
     }
@@ -252,8 +288,9 @@ int main(int argc, char **argv) {
         n_on++;
         p += len + (p[len] == ',');
     }
-    if (n_on == 0 || from < 0 || from >= N_REPLAY) {
-        fprintf(stderr, "decode: nothing to run (--formats empty or --from outside 0..%d)\n", N_REPLAY - 1);
+    if (n_on == 0 || from < 0 || from > N_REPLAY || (from == N_REPLAY && !grid)) {
+        fprintf(stderr, "decode: nothing to run (--formats empty, --from outside 0..%d, or %d "
+                "without the grid)\n", N_REPLAY - 1, N_REPLAY);
         return 2;
     }
     int n_dev = 0;
@@ -264,14 +301,15 @@ int main(int argc, char **argv) {
     struct cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     double bw = copy_bandwidth();
-    printf("model: %s shapes, random BF16 weights\n", MODEL == qwen3_8b ? "Qwen3-8B" : "Qwen3-4B");
+    printf("model: %s shapes, random %s weights\n", MODEL == qwen3_8b ? "Qwen3-8B" : "Qwen3-4B",
+           qrl_precision_name(WEIGHTS));
     printf("device: %s, %d SMs, %.1f GiB; copy bandwidth (read+write) %.0f GB/s\n", prop.name,
            prop.multiProcessorCount, prop.totalGlobalMem / 1073741824.0, bw / 1e9);
     /* halve a shape's batch until its BF16 cache fits next to the weights and activations */
     size_t free_b, total_b;
     CK(cudaMemGetInfo(&free_b, &total_b));
     int requested[N_SHAPES];
-    for (int s = 0; s < N_SHAPES; s++) {
+    for (int s = 0; s < n_shapes; s++) {
         requested[s] = SHAPES[s].batch;
         for (;;) {
             qrl_model_config mc = MODEL();
@@ -303,8 +341,8 @@ int main(int argc, char **argv) {
         if (!on[k]) continue;
         qrl_kv_format fmt;
         QK(qrl_kv_format_parse(FMT_NAMES[k], &fmt, &err));
-        run_format(fmt, from < 0 ? 0 : from, N_REPLAY, bw, res[k]);
-        if (grid) run_format(fmt, N_REPLAY, N_SHAPES, bw, res[k]);
+        if (from < N_REPLAY) run_format(fmt, from, N_REPLAY, bw, res[k]);
+        if (grid) run_format(fmt, N_REPLAY, n_shapes, bw, res[k]);
     }
     for (int k = 0; k < N_FMTS; k++)
         for (int s = 0; s < N_SHAPES; s++)
@@ -322,13 +360,16 @@ int main(int argc, char **argv) {
     FILE *jf = fopen(out, "w");
     if (jf) {
         qrl_model_config cfg = MODEL();
-        fprintf(jf, "{\n  \"device\": \"%s\",\n  \"model\": \"%s\",\n  \"copy_bandwidth_gbps\": %.1f,\n  \"layers\": %d,\n"
+        fprintf(jf, "{\n  \"device\": \"%s\",\n  \"model\": \"%s\",\n  \"weights\": \"%s\",\n  \"copy_bandwidth_gbps\": %.1f,\n  \"layers\": %d,\n"
                 "  \"repeats\": %d,\n  \"block_size\": %d,\n  \"protected_sink\": %d,\n  \"protected_recent\": %d,\n"
-                "  \"shapes\": [\n", prop.name, MODEL == qwen3_8b ? "qwen3-8b" : "qwen3-4b", bw / 1e9, cfg.n_layers, REPEATS, BS,
+                "  \"shapes\": [\n", prop.name, MODEL == qwen3_8b ? "qwen3-8b" : "qwen3-4b",
+                qrl_precision_name(WEIGHTS), bw / 1e9, cfg.n_layers, REPEATS, BS,
                 QRL_KV_PROTECTED_DEFAULT_SINK, QRL_KV_PROTECTED_DEFAULT_RECENT);
         bool first = true;
         for (int s = 0; s < N_SHAPES; s++) {
-            if (!res[0][s].done && !res[1][s].done && !res[4][s].done) continue;
+            bool any = false;
+            for (int k = 0; k < N_FMTS; k++) any |= res[k][s].done;
+            if (!any) continue;
             fprintf(jf, "%s    {\"stage\": \"%s\", \"batch\": %d, \"batch_requested\": %d, \"context\": %d, \"formats\": {",
                     first ? "" : ",\n", SHAPES[s].stage, SHAPES[s].batch, requested[s], SHAPES[s].ctx);
             first = false;

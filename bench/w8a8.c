@@ -17,7 +17,12 @@
  * steps, then REPS steps timed one by one with events; the median and the ratio to bf16 at
  * the same batch in the same run.
  *
- *   build/bench/w8a8 [--out FILE] [--gemm 0|1] [--decode 0|1]     (GPU only) */
+ * --model qwen3-4b: Qwen3-4B's projections (qkv 6144x2560, o 2560x4096, gate+up 19456x2560,
+ * down 2560x9728) and model instead.  i8-cublasu / f8-cublasu: the CUBLAS path before issue
+ * 22 (QRL_CUDA_W8A8_CUBLAS_UNFUSED).
+ *
+ *   build/bench/w8a8 [--out FILE] [--gemm 0|1] [--decode 0|1] [--model qwen2.5-1.5b|qwen3-4b]
+ *   (GPU only) */
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -44,17 +49,22 @@ int main(void) {
 /* ---- GEMM kernels ------------------------------------------------------------------ */
 
 typedef struct proj { const char *name; int N, K; } proj;
-static const proj PROJ[] = {{"qkv", 2048, 1536}, {"o", 1536, 1536}, {"gate_up", 17920, 1536},
-                            {"down", 1536, 8960}};
+static const proj PROJ_15B[] = {{"qkv", 2048, 1536}, {"o", 1536, 1536}, {"gate_up", 17920, 1536},
+                                {"down", 1536, 8960}};
+static const proj PROJ_4B[] = {{"qkv", 6144, 2560}, {"o", 2560, 4096}, {"gate_up", 19456, 2560},
+                               {"down", 2560, 9728}};
+static const proj *PROJ = PROJ_15B; /* --model */
+static bool QWEN3_4B = false;
 #define N_PROJ 4
 static const int TS[] = {1, 8, 16, 32, 48, 64, 96, 128, 192, 256};
 #define N_TS (int)(sizeof TS / sizeof *TS)
 #define MAX_T 256
-enum { V_BF16, V_I8_DP4A, V_I8_SKINNY, V_I8_TILED, V_I8_BLAS, V_I8_AUTO, V_F8_SKINNY, V_F8_TILED,
-       V_F8_BLAS, V_F8_AUTO, V_Q_I8, V_Q_F8, N_V };
-static const char *const VNAME[N_V] = {"bf16", "i8-dp4a", "i8-skinny", "i8-tiled", "i8-cublas",
-                                       "i8-auto", "f8-skinny", "f8-tiled", "f8-cublas", "f8-auto",
-                                       "quant-i8", "quant-f8"};
+enum { V_BF16, V_I8_DP4A, V_I8_SKINNY, V_I8_TILED, V_I8_BLAS, V_I8_BLASU, V_I8_AUTO, V_F8_SKINNY,
+       V_F8_TILED, V_F8_BLAS, V_F8_BLASU, V_F8_AUTO, V_Q_I8, V_Q_F8, N_V };
+static const char *const VNAME[N_V] = {"bf16",      "i8-dp4a",    "i8-skinny", "i8-tiled",
+                                       "i8-cublas", "i8-cublasu", "i8-auto",   "f8-skinny",
+                                       "f8-tiled",  "f8-cublas",  "f8-cublasu", "f8-auto",
+                                       "quant-i8",  "quant-f8"};
 static double gemm_us[N_PROJ][N_TS][N_V];
 
 /* Mean µs of one call of variant v at T rows, cycling through `copies` weight copies. */
@@ -81,8 +91,9 @@ static double time_variant(int v, int T, const proj *p, int copies, uint8_t **wq
                 static const qrl_cuda_w8a8_kernel K[N_V] = {
                     [V_I8_DP4A] = QRL_CUDA_W8A8_DP4A, [V_I8_SKINNY] = QRL_CUDA_W8A8_MMA_SKINNY,
                     [V_I8_TILED] = QRL_CUDA_W8A8_MMA_TILED, [V_I8_BLAS] = QRL_CUDA_W8A8_CUBLAS,
-                    [V_I8_AUTO] = QRL_CUDA_W8A8_AUTO, [V_F8_SKINNY] = QRL_CUDA_W8A8_MMA_SKINNY,
-                    [V_F8_TILED] = QRL_CUDA_W8A8_MMA_TILED, [V_F8_BLAS] = QRL_CUDA_W8A8_CUBLAS,
+                    [V_I8_BLASU] = QRL_CUDA_W8A8_CUBLAS_UNFUSED, [V_I8_AUTO] = QRL_CUDA_W8A8_AUTO,
+                    [V_F8_SKINNY] = QRL_CUDA_W8A8_MMA_SKINNY, [V_F8_TILED] = QRL_CUDA_W8A8_MMA_TILED,
+                    [V_F8_BLAS] = QRL_CUDA_W8A8_CUBLAS, [V_F8_BLASU] = QRL_CUDA_W8A8_CUBLAS_UNFUSED,
                     [V_F8_AUTO] = QRL_CUDA_W8A8_AUTO};
                 qrl_cuda_w8a8_kernel ran;
                 qrl_cuda_w8a8_gemm_args a = {.y = y, .xq = xq, .sx = sx, .wq = wq[c], .sw = sw,
@@ -90,7 +101,8 @@ static double time_variant(int v, int T, const proj *p, int copies, uint8_t **wq
                                              .kernel = K[v], .work = work,
                                              .work_floats = work_floats, .blas = g, .ran = &ran};
                 QK(qrl_cuda_w8a8_gemm(&a, NULL, &err));
-                if (K[v] == QRL_CUDA_W8A8_CUBLAS && ran != K[v] && r == 0 && it == 0)
+                if ((K[v] == QRL_CUDA_W8A8_CUBLAS || K[v] == QRL_CUDA_W8A8_CUBLAS_UNFUSED) &&
+                    ran != K[v] && r == 0 && it == 0)
                     printf("NOTE: %s T=%d %s fell back to %s\n", p->name, T, VNAME[v],
                            qrl_cuda_w8a8_kernel_name(ran));
             }
@@ -174,7 +186,7 @@ static const dvar DV[] = {{"bf16", QRL_PRECISION_BF16, 0},
 static double step_ms[N_P][N_B], weight_gb[N_P];
 
 static void bench_decode(void) {
-    qrl_model_config c = qwen25_1_5b();
+    qrl_model_config c = QWEN3_4B ? qwen3_4b() : qwen25_1_5b();
     for (int pi = 0; pi < N_P; pi++)
         for (int bi = 0; bi < N_B; bi++) {
             int B = BATCH[bi];
@@ -187,8 +199,8 @@ static void bench_decode(void) {
                     DV[pi].name, B, CTX, ms[0], ms[REPS / 2], ms[REPS - 1]);
         }
     unsetenv("QRL_W8A8_UNFUSED");
-    printf("\ndecode step, Qwen2.5-1.5B shapes, context %d, KV bf16: median ms (speedup over bf16)\n%5s",
-           CTX, "batch");
+    printf("\ndecode step, %s shapes, context %d, KV bf16: median ms (speedup over bf16)\n%5s",
+           QWEN3_4B ? "Qwen3-4B" : "Qwen2.5-1.5B", CTX, "batch");
     for (int pi = 0; pi < N_P; pi++) printf(" %19s", DV[pi].name);
     printf("\n");
     for (int bi = 0; bi < N_B; bi++) {
@@ -208,8 +220,8 @@ static void write_json(const char *out, const char *dev, bool gemm, bool dec) {
         fprintf(stderr, "cannot write %s\n", out);
         return;
     }
-    fprintf(f, "{\n  \"device\": \"%s\",\n  \"model_shapes\": \"qwen2.5-1.5B\",\n  \"reps\": %d,\n",
-            dev, REPS);
+    fprintf(f, "{\n  \"device\": \"%s\",\n  \"model_shapes\": \"%s\",\n  \"reps\": %d,\n",
+            dev, QWEN3_4B ? "qwen3-4b" : "qwen2.5-1.5B", REPS);
     fprintf(f, "  \"gemm_us\": [");
     for (int pi = 0; gemm && pi < N_PROJ; pi++)
         for (int ti = 0; ti < N_TS; ti++) {
@@ -232,6 +244,18 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
         else if (!strcmp(argv[i], "--gemm") && i + 1 < argc) gemm = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--decode") && i + 1 < argc) dec = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--model") && i + 1 < argc) {
+            const char *m = argv[++i];
+            if (!strcmp(m, "qwen3-4b")) QWEN3_4B = true, PROJ = PROJ_4B;
+            else if (strcmp(m, "qwen2.5-1.5b")) {
+                fprintf(stderr, "w8a8: --model: '%s' is not qwen2.5-1.5b or qwen3-4b\n", m);
+                return 2;
+            }
+        } else {
+            fprintf(stderr, "w8a8: unknown or incomplete argument '%s'\nusage: w8a8 [--out FILE] "
+                    "[--gemm 0|1] [--decode 0|1] [--model qwen2.5-1.5b|qwen3-4b]\n", argv[i]);
+            return 2;
+        }
     }
     struct cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));

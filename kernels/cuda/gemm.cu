@@ -8,11 +8,17 @@
 #include "cuda/gemm_bf16_skinny.cuh"
 #include "cuda/launch.cuh"
 
-/* cuBLASLt descriptors and the heuristic's algorithm for one FP8 shape, made on first use
- * (a decode step runs the same few shapes over and over). */
-#define LT_PLANS 16
+/* cuBLASLt descriptors and the heuristic's algorithm for one W8A8 shape and kind, made on
+ * first use (a decode step runs the same few shapes over and over). */
+#define LT_PLANS 32
+enum {
+    LT_E4M3,        /* E4M3 x E4M3 -> F32, unit scales (the epilogue runs after it) */
+    LT_E4M3_SCALED, /* ... per-row x per-column scales (OUTER_VEC_32F) in cuBLASLt's epilogue */
+    LT_E4M3_BIAS,   /* ... and the F32 bias (CUBLASLT_EPILOGUE_BIAS) */
+    LT_S8,          /* INT8 x INT8 -> INT32 */
+};
 typedef struct lt_plan {
-    int n, k, m, ok; /* ok: an algorithm was found */
+    int n, k, m, kind, ok; /* ok: an algorithm was found */
     cublasLtMatmulDesc_t op;
     cublasLtMatrixLayout_t a, b, c;
     cublasLtMatmulAlgo_t algo;
@@ -196,33 +202,55 @@ qrl_status qrl_cuda_gemm_s8(qrl_cuda_gemm *g, int32_t *y, const int8_t *x, const
     return QRL_OK;
 }
 
-/* Column-major view as the BF16 GEMM: y^T[m, n] = w^T-as-stored(op T)[m, k] . x^T[k, n]. */
-static lt_plan *lt_plan_get(qrl_cuda_gemm *g, int n, int k, int m) {
+/* Column-major view as the BF16 GEMM: y^T[m, n] = w^T-as-stored(op T)[m, k] . x^T[k, n]:
+ * cuBLASLt's A is the weights (m rows), B the tokens (n columns).  The heuristic may use
+ * the handle's workspace (split-K for the skinny decode shapes; its reduction schemes are
+ * deterministic), except the unit-scale E4M3 plan (none, as before issue 22: the A/B). */
+static lt_plan *lt_plan_get(qrl_cuda_gemm *g, int n, int k, int m, int kind) {
     int have = g->n_plans < LT_PLANS ? g->n_plans : LT_PLANS;
     for (int i = 0; i < have; i++) {
         lt_plan *p = &g->plans[i];
-        if (p->n == n && p->k == k && p->m == m) return p;
+        if (p->n == n && p->k == k && p->m == m && p->kind == kind) return p;
     }
     lt_plan *p = &g->plans[g->n_plans++ % LT_PLANS];
     lt_plan_clear(p);
-    p->n = n, p->k = k, p->m = m;
+    p->n = n, p->k = k, p->m = m, p->kind = kind;
+    bool s8 = kind == LT_S8;
     cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+    cudaDataType in = s8 ? CUDA_R_8I : CUDA_R_8F_E4M3, out = s8 ? CUDA_R_32I : CUDA_R_32F;
+    cublasLtMatmulMatrixScale_t vec = CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F;
+    cublasLtEpilogue_t epi = CUBLASLT_EPILOGUE_BIAS;
+    cudaDataType bias_t = CUDA_R_32F;
     cublasLtMatmulPreference_t pref = NULL;
-    size_t ws = 0;
+    size_t ws = kind == LT_E4M3 ? 0 : WS_BYTES; /* the unit-scale plan as before issue 22 */
     cublasLtMatmulHeuristicResult_t res;
     int cnt = 0;
-    if (cublasLtMatmulDescCreate(&p->op, CUBLAS_COMPUTE_32F, CUDA_R_32F) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&p->a, CUDA_R_8F_E4M3, k, m, k) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&p->b, CUDA_R_8F_E4M3, k, n, k) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, m, n, m) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulPreferenceCreate(&pref) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                             sizeof ws) == CUBLAS_STATUS_SUCCESS &&
-        cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res,
-                                       &cnt) == CUBLAS_STATUS_SUCCESS &&
-        cnt > 0) {
+#define LT_OK(x) ((x) == CUBLAS_STATUS_SUCCESS)
+    bool ok = LT_OK(cublasLtMatmulDescCreate(&p->op, s8 ? CUBLAS_COMPUTE_32I : CUBLAS_COMPUTE_32F,
+                                             s8 ? CUDA_R_32I : CUDA_R_32F)) &&
+              LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof ta)) &&
+              LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof tb));
+    if (ok && (kind == LT_E4M3_SCALED || kind == LT_E4M3_BIAS)) {
+        /* the scale and bias pointers are set per call (lt_run); placeholders for the query */
+        const void *dummy = g->ws;
+        ok = LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_MODE, &vec, sizeof vec)) &&
+             LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_MODE, &vec, sizeof vec)) &&
+             LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &dummy, sizeof dummy)) &&
+             LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &dummy, sizeof dummy));
+        if (ok && kind == LT_E4M3_BIAS)
+            ok = LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_EPILOGUE, &epi, sizeof epi)) &&
+                 LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_DATA_TYPE, &bias_t, sizeof bias_t)) &&
+                 LT_OK(cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &dummy, sizeof dummy));
+    }
+    ok = ok && LT_OK(cublasLtMatrixLayoutCreate(&p->a, in, k, m, k)) &&
+         LT_OK(cublasLtMatrixLayoutCreate(&p->b, in, k, n, k)) &&
+         LT_OK(cublasLtMatrixLayoutCreate(&p->c, out, m, n, m)) &&
+         LT_OK(cublasLtMatmulPreferenceCreate(&pref)) &&
+         LT_OK(cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof ws)) &&
+         LT_OK(cublasLtMatmulAlgoGetHeuristic(g->lt, p->op, p->a, p->b, p->c, p->c, pref, 1, &res, &cnt)) &&
+         cnt > 0;
+#undef LT_OK
+    if (ok) {
         p->algo = res.algo;
         p->ok = 1;
     }
@@ -230,19 +258,63 @@ static lt_plan *lt_plan_get(qrl_cuda_gemm *g, int n, int k, int m) {
     return p;
 }
 
+/* Run plan p: D = A . B (scales and bias, where p's kind has them, set on its descriptor
+ * first: cuBLASLt reads the pointers at launch). */
+static qrl_status lt_run(qrl_cuda_gemm *g, lt_plan *p, void *y, const void *x, const void *w,
+                         const float *sx, const float *sw, const float *bias, void *stream,
+                         const char *what, qrl_error *err) {
+    if (!p->ok)
+        return qrl_error_set(err, QRL_STATUS_UNSUPPORTED, "%s n=%d k=%d m=%d: cuBLASLt has no "
+                             "algorithm", what, p->n, p->k, p->m);
+    cublasStatus_t s = CUBLAS_STATUS_SUCCESS;
+    if (p->kind == LT_E4M3_SCALED || p->kind == LT_E4M3_BIAS) {
+        s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_A_SCALE_POINTER, &sw, sizeof sw);
+        if (s == CUBLAS_STATUS_SUCCESS)
+            s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_B_SCALE_POINTER, &sx, sizeof sx);
+        if (s == CUBLAS_STATUS_SUCCESS && p->kind == LT_E4M3_BIAS)
+            s = cublasLtMatmulDescSetAttribute(p->op, CUBLASLT_MATMUL_DESC_BIAS_POINTER, &bias, sizeof bias);
+    }
+    const float onef = 1.0f, zerof = 0.0f;
+    const int32_t onei = 1, zeroi = 0;
+    bool s8 = p->kind == LT_S8;
+    if (s == CUBLAS_STATUS_SUCCESS)
+        s = cublasLtMatmul(g->lt, p->op, s8 ? (const void *)&onei : &onef, w, p->a, x, p->b,
+                           s8 ? (const void *)&zeroi : &zerof, y, p->c, y, p->c, &p->algo, g->ws,
+                           WS_BYTES, (cudaStream_t)stream);
+    if (s == CUBLAS_STATUS_NOT_SUPPORTED || s == CUBLAS_STATUS_INVALID_VALUE) {
+        /* found by the heuristic, refused at launch: the caller's fallback from now on */
+        p->ok = 0;
+        return qrl_error_set(err, QRL_STATUS_UNSUPPORTED, "%s n=%d k=%d m=%d: %s", what, p->n,
+                             p->k, p->m, cublasGetStatusString(s));
+    }
+    if (s != CUBLAS_STATUS_SUCCESS)
+        return qrl_error_set(err, QRL_STATUS_CUDA, "%s n=%d k=%d m=%d: %s", what, p->n, p->k, p->m,
+                             cublasGetStatusString(s));
+    return QRL_OK;
+}
+
+qrl_status qrl_cuda_gemm_s8_lt(qrl_cuda_gemm *g, int32_t *y, const int8_t *x, const int8_t *w,
+                               int n, int k, int m, void *stream, qrl_error *err) {
+    if (n <= 0 || k <= 0 || m <= 0 || k % 16)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "gemm s8 lt: n=%d k=%d m=%d", n, k, m);
+    return lt_run(g, lt_plan_get(g, n, k, m, LT_S8), y, x, w, NULL, NULL, NULL, stream,
+                  "gemm s8 lt", err);
+}
+
 qrl_status qrl_cuda_gemm_e4m3(qrl_cuda_gemm *g, float *y, const uint8_t *x, const uint8_t *w,
                               int n, int k, int m, void *stream, qrl_error *err) {
     if (n <= 0 || k <= 0 || m <= 0 || k % 16)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "gemm e4m3: n=%d k=%d m=%d", n, k, m);
-    lt_plan *p = lt_plan_get(g, n, k, m);
-    if (!p->ok)
-        return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
-                             "gemm e4m3 n=%d k=%d m=%d: cuBLASLt has no algorithm", n, k, m);
-    const float one = 1.0f, zero = 0.0f;
-    cublasStatus_t s = cublasLtMatmul(g->lt, p->op, &one, w, p->a, x, p->b, &zero, y, p->c, y,
-                                      p->c, &p->algo, NULL, 0, (cudaStream_t)stream);
-    if (s != CUBLAS_STATUS_SUCCESS)
-        return qrl_error_set(err, QRL_STATUS_CUDA, "gemm e4m3 n=%d k=%d m=%d: %s", n, k, m,
-                             cublasGetStatusString(s));
-    return QRL_OK;
+    return lt_run(g, lt_plan_get(g, n, k, m, LT_E4M3), y, x, w, NULL, NULL, NULL, stream,
+                  "gemm e4m3", err);
+}
+
+qrl_status qrl_cuda_gemm_e4m3_scaled(qrl_cuda_gemm *g, float *y, const uint8_t *x, const float *sx,
+                                     const uint8_t *w, const float *sw, const float *bias, int n,
+                                     int k, int m, void *stream, qrl_error *err) {
+    if (n <= 0 || k <= 0 || m <= 0 || k % 16)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "gemm e4m3 scaled: n=%d k=%d m=%d",
+                             n, k, m);
+    return lt_run(g, lt_plan_get(g, n, k, m, bias ? LT_E4M3_BIAS : LT_E4M3_SCALED), y, x, w, sx,
+                  sw, bias, stream, "gemm e4m3 scaled", err);
 }

@@ -55,17 +55,27 @@ qrl_status qrl_cuda_gemm_rm(qrl_cuda_gemm *g, int kind, void *C, int c_f32, cons
                             const uint16_t *B, int T, int K, int N, float beta, void *stream,
                             qrl_error *err);
 
-/* The W8A8 GEMMs of gemm_w8a8.cuh's CUBLAS kernel: y[n, m] = x[n, k] . w[m, k]^T with x, w
+/* The W8A8 GEMMs of gemm_w8a8.cuh's CUBLAS kernels: y[n, m] = x[n, k] . w[m, k]^T with x, w
  * rows of k bytes (k a multiple of 16: the codes' padded row length).
- *   s8:   INT8 codes, exact INT32 sums written as int32_t (cublasGemmEx, CUBLAS_COMPUTE_32I);
- *   e4m3: FP8 E4M3 codes, F32 output and accumulation (cuBLASLt, no fast accumulation,
- *         unit scales); descriptors and algorithm cached per shape in g (16 shapes).
- * Errors: UNSUPPORTED (cuBLAS has no kernel for this shape: callers fall back to their own),
- * INVALID_ARGUMENT (sizes), CUDA (cuBLAS status). */
+ *   s8:    INT8 codes, exact INT32 sums written as int32_t (cublasGemmEx, CUBLAS_COMPUTE_32I);
+ *   s8_lt: the same sums through cuBLASLt (its heuristic's kernel, with the workspace);
+ *   e4m3:  FP8 E4M3 codes, F32 output and accumulation (cuBLASLt, no fast accumulation,
+ *          unit scales);
+ *   e4m3_scaled: y[t, o] = sx[t] * sw[o] * (x . w)[t, o] (+ bias[o]) in cuBLASLt's epilogue
+ *          (CUBLASLT_MATMUL_MATRIX_SCALE_OUTER_VEC_32F, sm_90 only; CUBLASLT_EPILOGUE_BIAS
+ *          with an F32 bias when bias != NULL); sx [n], sw [m], bias [m] device pointers.
+ * cuBLASLt descriptors and algorithms are cached per shape and kind in g (32 plans).
+ * Errors: UNSUPPORTED (cuBLAS has no kernel for this shape or mode: callers fall back to
+ * their own), INVALID_ARGUMENT (sizes), CUDA (cuBLAS status). */
 qrl_status qrl_cuda_gemm_s8(qrl_cuda_gemm *g, int32_t *y, const int8_t *x, const int8_t *w, int n,
                             int k, int m, void *stream, qrl_error *err);
+qrl_status qrl_cuda_gemm_s8_lt(qrl_cuda_gemm *g, int32_t *y, const int8_t *x, const int8_t *w,
+                               int n, int k, int m, void *stream, qrl_error *err);
 qrl_status qrl_cuda_gemm_e4m3(qrl_cuda_gemm *g, float *y, const uint8_t *x, const uint8_t *w,
                               int n, int k, int m, void *stream, qrl_error *err);
+qrl_status qrl_cuda_gemm_e4m3_scaled(qrl_cuda_gemm *g, float *y, const uint8_t *x, const float *sx,
+                                     const uint8_t *w, const float *sw, const float *bias, int n,
+                                     int k, int m, void *stream, qrl_error *err);
 
 #ifdef __cplusplus
 }

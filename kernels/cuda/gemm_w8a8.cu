@@ -5,6 +5,8 @@
 #include <cuda_bf16.h>
 #include <cuda_fp8.h>
 #include <cuda_runtime.h>
+#include <stdlib.h>
+#include <string.h>
 
 #include "cpu/quant.h"
 #include "cuda/launch.cuh"
@@ -438,16 +440,59 @@ static __global__ void splitk_kernel(float *y, const float *work, const float *s
     }
 }
 
+/* The epilogue over raw sums already in y (INT32 bits or F32), in place: thread (t, 4j)
+ * owns y[t, 4j .. 4j + 3] (one 16-byte access where vec: N % 4 == 0 and y, sw 16-byte
+ * aligned), rows over gridDim.y. */
+#define EPI_THREADS 256
+template <bool FP8>
+static __global__ void __launch_bounds__(EPI_THREADS)
+epilogue_kernel(float *y, const float *sx, const float *sw, const float *bias, int T, int N,
+                bool vec) {
+    typedef typename mma_op<FP8>::acc acc_t;
+    int n = (blockIdx.x * EPI_THREADS + threadIdx.x) * 4;
+    if (n >= N) return;
+    for (int t = blockIdx.y; t < T; t += gridDim.y) {
+        float s = sx[t], *yr = y + (size_t)t * N;
+        if (vec) {
+            float4 v = *(float4 *)(yr + n), w = *(const float4 *)(sw + n);
+            v.x = epilogue(acc_from_bits<acc_t>(v.x), s, w.x, bias, n);
+            v.y = epilogue(acc_from_bits<acc_t>(v.y), s, w.y, bias, n + 1);
+            v.z = epilogue(acc_from_bits<acc_t>(v.z), s, w.z, bias, n + 2);
+            v.w = epilogue(acc_from_bits<acc_t>(v.w), s, w.w, bias, n + 3);
+            *(float4 *)(yr + n) = v;
+        } else {
+            for (int i = n; i < n + 4 && i < N; i++)
+                yr[i] = epilogue(acc_from_bits<acc_t>(yr[i]), s, sw[i], bias, i);
+        }
+    }
+}
+
+static void launch_epilogue(const qrl_cuda_w8a8_gemm_args *a, cudaStream_t s) {
+    dim3 grid((unsigned)((a->N + 4 * EPI_THREADS - 1) / (4 * EPI_THREADS)),
+              (unsigned)(a->T < 65535 ? a->T : 65535));
+    bool vec = a->N % 4 == 0 && !(((uintptr_t)a->y | (uintptr_t)a->sw) & 15);
+    if (a->fp8) epilogue_kernel<true><<<grid, EPI_THREADS, 0, s>>>(a->y, a->sx, a->sw, a->bias, a->T, a->N, vec);
+    else epilogue_kernel<false><<<grid, EPI_THREADS, 0, s>>>(a->y, a->sx, a->sw, a->bias, a->T, a->N, vec);
+}
+
 /* ---- dispatch ------------------------------------------------------------------------ */
 
 /* AUTO, from the kernel tables of bench/w8a8.c on an H200 (Qwen2.5-1.5B projections,
- * bench/results/w8a8-h200.json):
- *  - MMA_SKINNY up to 32 rows (INT8) / 16 rows (FP8), and up to 64 rows for small weights
- *    (N * ld < SMALL_NK: qkv, o), where a short weight stream makes cuBLAS's fixed costs
- *    dominate;
- *  - above: CUBLAS when a handle is given (at 32-64 rows of gate+up cuBLASLt FP8 is 2-3x
- *    faster than MMA_SKINNY; cublasGemmEx INT8 wins from 48 rows), else MMA_TILED.
+ * bench/results/w8a8-h200.json; Qwen3-4B's, bench/results/w8a8-gemm-qwen3-4b-h200.json):
+ *  - MMA_SKINNY up to 64 rows for small weights (N * ld < SMALL_NK: a short weight stream
+ *    makes cuBLAS's fixed costs dominate); for mid-size ones (< MID_NK: Qwen3-4B's qkv and
+ *    o, Qwen2.5-1.5B's down) up to 16 rows (FP8) / 32 (INT8); for large ones up to 16 rows
+ *    (INT8) and never (FP8: cuBLASLt's unit-scale GEMM streams gate+up and down at 1 row
+ *    1.2-1.7x faster than the skinny FP8 kernel);
+ *  - above: CUBLAS when a handle is given, else MMA_TILED.  FP8 takes the scales in
+ *    cuBLASLt's epilogue (OUTER_VEC_32F) from FUSED_MIN_T rows for K < FUSED_MAX_LD (qkv
+ *    and gate+up of Qwen3-4B: 1.0-1.3x the unit-scale GEMM + epilogue pass there), and the
+ *    unit-scale GEMM + epilogue pass otherwise (the OUTER_VEC kernels took 27-28 µs for
+ *    Qwen3-4B's down at any row count against 13-21 µs, 15 µs for o against 10-14).
  * DP4A is never faster than MMA_SKINNY by more than 0.3 µs (T = 1, small weights). */
+#define MID_NK (16 << 20)
+#define FUSED_MIN_T 64
+#define FUSED_MAX_LD 4096
 #define SMALL_NK (8 << 20)
 /* MMA_TILED splits K until the grid has about two waves of 132 SMs, at most 8 ways and
  * with at least 8 chunks (512 bytes of K) per split. */
@@ -472,7 +517,8 @@ size_t qrl_cuda_w8a8_work_floats(int T, int N, int ld) {
 }
 
 const char *qrl_cuda_w8a8_kernel_name(qrl_cuda_w8a8_kernel k) {
-    static const char *const names[] = {"auto", "dp4a", "mma-skinny", "mma-tiled", "cublas"};
+    static const char *const names[] = {"auto",   "dp4a",   "mma-skinny", "mma-tiled",
+                                        "cublas", "cublas-unfused"};
     return (unsigned)k < QRL_CUDA_W8A8_KERNEL_COUNT_ ? names[k] : "?";
 }
 
@@ -511,6 +557,27 @@ static void launch_tiled(const qrl_cuda_w8a8_gemm_args *a, cudaStream_t s) {
     }
 }
 
+/* The A/B switches of bench/decode, read at the first GEMM: QRL_W8A8_CUBLAS_UNFUSED=1 (the
+ * CUBLAS path before issue 22), QRL_W8A8_SKINNY_MAX_T=N (AUTO's MMA_SKINNY limit for large
+ * weights, INT8 and FP8 alike; 0 = cuBLAS from one row on). */
+static bool cublas_unfused_env(void) {
+    static int v = -1;
+    if (v < 0) {
+        const char *e = getenv("QRL_W8A8_CUBLAS_UNFUSED");
+        v = e && !strcmp(e, "1");
+    }
+    return v == 1;
+}
+
+static int skinny_max_t_env(void) {
+    static int v = -2; /* -1: not set */
+    if (v == -2) {
+        const char *e = getenv("QRL_W8A8_SKINNY_MAX_T");
+        v = e && *e ? atoi(e) : -1;
+    }
+    return v;
+}
+
 qrl_status qrl_cuda_w8a8_gemm(const qrl_cuda_w8a8_gemm_args *a, void *stream, qrl_error *err) {
     const char *what = a->fp8 ? "gemm_fp8" : "gemm_int8";
     int max_ld = a->fp8 ? (1 << 30) : QRL_INT8_GEMM_MAX_K / 16 * 16;
@@ -523,30 +590,57 @@ qrl_status qrl_cuda_w8a8_gemm(const qrl_cuda_w8a8_gemm_args *a, void *stream, qr
                              "%s: codes must be 16-byte aligned", what);
     qrl_cuda_w8a8_kernel k = a->kernel;
     if ((unsigned)k >= QRL_CUDA_W8A8_KERNEL_COUNT_ || (k == QRL_CUDA_W8A8_DP4A && a->fp8) ||
-        (k == QRL_CUDA_W8A8_CUBLAS && !a->blas))
+        ((k == QRL_CUDA_W8A8_CUBLAS || k == QRL_CUDA_W8A8_CUBLAS_UNFUSED) && !a->blas))
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "%s: kernel %d (%s) not available",
                              what, (int)k, qrl_cuda_w8a8_kernel_name(k));
+    bool scaled = a->fp8; /* FP8 CUBLAS: the scales in cuBLASLt's epilogue */
     if (k == QRL_CUDA_W8A8_AUTO) {
-        int skinny_t = (double)a->N * a->ld < SMALL_NK ? 64 : a->fp8 ? 16 : 32;
+        double nk = (double)a->N * a->ld;
+        int skinny_t = nk < SMALL_NK ? 64
+                       : !a->blas    ? (a->fp8 ? 16 : 32) /* MMA_TILED next: as before */
+                       : nk < MID_NK ? (a->fp8 ? 16 : 32)
+                                     : (a->fp8 ? 0 : 16);
+        if (nk >= SMALL_NK && skinny_max_t_env() >= 0) skinny_t = skinny_max_t_env();
         k = a->T <= skinny_t ? QRL_CUDA_W8A8_MMA_SKINNY
             : a->blas        ? QRL_CUDA_W8A8_CUBLAS
                              : QRL_CUDA_W8A8_MMA_TILED;
+        scaled = a->fp8 && a->T >= FUSED_MIN_T && a->ld < FUSED_MAX_LD;
     }
+    if (k == QRL_CUDA_W8A8_CUBLAS && cublas_unfused_env()) k = QRL_CUDA_W8A8_CUBLAS_UNFUSED;
     cudaStream_t s = (cudaStream_t)stream;
-    if (k == QRL_CUDA_W8A8_CUBLAS) {
-        qrl_status st = a->fp8 ? qrl_cuda_gemm_e4m3(a->blas, a->y, (const uint8_t *)a->xq,
-                                                    (const uint8_t *)a->wq, a->T, a->ld, a->N,
-                                                    stream, err)
-                               : qrl_cuda_gemm_s8(a->blas, (int32_t *)a->y, (const int8_t *)a->xq,
-                                                  (const int8_t *)a->wq, a->T, a->ld, a->N,
-                                                  stream, err);
+    if (k == QRL_CUDA_W8A8_CUBLAS || k == QRL_CUDA_W8A8_CUBLAS_UNFUSED) {
+        const uint8_t *x = (const uint8_t *)a->xq, *w = (const uint8_t *)a->wq;
+        bool fused = k == QRL_CUDA_W8A8_CUBLAS;
+        qrl_status st = QRL_STATUS_UNSUPPORTED;
+        if (a->fp8 && fused && scaled) { /* scales and bias in cuBLASLt's epilogue */
+            st = qrl_cuda_gemm_e4m3_scaled(a->blas, a->y, x, a->sx, w, a->sw, a->bias, a->T,
+                                           a->ld, a->N, stream, err);
+            if (st == QRL_OK) {
+                if (a->ran) *a->ran = k;
+                return QRL_OK;
+            }
+            if (st != QRL_STATUS_UNSUPPORTED) return st;
+            /* this mode or shape: the unit-scale GEMM and the epilogue pass */
+        }
+        if (a->fp8)
+            st = qrl_cuda_gemm_e4m3(a->blas, a->y, x, w, a->T, a->ld, a->N, stream, err);
+        else if (fused)
+            st = qrl_cuda_gemm_s8_lt(a->blas, (int32_t *)a->y, (const int8_t *)x, (const int8_t *)w,
+                                     a->T, a->ld, a->N, stream, err);
+        if (!a->fp8 && (!fused || st == QRL_STATUS_UNSUPPORTED))
+            st = qrl_cuda_gemm_s8(a->blas, (int32_t *)a->y, (const int8_t *)x, (const int8_t *)w,
+                                  a->T, a->ld, a->N, stream, err);
         if (st == QRL_OK) { /* raw sums in y: the epilogue in place */
-            size_t tn = (size_t)a->T * a->N;
-            unsigned blocks = (unsigned)(tn / 256 + 1 < 4096 ? tn / 256 + 1 : 4096);
-            if (a->fp8)
-                splitk_kernel<true><<<blocks, 256, 0, s>>>(a->y, a->y, a->sx, a->sw, a->bias, a->T, a->N, 1);
-            else
-                splitk_kernel<false><<<blocks, 256, 0, s>>>(a->y, a->y, a->sx, a->sw, a->bias, a->T, a->N, 1);
+            if (fused) {
+                launch_epilogue(a, s);
+            } else {
+                size_t tn = (size_t)a->T * a->N;
+                unsigned blocks = (unsigned)(tn / 256 + 1 < 4096 ? tn / 256 + 1 : 4096);
+                if (a->fp8)
+                    splitk_kernel<true><<<blocks, 256, 0, s>>>(a->y, a->y, a->sx, a->sw, a->bias, a->T, a->N, 1);
+                else
+                    splitk_kernel<false><<<blocks, 256, 0, s>>>(a->y, a->y, a->sx, a->sw, a->bias, a->T, a->N, 1);
+            }
         } else if (st == QRL_STATUS_UNSUPPORTED) {
             k = QRL_CUDA_W8A8_MMA_TILED; /* a shape cuBLAS has no kernel for */
         } else {

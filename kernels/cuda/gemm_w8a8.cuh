@@ -15,8 +15,9 @@
  * accumulator bits (<= 1.4e-4).  Bounds in tests/cuda/test_cuda_w8a8_tc.c; deterministic
  * for a given shape and kernel.
  *
- * Kernels (qrl_cuda_w8a8_kernel): AUTO picks by T (rows), from measurements on an H200
- * (bench/w8a8.c, bench/results/w8a8-h200.json).  INT8 is bit-identical on every kernel. */
+ * Kernels (qrl_cuda_w8a8_kernel): AUTO picks by T (rows), weight size and K, from
+ * measurements on an H200 (bench/w8a8.c, bench/results/w8a8-h200.json and
+ * w8a8-gemm-qwen3-4b-h200.json).  INT8 is bit-identical on every kernel. */
 #ifndef QRL_CUDA_GEMM_W8A8_CUH
 #define QRL_CUDA_GEMM_W8A8_CUH
 
@@ -73,14 +74,24 @@ typedef enum qrl_cuda_w8a8_kernel {
     QRL_CUDA_W8A8_MMA_TILED,    /* mma.sync m16n8k32, 64x128 tiles through a 3-stage cp.async
                                  * shared-memory pipeline, K split over blocks when the grid
                                  * is small and a workspace is given */
-    QRL_CUDA_W8A8_CUBLAS,       /* cuBLAS (INT8: cublasGemmEx to INT32; FP8: cuBLASLt to F32)
-                                 * into y, then the epilogue in place; needs args.blas; shapes
-                                 * cuBLAS refuses (UNSUPPORTED) run MMA_TILED */
+    QRL_CUDA_W8A8_CUBLAS,       /* cuBLAS; needs args.blas.  FP8: cuBLASLt with the per-token x
+                                 * per-channel scales (and the bias) in its epilogue
+                                 * (qrl_cuda_gemm_e4m3_scaled; AUTO only where that measured
+                                 * faster), else the unit-scale GEMM and the epilogue in place
+                                 * (one vectorized pass).  INT8:
+                                 * cuBLASLt INT32 sums into y (qrl_cuda_gemm_s8_lt, else
+                                 * cublasGemmEx), then the epilogue in place (one vectorized
+                                 * pass).  Shapes cuBLAS refuses (UNSUPPORTED) run MMA_TILED */
+    QRL_CUDA_W8A8_CUBLAS_UNFUSED, /* the CUBLAS path before issue 22, for A/B (also what CUBLAS
+                                 * and AUTO run when the environment has
+                                 * QRL_W8A8_CUBLAS_UNFUSED=1 at the first GEMM): cublasGemmEx
+                                 * INT8 / cuBLASLt unit-scale FP8 into y, then the epilogue as
+                                 * a separate element-wise pass */
     QRL_CUDA_W8A8_KERNEL_COUNT_
 } qrl_cuda_w8a8_kernel;
 
-/* Name of a kernel choice ("auto", "dp4a", "mma-skinny", "mma-tiled", "cublas"); "?" if out
- * of range. */
+/* Name of a kernel choice ("auto", "dp4a", "mma-skinny", "mma-tiled", "cublas",
+ * "cublas-unfused"); "?" if out of range. */
 const char *qrl_cuda_w8a8_kernel_name(qrl_cuda_w8a8_kernel k);
 
 /* One W8A8 GEMM: y [T, N] F32 = (float)(xq [T, ld] . wq [N, ld]^T) * sx[t] * sw[n]
