@@ -105,7 +105,7 @@ static void send_group(ld_core *c, uint64_t id, uint32_t epoch, uint64_t index, 
     pg.group_id = id;
     pg.run_id = c->run_id;
     pg.group_size = c->G;
-    pg.prompt_token_ids = p->ids;
+    pg.prompt_token_ids = (uint32_t *)p->ids; /* ids are >= 0: same bits */
     pg.n_prompt_token_ids = p->n_ids;
     pg.prompt_text = p->text;
     pg.reference_answer = p->answer;

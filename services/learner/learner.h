@@ -30,34 +30,16 @@
 #include "model/model.h"
 #include "qrl.pb-c.h"
 #include "rpc/rpc.h"
+#include "tasks/prompts.h"
 #include "tokenizer/tokenizer.h"
 
-/* ---- dataset (dataset.c) ------------------------------------------------------------- */
+/* ---- dataset ---------------------------------------------------------------------- */
 
-typedef struct ld_prompt {
-    char *text;        /* templated prompt text */
-    char *answer;      /* reference answer (numbers are kept as their JSON text) */
-    uint32_t *ids;     /* tokenized text */
-    size_t n_ids;
-} ld_prompt;
-
-typedef struct ld_dataset {
-    ld_prompt *items;
-    size_t n;
-} ld_dataset;
-
-/* Read a JSONL file: one JSON object per line with a string `prompt_field` and a string
- * or number `answer_field`; blank lines are skipped.  Any other line refuses the whole
- * file (PARSE/INVALID_ARGUMENT naming path:line and the field).  Each prompt is rendered
- * with `chat_template` ("none": raw text with BOS; "auto": the tokenizer's family;
- * "plain" | "chatml" | "llama3") and tokenized.  Prompts longer than max_prompt_tokens
- * (the learner passes the context minus one)
- * are refused the same way (naming the line).  Errors also: IO/NOT_FOUND, NOMEM, and an
- * empty dataset (INVALID_ARGUMENT). */
-qrl_status ld_dataset_load(const char *path, const char *prompt_field, const char *answer_field,
-                           const char *chat_template, const qrl_tokenizer *tok,
-                           size_t max_prompt_tokens, ld_dataset *out, qrl_error *err);
-void ld_dataset_free(ld_dataset *d);
+/* The learner's prompts: a JSONL file read whole at start, rendered and tokenized once
+ * (tasks/prompts.h, the loader qrl-eval and the benchmarks share; key_prefix "dataset."),
+ * then walked in a seeded shuffled order per epoch (core/shuffle.h). */
+typedef qrl_prompt_set ld_dataset;
+typedef qrl_prompt ld_prompt;
 /* The walk order of each epoch is qrl_epoch_order (core/shuffle.h). */
 
 /* ---- weight snapshots and their TCP server (weights.c) --------------------------------- */

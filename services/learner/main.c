@@ -322,15 +322,16 @@ int main(int argc, char **argv) {
     learner_config(&S, &lc);
     size_t ctx = (size_t)m->cfg.max_seq_len;
     ld_dataset ds;
-    if (ld_dataset_load(S.dataset.path, S.dataset.prompt_field, S.dataset.answer_field, S.dataset.chat_template,
-                        tok, ctx - 1, &ds, &err) != QRL_OK)
-        qrl_die_err(&err);
+    qrl_prompts_opts po = {.prompt_field = S.dataset.prompt_field, .answer_field = S.dataset.answer_field,
+                           .chat_template = S.dataset.chat_template, .tok = tok, .max_tokens = ctx - 1,
+                           .key_prefix = "dataset."};
+    if (qrl_prompts_load(S.dataset.path, &po, &ds, &err) != QRL_OK) qrl_die_err(&err);
     QRL_LOG_INFO("learner", "model loaded path=%s vocab=%d ctx=%d layers=%d tokenizer=%s dataset=%s prompts=%zu",
                  S.learner.model, m->cfg.vocab_size, m->cfg.max_seq_len, m->cfg.n_layers, tpath, S.dataset.path,
                  ds.n);
     ld_wserver_set_throttle(S.weights.tcp_throttle_ms);
     rc = ld_daemon_run(cfg, &S, m, &ds, &lc);
-    ld_dataset_free(&ds);
+    qrl_prompts_free(&ds);
     qrl_tokenizer_free(tok);
     qrl_model_free(m);
     qrl_config_destroy(cfg);

@@ -32,18 +32,10 @@ static qrl_status publish_device(ld_trainer *t, ld_job *j, ld_snapshot **out, qr
     const float *params = qrl_learner_device_params(t->l, &dev);
     const qrl_model *m = t->m;
     size_t n = (size_t)m->n_tensors;
-    qrl_wsync_tensor *ts = calloc(n ? n : 1, sizeof *ts);
-    const float **src = calloc(n ? n : 1, sizeof *src);
-    qrl_status st = QRL_OK;
-    if (!ts || !src) st = qrl_error_set(err, QRL_STATUS_NOMEM, "weight publish: %zu tensors", n);
-    if (st == QRL_OK && !params)
-        st = qrl_error_set(err, QRL_STATUS_INTERNAL, "weight publish: the training engine is not on a GPU");
-    for (size_t i = 0; i < n && st == QRL_OK; i++) {
-        const qrl_model_tensor *mt = &m->tensors[i];
-        ts[i] = (qrl_wsync_tensor){.name = mt->name, .dtype = "BF16", .ndim = mt->ndim,
-                                   .shape = {(uint64_t)mt->shape[0], mt->ndim == 2 ? (uint64_t)mt->shape[1] : 0}};
-        src[i] = params + (mt->data - m->arena); /* the device copy keeps the arena's layout */
-    }
+    qrl_wsync_tensor *ts = NULL;
+    const float **src = NULL;
+    qrl_status st = params ? qrl_wipc_model_table(m, params, &ts, &src, err)
+                           : qrl_error_set(err, QRL_STATUS_INTERNAL, "weight publish: the training engine is not on a GPU");
     qrl_wipc_published pub;
     if (st == QRL_OK) st = qrl_wipc_publish(t->ipc, ts, src, n, j->version, t->bucket_bytes, &pub, err);
     if (st == QRL_OK) {

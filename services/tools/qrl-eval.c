@@ -38,6 +38,7 @@
 #include "model/model.h"
 #include "rollout/gpu_memory.h"
 #include "rollout/scheduler.h"
+#include "tasks/prompts.h"
 #include "tokenizer/tokenizer.h"
 #include "verify/verify.h"
 
@@ -111,19 +112,13 @@ static const qrl_program PROGRAM = {
     .settings = &S,
 };
 
-typedef struct item {
-    char *prompt, *answer;
-    int32_t *ids;
-    size_t n_ids;
-} item;
-
 typedef struct tally {
     int k, n, show, shown;
     bool greedy;
     double *sum;       /* [n] sampled reward sum per prompt */
     int *hits;         /* [n] correct samples */
     double *greedy_r;  /* [n] */
-    const item *items;
+    const qrl_prompt *items;
     long long responses, eos, tokens, verify_failed;
     long long groups_done;
 } tally;
@@ -143,61 +138,9 @@ static void on_group(const qrl_scheduler_group_result *r, void *ctx) {
         if (t->shown < t->show && (g || !t->greedy)) {
             t->shown++;
             fprintf(stderr, "--- %s prompt %d reward %.2f finish %s: %s\n%s\n", g ? "greedy" : "sample",
-                    i, rp->reward, qrl_finish_reason_name(rp->finish), t->items[i].prompt, rp->text);
+                    i, rp->reward, qrl_finish_reason_name(rp->finish), t->items[i].user, rp->text);
         }
     }
-}
-
-static size_t load_items(const char *path, const char *pf, const char *af, const char *tmpl,
-                         const qrl_tokenizer *tok, int max_prompt, size_t limit, item **out) {
-    FILE *f = fopen(path, "r");
-    if (!f) qrl_die("%s: cannot open", path);
-    item *it = calloc(limit, sizeof *it);
-    if (!it) qrl_die("out of memory");
-    char *line = NULL;
-    size_t cap = 0, n = 0, lineno = 0;
-    ssize_t len;
-    qrl_error err;
-    while (n < limit && (len = getline(&line, &cap, f)) >= 0) {
-        lineno++;
-        while (len > 0 && strchr("\r\n ", line[len - 1])) len--;
-        if (len == 0) continue;
-        json_error_t je;
-        json_t *o = json_loadb(line, (size_t)len, 0, &je);
-        if (!o) qrl_die("%s:%zu: column %d: %s", path, lineno, je.column, je.text);
-        json_t *p = json_object_get(o, pf), *a = json_object_get(o, af);
-        if (!json_is_string(p)) qrl_die("%s:%zu: field \"%s\" missing or not a string", path, lineno, pf);
-        char num[64];
-        if (json_is_string(a)) it[n].answer = strdup(json_string_value(a));
-        else if (json_is_integer(a)) snprintf(num, sizeof num, "%lld", (long long)json_integer_value(a)), it[n].answer = strdup(num);
-        else if (json_is_real(a)) snprintf(num, sizeof num, "%.17g", json_real_value(a)), it[n].answer = strdup(num);
-        else qrl_die("%s:%zu: field \"%s\" missing or not a string/number", path, lineno, af);
-        it[n].prompt = strdup(json_string_value(p));
-        json_decref(o);
-        /* the learner's rendering (services/learner/dataset.c) */
-        char *text = NULL;
-        bool add_bos = true;
-        if (strcmp(tmpl, "none") != 0) {
-            const char *name = strcmp(tmpl, "auto") == 0 ? qrl_tokenizer_chat_template_name(tok) : tmpl;
-            if (qrl_chat_template_apply(name, NULL, it[n].prompt, &text, &err) != QRL_OK)
-                qrl_die("%s:%zu: chat template: %s", path, lineno, err.msg);
-            add_bos = strcmp(name, "plain") == 0;
-        } else {
-            text = strdup(it[n].prompt);
-        }
-        if (!text || !it[n].prompt || !it[n].answer) qrl_die("out of memory");
-        if (qrl_tokenizer_encode(tok, text, strlen(text), add_bos, !add_bos, &it[n].ids, &it[n].n_ids, &err) != QRL_OK)
-            qrl_die("%s:%zu: tokenizing the prompt: %s", path, lineno, err.msg);
-        free(text);
-        if (it[n].n_ids == 0 || (int)it[n].n_ids > max_prompt)
-            qrl_die("%s:%zu: prompt has %zu tokens (allowed 1..%d)", path, lineno, it[n].n_ids, max_prompt);
-        n++;
-    }
-    free(line);
-    fclose(f);
-    if (n == 0) qrl_die("%s: no prompts", path);
-    *out = it;
-    return n;
 }
 
 static double now_s(void) {
@@ -249,9 +192,14 @@ int main(int argc, char **argv) {
         qrl_kv_format_parse(S.kv_cache, &kvf, &err) != QRL_OK ||
         qrl_model_quantize(m, prec, &err) != QRL_OK)
         qrl_die_err(&err);
-    item *items;
-    size_t n = load_items(ds, S.prompt_field, S.answer_field, S.chat_template, tok,
-                          m->cfg.max_seq_len - 1, (size_t)S.n, &items);
+    /* the first --n prompts, rendered and tokenized as the learner's dispatcher does */
+    qrl_prompt_set ps;
+    qrl_prompts_opts po = {.prompt_field = S.prompt_field, .answer_field = S.answer_field,
+                           .chat_template = S.chat_template, .tok = tok,
+                           .max_tokens = (size_t)m->cfg.max_seq_len - 1, .limit = (size_t)S.n};
+    if (qrl_prompts_load(ds, &po, &ps, &err) != QRL_OK) qrl_die_err(&err);
+    const qrl_prompt *items = ps.items;
+    size_t n = ps.n;
 
     tally t = {.k = k, .n = (int)n, .greedy = greedy, .items = items,
                .show = S.show};
@@ -354,8 +302,8 @@ int main(int argc, char **argv) {
     free(line);
     json_decref(j);
     qrl_scheduler_free(s);
-    for (size_t i = 0; i < n; i++) free(items[i].prompt), free(items[i].answer), free(items[i].ids);
-    free(items), free(t.sum), free(t.hits), free(t.greedy_r);
+    qrl_prompts_free(&ps);
+    free(t.sum), free(t.hits), free(t.greedy_r);
     qrl_tokenizer_free(tok);
     qrl_model_free(m);
     qrl_config_destroy(cfg);
