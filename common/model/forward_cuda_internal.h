@@ -75,7 +75,7 @@ struct qrl_cuda_forward {
     long graph_captures, graph_replays;
     cudaStream_t stream;
     qrl_cuda_gemm *gemm;
-    uint16_t *warena;               /* every weight, BF16 (qproj: all but the projections) */
+    uint16_t *warena;               /* every weight, BF16 (not PROJ_BF16: all but the projections) */
     size_t warena_elems;
     const cuda_precision *prec;     /* the weight precision's row */
     bool fuse_q;                    /* PROJ_W8A8: the norms and SwiGLU write xq/sx (off with
