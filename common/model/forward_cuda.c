@@ -36,16 +36,14 @@ size_t qrl_cuda_forward_weight_bytes(const qrl_cuda_forward *f) {
 }
 
 qrl_precision qrl_cuda_forward_precision(const qrl_cuda_forward *f) {
-    if (f->fp4) return f->mx ? QRL_PRECISION_W4A16_MXFP4 : QRL_PRECISION_W4A16_NVFP4;
-    if (!f->w8a8) return QRL_PRECISION_BF16;
-    return f->fp8 ? QRL_PRECISION_W8A8_FP8 : QRL_PRECISION_W8A8_INT8;
+    return f->prec->runs_as;
 }
 
 static qrl_status reserve(qrl_cuda_forward *f, int seq, int n, qrl_error *err);
 
 /* The padding rows' sequence: one block at position 0 and fp8 head scales of 1 (never
  * calibrated: its K/V are never read by a caller's row). */
-static qrl_status pad_seq_init(qrl_cuda_forward *f, qrl_error *err) {
+qrl_status qrl_cuda_forward_pad_seq_init(qrl_cuda_forward *f, qrl_error *err) {
     int p = f->pad_seq, KVH = f->cfg.n_kv_heads;
     f->seq_used[p] = 1;
     f->fp8_ready[p] = 1;
@@ -73,280 +71,6 @@ static void graphs_drop(qrl_cuda_forward *f) {
 void qrl_cuda_forward_graph_stats(const qrl_cuda_forward *f, long *captures, long *replays) {
     *captures = f->graph_captures;
     *replays = f->graph_replays;
-}
-
-qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forward_desc *d,
-                                qrl_cuda_forward **out, qrl_error *err) {
-    *out = NULL;
-    if (d->max_rows <= 0 || d->max_ctx <= 0 || d->block_size <= 0 || d->n_blocks <= 0 ||
-        d->max_seqs <= 0)
-        return qrl_error_set(err, QRL_STATUS_OUT_OF_RANGE,
-                             "cuda forward: max_rows=%d max_ctx=%d block_size=%d n_blocks=%d "
-                             "max_seqs=%d must be > 0",
-                             d->max_rows, d->max_ctx, d->block_size, d->n_blocks, d->max_seqs);
-    int hd = cfg->head_dim;
-    if ((hd != 8 && hd != 16 && hd != 32 && hd != 64 && hd != 128 && hd != 256) ||
-        cfg->n_heads / cfg->n_kv_heads > 8)
-        return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
-                             "cuda forward: head_dim %d / %d q heads per kv head (supported: "
-                             "8..256 powers of two, <= 8)", hd, cfg->n_heads / cfg->n_kv_heads);
-    bool fp8 = d->precision == QRL_PRECISION_W8A8_FP8,
-         w8a8 = fp8 || d->precision == QRL_PRECISION_W8A8_INT8; /* one byte per code */
-    bool mx = d->precision == QRL_PRECISION_W4A16_MXFP4,
-         fp4 = mx || d->precision == QRL_PRECISION_W4A16_NVFP4, qproj = w8a8 || fp4;
-    if (!qproj && d->precision != QRL_PRECISION_F32 && d->precision != QRL_PRECISION_BF16)
-        return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
-                             "cuda forward: weight precision '%s' (supported: f32 as bf16, bf16, "
-                             "w8a8-int8, w8a8-fp8, w4a16-nvfp4, w4a16-mxfp4)",
-                             qrl_precision_name(d->precision));
-    qrl_cuda_forward *f = calloc(1, sizeof *f);
-    if (!f) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: out of memory");
-    f->w8a8 = w8a8;
-    f->fp8 = fp8;
-    const char *unfused = getenv("QRL_W8A8_UNFUSED");
-    f->fuse_q = w8a8 && !(unfused && !strcmp(unfused, "1"));
-    f->fp4 = fp4;
-    f->mx = mx;
-    f->qproj = qproj;
-    qrl_status st = QRL_OK;
-    f->cfg = *cfg;
-    f->d = *d;
-    if (f->d.max_ctx > cfg->max_seq_len) f->d.max_ctx = cfg->max_seq_len;
-    f->max_blocks = (f->d.max_ctx + d->block_size - 1) / d->block_size;
-    f->slots = d->max_seqs + 1;
-    f->pool_blocks = d->n_blocks + 1;
-    f->pad_seq = d->max_seqs;
-    f->graphs_off = d->eager;
-    size_t D = cfg->dim, F = cfg->hidden_dim, V = cfg->vocab_size, L = cfg->n_layers,
-           Q = (size_t)cfg->n_heads * hd, KV = (size_t)cfg->n_kv_heads * hd, R = d->max_rows;
-    size_t W = Q + 2 * KV;
-    size_t per_layer = 2 * D + (cfg->qk_norm ? 2 * (size_t)hd : 0);
-    if (!qproj)
-        per_layer += W * D + (cfg->qkv_bias ? W : 0) + D * Q + (cfg->o_bias ? D : 0) + 2 * F * D +
-                     D * F;
-    /* w8a8: codes, scales and F32 biases per layer, then activation codes and the split-K
-     * workspace of the largest shape any batch up to max_rows runs */
-    int q_rows[4], q_ins[4];
-    qlin_shapes(cfg, q_rows, q_ins);
-    size_t max_ld = 0;
-    if (w8a8) {
-        for (size_t l = 0; l < L; l++)
-            for (int i = 0; i < 4; i++) {
-                size_t codes = (size_t)q_rows[i] * qrl_cuda_w8a8_ld(q_ins[i]);
-                f->qarena_bytes += up256(codes) + up256((size_t)q_rows[i] * 4);
-                f->qweight_bytes += codes + (size_t)q_rows[i] * 4;
-                bool b = (i == 0 && cfg->qkv_bias) || (i == 1 && cfg->o_bias);
-                if (b) f->qarena_bytes += up256((size_t)q_rows[i] * 4);
-                if ((size_t)qrl_cuda_w8a8_ld(q_ins[i]) > max_ld) max_ld = qrl_cuda_w8a8_ld(q_ins[i]);
-            }
-        for (int i = 0; i < 4; i++)
-            for (int t = 1; t <= (int)R; t++)
-                f->gwork_floats = max_sz(f->gwork_floats,
-                                         qrl_cuda_w8a8_work_floats(t, q_rows[i], qrl_cuda_w8a8_ld(q_ins[i])));
-        f->qarena_bytes += up256(R * max_ld) + up256(R * 4) + up256(f->gwork_floats * 4);
-    }
-    /* w4a16: codes, block scales, row scales and F32 biases per layer; above 64 rows the
-     * prefill GEMMs decode one projection at a time into a BF16 scratch */
-    if (fp4) {
-        for (size_t l = 0; l < L; l++)
-            for (int i = 0; i < 4; i++) {
-                size_t codes = (size_t)q_rows[i] * qrl_cuda_fp4_code_bytes(q_ins[i]),
-                       bs = (size_t)q_rows[i] * qrl_cuda_fp4_scale_bytes(q_ins[i], mx);
-                f->qarena_bytes += up256(codes) + up256(bs) + up256((size_t)q_rows[i] * 4);
-                f->qweight_bytes += codes + bs + (size_t)q_rows[i] * 4;
-                bool b = (i == 0 && cfg->qkv_bias) || (i == 1 && cfg->o_bias);
-                if (b) f->qarena_bytes += up256((size_t)q_rows[i] * 4);
-            }
-        if (R > 64)
-            for (int i = 0; i < 4; i++)
-                f->fp4_work_elems = max_sz(f->fp4_work_elems, (size_t)q_rows[i] * q_ins[i]);
-        f->qarena_bytes += up256(f->fp4_work_elems * 2);
-    }
-    f->warena_elems = V * D + D + (cfg->tie_embeddings ? 0 : V * D) + L * per_layer;
-    if (f->d.kv_format == QRL_KV_FORMAT_F32) f->d.kv_format = QRL_KV_FORMAT_BF16;
-    int fmt = f->d.kv_format;
-    f->quant = fmt != QRL_KV_FORMAT_BF16;
-    if (f->quant && qrl_cuda_kvq_code_bytes(fmt, hd) == 0) {
-        free(f);
-        return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
-                             "cuda forward: kv format '%s' (supported: bf16, fp8, int8, int4, "
-                             "int4-protected)", qrl_kv_format_name(d->kv_format));
-    }
-    if (fmt == QRL_KV_FORMAT_INT4_PROTECTED &&
-        (d->protected_sink < 0 || d->protected_recent < 0 || d->protected_sink > f->d.max_ctx ||
-         d->protected_recent > f->d.max_ctx)) {
-        int mc = f->d.max_ctx;
-        free(f);
-        return qrl_error_set(err, QRL_STATUS_OUT_OF_RANGE,
-                             "cuda forward: int4-protected sink=%d and recent=%d must be in [0, %d]",
-                             d->protected_sink, d->protected_recent, mc);
-    }
-    if (fmt != QRL_KV_FORMAT_INT4_PROTECTED) f->d.protected_sink = f->d.protected_recent = 0;
-    f->kv_layer_elems = (size_t)f->pool_blocks * d->block_size * KV;
-    f->work_floats = qrl_cuda_attention_work_floats((int)R, cfg->n_heads, hd, f->d.max_ctx);
-    /* quantized pool per layer: K and V codes, F32 fields, fp8 scales, side cache */
-    size_t recs = (size_t)f->pool_blocks * d->block_size * cfg->n_kv_heads;
-    int ring = f->d.protected_recent > 0 ? f->d.protected_recent + QRL_CUDA_KV_RING_SLACK : 0;
-    size_t side_recs = (size_t)f->slots * (f->d.protected_sink + ring) * cfg->n_kv_heads;
-    size_t q_layer = 0;
-    if (f->quant) {
-        size_t cb = (size_t)qrl_cuda_kvq_code_bytes(fmt, hd), sf = qrl_cuda_kvq_scale_floats(fmt, hd);
-        q_layer = 2 * (up256(recs * cb) + up256(recs * sf * 4)) +
-                  up256((size_t)f->slots * cfg->n_kv_heads * 2 * 4) +
-                  2 * (up256(side_recs * hd) + up256(side_recs * 4));
-        size_t wq = qrl_cuda_attention_q_work_floats((int)R, cfg->n_heads, hd, f->d.max_ctx);
-        if (wq > f->work_floats) f->work_floats = wq;
-    }
-    f->kv_pool_bytes = f->quant ? L * q_layer : L * 2 * f->kv_layer_elems * 2;
-    size_t act_floats = R * D + R * max_sz(max_sz(W, 2 * F), D) + R * Q + R * V + f->work_floats +
-                        R + R * 2 * KV;
-    size_t act_bf16 = R * max_sz(D, F) + R * Q;
-    size_t half = hd / 2;
-
-    f->layers = calloc(L, sizeof *f->layers);
-    f->h_tables = malloc((size_t)f->slots * f->max_blocks * sizeof(int32_t));
-    f->h_meta = malloc(6 * R * sizeof(int32_t));
-    f->fp8_ready = calloc(f->slots, 1);
-    f->kvq = calloc(L, sizeof *f->kvq);
-    f->seq_len = calloc(f->slots, sizeof(int32_t));
-    f->seq_blocks = calloc(f->slots, sizeof(int32_t));
-    f->seq_used = calloc(f->slots, 1);
-    f->free_blocks = malloc((size_t)f->pool_blocks * sizeof(int32_t));
-    f->h_sreq = malloc(R * (sizeof *f->h_sreq + sizeof *f->h_sout));
-    if (!f->layers || !f->h_tables || !f->h_meta || !f->seq_len || !f->seq_blocks ||
-        !f->seq_used || !f->free_blocks || !f->fp8_ready || !f->kvq || !f->h_sreq) {
-        st = qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: out of host memory");
-        goto fail;
-    }
-    memset(f->h_tables, 0, (size_t)f->slots * f->max_blocks * sizeof(int32_t));
-    for (int i = 0; i < f->pool_blocks; i++) f->free_blocks[i] = f->pool_blocks - 1 - i;
-    f->n_free = f->pool_blocks;
-
-    QRL_TRY_GOTO(cuda_st(cudaStreamCreateWithFlags(&f->stream, cudaStreamNonBlocking),
-                         "stream", err), fail);
-    QRL_TRY_GOTO(qrl_cuda_gemm_new(&f->gemm, err), fail);
-    struct { void **p; size_t bytes; const char *what; } allocs[] = {
-        {(void **)&f->warena, f->warena_elems * 2, "weights"},
-        {(void **)&f->kv, f->kv_pool_bytes, "kv pool"},
-        {(void **)&f->cos_tab, 2 * (size_t)f->d.max_ctx * half * 4, "rope tables"},
-        {(void **)&f->d_tables, (size_t)f->slots * f->max_blocks * 4, "block tables"},
-        {(void **)&f->d_meta, 7 * R * 4, "row metadata"},
-        {(void **)&f->x, act_floats * 4, "activations"},
-        {(void **)&f->xb, act_bf16 * 2, "bf16 activations"},
-        {(void **)&f->qarena, f->qarena_bytes, "quantized weights"},
-        {(void **)&f->d_sreq, R * (sizeof *f->d_sreq + sizeof *f->d_sout), "sampler rows"},
-    };
-    for (size_t i = 0; i < sizeof allocs / sizeof *allocs; i++) {
-        if (allocs[i].bytes == 0) continue;
-        cudaError_t e = cudaMalloc(allocs[i].p, allocs[i].bytes);
-        if (e != cudaSuccess) {
-            st = qrl_error_set(err, QRL_STATUS_CUDA, "cuda forward: cannot allocate %zu MiB for %s: %s",
-                               allocs[i].bytes >> 20, allocs[i].what, cudaGetErrorString(e));
-            goto fail;
-        }
-    }
-    f->sin_tab = f->cos_tab + (size_t)f->d.max_ctx * half;
-    f->d_tok = f->d_meta + 3 * R;
-    f->proj = f->x + R * D;
-    f->q = f->proj + R * max_sz(max_sz(W, 2 * F), D);
-    f->logits = f->q + R * Q;
-    f->work = f->logits + R * V;
-    f->d_lp = f->work + f->work_floats;
-    f->kvf = f->d_lp + R;
-    f->d_runs = f->d_meta + 4 * R;
-    f->d_sout = (qrl_cuda_sample_out *)(f->d_sreq + R);
-    f->h_sout = (qrl_cuda_sample_out *)(f->h_sreq + R);
-    if (f->quant) { /* carve the quantized arena, layer by layer */
-        unsigned char *qp = (unsigned char *)f->kv;
-        size_t cb = (size_t)qrl_cuda_kvq_code_bytes(fmt, hd), sf = qrl_cuda_kvq_scale_floats(fmt, hd);
-        for (size_t l = 0; l < L; l++) {
-            qrl_cuda_kvq_layer *c = &f->kvq[l];
-            c->format = fmt;
-            for (int w = 0; w < 2; w++) {
-                c->codes[w] = qp; qp += up256(recs * cb);
-                c->scales[w] = sf ? (float *)qp : NULL; qp += up256(recs * sf * 4);
-            }
-            c->fp8_scale = (float *)qp; qp += up256((size_t)f->slots * cfg->n_kv_heads * 2 * 4);
-            for (int w = 0; w < 2; w++) {
-                c->side_codes[w] = (int8_t *)qp; qp += up256(side_recs * hd);
-                c->side_scales[w] = (float *)qp; qp += up256(side_recs * 4);
-            }
-            c->sink = f->d.protected_sink;
-            c->recent = f->d.protected_recent;
-            c->ring = ring;
-            c->block_tables = f->d_tables;
-            c->max_blocks_per_seq = f->max_blocks;
-            c->block_size = d->block_size;
-            c->n_kv_heads = cfg->n_kv_heads;
-            c->head_dim = hd;
-        }
-        QRL_CHECK((size_t)(qp - (unsigned char *)f->kv) <= f->kv_pool_bytes);
-    }
-    f->att = f->xb + R * max_sz(D, F);
-    QRL_TRY_GOTO(cuda_st(cudaMemsetAsync(f->d_tables, 0, (size_t)f->slots * f->max_blocks * 4,
-                                         f->stream), "memset", err), fail);
-    QRL_TRY_GOTO(pad_seq_init(f, err), fail);
-    /* Carve the weight arena (the order upload and init_random fill). */
-    uint16_t *p = f->warena;
-    f->embed = p; p += V * D;
-    f->final_norm = p; p += D;
-    f->lm_head = f->embed;
-    if (!cfg->tie_embeddings) { f->lm_head = p; p += V * D; }
-    for (size_t l = 0; l < L; l++) {
-        layer_dev *w = &f->layers[l];
-        w->attn_norm = p; p += D;
-        w->ffn_norm = p; p += D;
-        if (cfg->qk_norm) { w->q_norm = p; p += hd; w->k_norm = p; p += hd; }
-        if (qproj) continue;
-        w->wqkv = p; p += W * D;
-        if (cfg->qkv_bias) { w->bqkv = p; p += W; }
-        w->wo = p; p += D * Q;
-        if (cfg->o_bias) { w->bo = p; p += D; }
-        w->wgu = p; p += 2 * F * D;
-        w->wdown = p; p += D * F;
-    }
-    QRL_CHECK((size_t)(p - f->warena) == f->warena_elems);
-    if (w8a8) {
-        unsigned char *qp = f->qarena;
-        for (size_t l = 0; l < L; l++) {
-            qlin_dev *ql[4] = {&f->layers[l].qkv, &f->layers[l].o, &f->layers[l].gu,
-                               &f->layers[l].down};
-            for (int i = 0; i < 4; i++) {
-                ql[i]->codes = qp; qp += up256((size_t)q_rows[i] * qrl_cuda_w8a8_ld(q_ins[i]));
-                ql[i]->scales = (float *)qp; qp += up256((size_t)q_rows[i] * 4);
-                if ((i == 0 && cfg->qkv_bias) || (i == 1 && cfg->o_bias)) {
-                    ql[i]->bias = (float *)qp; qp += up256((size_t)q_rows[i] * 4);
-                }
-            }
-        }
-        f->xq = qp; qp += up256(R * max_ld);
-        f->sx = (float *)qp; qp += up256(R * 4);
-        f->gwork = (float *)qp; qp += up256(f->gwork_floats * 4);
-        QRL_CHECK((size_t)(qp - f->qarena) == f->qarena_bytes);
-    }
-    if (fp4) {
-        unsigned char *qp = f->qarena;
-        for (size_t l = 0; l < L; l++) {
-            qlin_dev *ql[4] = {&f->layers[l].qkv, &f->layers[l].o, &f->layers[l].gu,
-                               &f->layers[l].down};
-            for (int i = 0; i < 4; i++) {
-                ql[i]->codes = qp; qp += up256((size_t)q_rows[i] * qrl_cuda_fp4_code_bytes(q_ins[i]));
-                ql[i]->bscales = qp; qp += up256((size_t)q_rows[i] * qrl_cuda_fp4_scale_bytes(q_ins[i], mx));
-                ql[i]->scales = (float *)qp; qp += up256((size_t)q_rows[i] * 4);
-                if ((i == 0 && cfg->qkv_bias) || (i == 1 && cfg->o_bias)) {
-                    ql[i]->bias = (float *)qp; qp += up256((size_t)q_rows[i] * 4);
-                }
-            }
-        }
-        if (f->fp4_work_elems) f->fp4_work = (uint16_t *)qp;
-        qp += up256(f->fp4_work_elems * 2);
-        QRL_CHECK((size_t)(qp - f->qarena) == f->qarena_bytes);
-    }
-    *out = f;
-    return QRL_OK;
-fail:
-    qrl_cuda_forward_free(f);
-    return st;
 }
 
 void qrl_cuda_forward_free(qrl_cuda_forward *f) {
@@ -448,23 +172,23 @@ qrl_status qrl_cuda_forward_seq_set_len_unwritten(qrl_cuda_forward *f, int seq, 
  * are already in f->xq / f->sx (written by the norm or SwiGLU, act_q) and x is unused. */
 static qrl_status project(qrl_cuda_forward *f, float *y, const uint16_t *x, const uint16_t *w,
                           const qlin_dev *q, int n, int k, int m, bool xq_ready, qrl_error *err) {
-    if (f->fp4) {
+    if (f->prec->proj == PROJ_FP4) {
         qrl_cuda_fp4_gemm_args a = {.y = y, .x = x, .codes = q->codes, .scales = q->bscales,
                                     .row_scale = q->scales, .bias = q->bias, .T = n, .N = m,
-                                    .K = k, .mx = f->mx, .kernel = QRL_CUDA_FP4_AUTO,
+                                    .K = k, .mx = f->prec->mx, .kernel = QRL_CUDA_FP4_AUTO,
                                     .work = f->fp4_work, .work_elems = f->fp4_work_elems,
                                     .blas = f->gemm};
         return qrl_cuda_fp4_gemm(&a, f->stream, err);
     }
-    if (!f->w8a8) return qrl_cuda_gemm_bf16(f->gemm, y, x, w, n, k, m, f->stream, err);
+    if (f->prec->proj == PROJ_BF16) return qrl_cuda_gemm_bf16(f->gemm, y, x, w, n, k, m, f->stream, err);
     int ld = qrl_cuda_w8a8_ld(k);
-    if (!xq_ready && f->fp8)
+    if (!xq_ready && f->prec->fp8)
         QRL_TRY(qrl_cuda_fp8_quantize_rows(f->xq, f->sx, x, 1, n, k, ld, f->stream, err));
     else if (!xq_ready)
         QRL_TRY(qrl_cuda_int8_quantize_rows((int8_t *)f->xq, f->sx, x, 1, n, k, ld, f->stream, err));
     qrl_cuda_w8a8_gemm_args a = {.y = y, .xq = f->xq, .sx = f->sx, .wq = q->codes,
                                  .sw = q->scales, .bias = q->bias, .T = n, .N = m, .ld = ld,
-                                 .fp8 = f->fp8, .kernel = QRL_CUDA_W8A8_AUTO, .work = f->gwork,
+                                 .fp8 = f->prec->fp8, .kernel = QRL_CUDA_W8A8_AUTO, .work = f->gwork,
                                  .work_floats = f->gwork_floats, .blas = f->gemm};
     return qrl_cuda_w8a8_gemm(&a, f->stream, err);
 }
@@ -472,7 +196,7 @@ static qrl_status project(qrl_cuda_forward *f, float *y, const uint16_t *x, cons
 /* Where the norm or SwiGLU before a projection of k inputs writes its codes when the w8a8
  * quantization is fused (f->fuse_q; project's xq_ready). */
 static qrl_cuda_w8a8_act act_q(const qrl_cuda_forward *f, int k) {
-    return (qrl_cuda_w8a8_act){.q = f->xq, .scales = f->sx, .ld = qrl_cuda_w8a8_ld(k), .fp8 = f->fp8};
+    return (qrl_cuda_w8a8_act){.q = f->xq, .scales = f->sx, .ld = qrl_cuda_w8a8_ld(k), .fp8 = f->prec->fp8};
 }
 
 /* Upload the metadata of n rows described by h_meta (tokens, seqs, positions at [0, R),

@@ -36,6 +36,22 @@ typedef struct layer_dev {
     qlin_dev qkv, o, gu, down; /* w8a8, w4a16 (the BF16 projections and biases are NULL) */
 } layer_dev;
 
+/* The projection path of a weight precision (project() in forward_cuda.c): the BF16 GEMM
+ * on warena's weights; the W8A8 GEMM on qarena's codes, the activations quantized per
+ * token into xq / sx (fused into the norms and SwiGLU unless the w8a8_unfused tuning knob
+ * says otherwise) with a split-K workspace (gwork); or the FP4 GEMM on qarena's codes
+ * with BF16 activations and, above 64 rows, a BF16 scratch for one projection (fp4_work). */
+typedef enum proj_path { PROJ_BF16, PROJ_W8A8, PROJ_FP4 } proj_path;
+
+/* How a weight precision runs on the device: one row per precision (forward_cuda_new.c). */
+typedef struct cuda_precision {
+    qrl_precision precision;        /* as the descriptor asks */
+    qrl_precision runs_as;          /* what runs (f32 weights run as bf16) */
+    proj_path proj;
+    bool fp8;                       /* PROJ_W8A8: E4M3 codes and activations (else INT8) */
+    bool mx;                        /* PROJ_FP4: MXFP4 block scales (else NVFP4) */
+} cuda_precision;
+
 /* One captured decode step (CUDA graph), for a padded row count and a context bucket. */
 typedef struct graph_slot {
     int rows, len;                  /* rows = 0: empty */
@@ -59,13 +75,11 @@ struct qrl_cuda_forward {
     long graph_captures, graph_replays;
     cudaStream_t stream;
     qrl_cuda_gemm *gemm;
-    uint16_t *warena;               /* every weight, BF16 (qproj: all but the projections) */
+    uint16_t *warena;               /* every weight, BF16 (not PROJ_BF16: all but the projections) */
     size_t warena_elems;
-    bool w8a8, fp8;                 /* w8a8-int8 or w8a8-fp8 projections (qarena) */
-    bool fuse_q;                    /* w8a8: the norms and SwiGLU write xq/sx (off with
-                                     * QRL_W8A8_UNFUSED=1: separate quantization, A/B) */
-    bool fp4, mx;                   /* w4a16-nvfp4 or w4a16-mxfp4 projections (qarena) */
-    bool qproj;                     /* w8a8 || fp4: projections in qarena */
+    const cuda_precision *prec;     /* the weight precision's row */
+    bool fuse_q;                    /* PROJ_W8A8: the norms and SwiGLU write xq/sx (off with
+                                     * the w8a8_unfused tuning knob: separate quantization, A/B) */
     uint16_t *fp4_work;             /* fp4 prefill (> 64 rows): one projection as BF16 */
     size_t fp4_work_elems;
     unsigned char *qarena;          /* codes, scales, F32 biases; activation codes; split-K */
@@ -120,6 +134,10 @@ static inline void qlin_shapes(const qrl_model_config *c, int rows[4], int ins[4
     rows[2] = 2 * F, ins[2] = D;
     rows[3] = D, ins[3] = F;
 }
+
+/* The padding rows' sequence (slot pad_seq, forward_cuda.c), once the arrays exist: its
+ * block and fp8 head scales of 1.  Errors: CUDA. */
+qrl_status qrl_cuda_forward_pad_seq_init(qrl_cuda_forward *f, qrl_error *err);
 
 #endif
 #endif

@@ -84,7 +84,7 @@ static qrl_status upload_qproj(qrl_cuda_forward *f, const qrl_model *m, qrl_erro
             {&g->down, 0, QRL_LINEAR_DOWN}};
         for (size_t i = 0; i < sizeof parts / sizeof *parts && st == QRL_OK; i++) {
             const qrl_linear *ql = qrl_model_linear(m, l, parts[i].slot);
-            st = f->fp4 ? put_fp4lin(parts[i].g, parts[i].row0, ql, f->mx, (float *)stage, err)
+            st = f->prec->proj == PROJ_FP4 ? put_fp4lin(parts[i].g, parts[i].row0, ql, f->prec->mx, (float *)stage, err)
                         : put_qlin(parts[i].g, parts[i].row0, ql, stage, err);
         }
     }
@@ -101,7 +101,7 @@ qrl_status qrl_cuda_forward_upload(qrl_cuda_forward *f, const qrl_model *m, qrl_
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "cuda forward upload: model config differs from the engine's");
     if (m->precision != qrl_cuda_forward_precision(f) &&
-        (f->qproj || qrl_precision_is_quantized(m->precision)))
+        (f->prec->proj != PROJ_BF16 || qrl_precision_is_quantized(m->precision)))
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "cuda forward upload: model precision '%s', engine runs '%s'",
                              qrl_precision_name(m->precision),
@@ -123,7 +123,7 @@ qrl_status qrl_cuda_forward_upload(qrl_cuda_forward *f, const qrl_model *m, qrl_
             QRL_TRY_GOTO(put(g->q_norm, w->q_norm, hd, stage, err), done);
             QRL_TRY_GOTO(put(g->k_norm, w->k_norm, hd, stage, err), done);
         }
-        if (f->qproj) continue;
+        if (f->prec->proj != PROJ_BF16) continue;
         QRL_TRY_GOTO(put(g->wqkv, w->wq, Q * D, stage, err), done);
         QRL_TRY_GOTO(put(g->wqkv + Q * D, w->wk, KV * D, stage, err), done);
         QRL_TRY_GOTO(put(g->wqkv + (Q + KV) * D, w->wv, KV * D, stage, err), done);
@@ -138,7 +138,7 @@ qrl_status qrl_cuda_forward_upload(qrl_cuda_forward *f, const qrl_model *m, qrl_
         QRL_TRY_GOTO(put(g->wgu + F * D, w->w_up, F * D, stage, err), done);
         QRL_TRY_GOTO(put(g->wdown, w->w_down, D * F, stage, err), done);
     }
-    if (f->qproj) QRL_TRY_GOTO(upload_qproj(f, m, err), done);
+    if (f->prec->proj != PROJ_BF16) QRL_TRY_GOTO(upload_qproj(f, m, err), done);
     st = rope_tables(f, m->rope_inv_freq, err);
 done:
     free(stage);
@@ -190,7 +190,7 @@ static qrl_status quant_rows(qrl_cuda_forward *f, const qlin_dev *g, int row0, c
     if (!src) return s->err->status;
     int ld = qrl_cuda_w8a8_ld(K);
     uint8_t *codes = g->codes + (size_t)row0 * ld;
-    QRL_TRY(f->fp8 ? qrl_cuda_fp8_quantize_rows(codes, g->scales + row0, src, 1, N, K, ld, f->stream, s->err)
+    QRL_TRY(f->prec->fp8 ? qrl_cuda_fp8_quantize_rows(codes, g->scales + row0, src, 1, N, K, ld, f->stream, s->err)
                    : qrl_cuda_int8_quantize_rows((int8_t *)codes, g->scales + row0, src, 1, N, K, ld, f->stream,
                                                  s->err));
     if (!g->bias || !b) return QRL_OK;
@@ -206,7 +206,7 @@ qrl_status qrl_cuda_forward_upload_stream(qrl_cuda_forward *f, const qrl_model *
         like->cfg.hidden_dim != c->hidden_dim)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "cuda forward upload_stream: model config differs from the engine's");
-    if (f->fp4)
+    if (f->prec->proj == PROJ_FP4)
         return qrl_error_set(err, QRL_STATUS_UNSUPPORTED, "cuda forward upload_stream: %s projections are "
                              "quantized on the host (qrl_cuda_forward_upload)",
                              qrl_precision_name(qrl_cuda_forward_precision(f)));
@@ -225,7 +225,7 @@ qrl_status qrl_cuda_forward_upload_stream(qrl_cuda_forward *f, const qrl_model *
             QRL_TRY(d2d(f, g->q_norm, &s, w->q_norm, hd));
             QRL_TRY(d2d(f, g->k_norm, &s, w->k_norm, hd));
         }
-        if (f->w8a8) { /* fused as upload_qproj: q|k|v rows, gate|up rows */
+        if (f->prec->proj == PROJ_W8A8) { /* fused as upload_qproj: q|k|v rows, gate|up rows */
             QRL_TRY(quant_rows(f, &g->qkv, 0, &s, w->wq, w->bq, (int)Q, (int)D));
             QRL_TRY(quant_rows(f, &g->qkv, (int)Q, &s, w->wk, w->bk, (int)KV, (int)D));
             QRL_TRY(quant_rows(f, &g->qkv, (int)(Q + KV), &s, w->wv, w->bv, (int)KV, (int)D));
@@ -264,8 +264,8 @@ static qrl_status random_qproj(qrl_cuda_forward *f, uint64_t seed, float std, qr
     for (int i = 0; i < 4; i++) smax = max_sz(smax, (size_t)rows[i]);
     float *h = malloc(smax * sizeof(float));
     if (!h) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda forward: projection scales");
-    float scale = f->fp4 ? std / sqrtf(68.5f / 8.0f)
-                         : std * sqrtf(3.0f) / (f->fp8 ? QRL_E4M3_MAX : 127.0f);
+    float scale = f->prec->proj == PROJ_FP4 ? std / sqrtf(68.5f / 8.0f)
+                         : std * sqrtf(3.0f) / (f->prec->fp8 ? QRL_E4M3_MAX : 127.0f);
     for (size_t i = 0; i < smax; i++) h[i] = scale;
     qrl_status st = QRL_OK;
     for (int l = 0; l < c->n_layers && st == QRL_OK; l++) {
@@ -273,13 +273,13 @@ static qrl_status random_qproj(qrl_cuda_forward *f, uint64_t seed, float std, qr
                                  &f->layers[l].down};
         for (int i = 0; i < 4 && st == QRL_OK; i++) {
             uint64_t sd = seed + 1000 + 4 * l + i;
-            size_t n = (size_t)rows[i] * (f->fp4 ? (size_t)qrl_cuda_fp4_code_bytes(ins[i])
+            size_t n = (size_t)rows[i] * (f->prec->proj == PROJ_FP4 ? (size_t)qrl_cuda_fp4_code_bytes(ins[i])
                                                  : (size_t)qrl_cuda_w8a8_ld(ins[i]));
-            st = f->fp8 ? qrl_cuda_fill_random_fp8(ql[i]->codes, n, sd, f->stream, err)
+            st = f->prec->fp8 ? qrl_cuda_fill_random_fp8(ql[i]->codes, n, sd, f->stream, err)
                         : qrl_cuda_fill_random_int8((int8_t *)ql[i]->codes, n, sd, f->stream, err);
-            if (st == QRL_OK && f->fp4)
-                st = cuda_st(cudaMemsetAsync(ql[i]->bscales, f->mx ? 127 : 0x38,
-                                             (size_t)rows[i] * qrl_cuda_fp4_scale_bytes(ins[i], f->mx),
+            if (st == QRL_OK && f->prec->proj == PROJ_FP4)
+                st = cuda_st(cudaMemsetAsync(ql[i]->bscales, f->prec->mx ? 127 : 0x38,
+                                             (size_t)rows[i] * qrl_cuda_fp4_scale_bytes(ins[i], f->prec->mx),
                                              f->stream), "fp4 block scales", err);
             /* on the stream: after the arena's memset above, which a legacy-stream copy could
              * overtake */
@@ -306,7 +306,7 @@ qrl_status qrl_cuda_forward_init_random(qrl_cuda_forward *f, uint64_t seed, qrl_
             QRL_TRY(qrl_cuda_fill_random_bf16(f->layers[l].q_norm, 2 * (size_t)c->head_dim,
                                               seed + 7 * l, 1.0f, 0.1f, f->stream, err));
     }
-    if (f->qproj) QRL_TRY(random_qproj(f, seed, std, err));
+    if (f->prec->proj != PROJ_BF16) QRL_TRY(random_qproj(f, seed, std, err));
     if (!f->quant) {
         QRL_TRY(qrl_cuda_fill_random_bf16(f->kv, (size_t)c->n_layers * 2 * f->kv_layer_elems,
                                           seed + 99, 0.0f, 1.0f, f->stream, err));

@@ -6,6 +6,7 @@
 
 #include <atomic>
 
+#include "base/tuning.h"
 #include "cuda/launch.cuh"
 #include "cuda/ptx.cuh"
 #include "cuda/splits.cuh"
@@ -332,7 +333,7 @@ static void launch_tc_st(const qrl_cuda_attention_args *a, dim3 grid, float sl2,
 template <int HD>
 static void launch_tc(const qrl_cuda_attention_args *a, dim3 grid, float sl2, int chunk, int ns,
                       int sh, cudaStream_t st) {
-    int stages = env_int("QRL_ATTN_STAGES", 2), v = env_int("QRL_ATTN_VARIANT", 1);
+    int stages = qrl_tuning_int(QRL_TUNING_ATTN_STAGES), v = qrl_tuning_int(QRL_TUNING_ATTN_VARIANT);
     if (stages == 3) {
         if (v == 0) launch_tc_st<HD, 3, 0>(a, grid, sl2, chunk, ns, sh, st);
         else if (v == 2) launch_tc_st<HD, 3, 2>(a, grid, sl2, chunk, ns, sh, st);
@@ -378,12 +379,9 @@ static void launch_hd(const qrl_cuda_attention_args *a, int gt, dim3 grid, float
     }
 }
 
-/* QRL_ATTN_LEGACY=1 selects the CUDA-core kernel for every head_dim (A/B timing; read on
- * each call so one benchmark process can time both). */
-static bool legacy_path(void) {
-    const char *e = getenv("QRL_ATTN_LEGACY");
-    return e && *e && *e != '0';
-}
+/* The attn_legacy tuning knob (QRL_ATTN_LEGACY=1) selects the CUDA-core kernel for every
+ * head_dim (A/B timing; read on each call so one benchmark process can time both). */
+static bool legacy_path(void) { return qrl_tuning_bool(QRL_TUNING_ATTN_LEGACY); }
 
 
 qrl_status qrl_cuda_attention(const qrl_cuda_attention_args *a, void *stream, qrl_error *err) {

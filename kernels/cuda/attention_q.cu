@@ -16,6 +16,7 @@
 
 #include "cuda/attention_q_dev.cuh"
 #include "cuda/splits.cuh"
+#include "base/tuning.h"
 #include "cuda/launch.cuh"
 
 /* Dequantize 8 consecutive elements [d0, d0 + 8) of one record. */
@@ -197,7 +198,7 @@ qrl_status qrl_cuda_attention_q(const qrl_cuda_kvq_layer *c, uint16_t *out, cons
         return qrl_error_set(err, QRL_STATUS_UNSUPPORTED, "attention: %d q heads per kv head (max 8)",
                              n_heads / c->n_kv_heads);
     bool prot = fmt == QRL_CUDA_KVQ_INT4_PROTECTED && c->sink + c->recent > 0;
-    bool tc = (hd == 64 || hd == 128) && !env_int("QRL_ATTN_LEGACY", 0);
+    bool tc = (hd == 64 || hd == 128) && !qrl_tuning_bool(QRL_TUNING_ATTN_LEGACY);
     int sh = -1;
     for (int k = 0; k < 31; k++) if (c->block_size == 1 << k) sh = k;
     int chunk, ns = tc_splits(max_len, (long)n * c->n_kv_heads, &chunk);

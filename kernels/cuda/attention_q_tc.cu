@@ -27,6 +27,7 @@
 #include <atomic>
 
 #include "cuda/attention_q_dev.cuh"
+#include "base/tuning.h"
 #include "cuda/launch.cuh"
 #include "cuda/ptx.cuh"
 
@@ -498,8 +499,7 @@ static void launch_hd(const qargs &a, int stages, int dq, dim3 grid, float sl2, 
  * 1.18x / 1.17x / 1.13x; 3 blocks per SM at 150-160 registers: no faster). */
 void qrl_attnq_tc_launch(const qargs &a, int fmt, int hd, dim3 grid, float sl2, int chunk, int ns,
                          int sh, int n_main, int prot_len, cudaStream_t st) {
-    const char *e = getenv("QRL_ATTNQ_STAGES"), *ed = getenv("QRL_ATTNQ_DEQ");
-    int stg = e && *e ? atoi(e) : 3, dq = ed && *ed ? atoi(ed) : 2;
+    int stg = qrl_tuning_int(QRL_TUNING_ATTNQ_STAGES), dq = qrl_tuning_int(QRL_TUNING_ATTNQ_DEQ);
     if (hd == 64) {
         if (fmt == F_INT8) launch_hd<64, F_INT8>(a, stg, dq, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
         else if (fmt == F_FP8) launch_hd<64, F_FP8>(a, stg, dq, grid, sl2, chunk, ns, sh, n_main, prot_len, st);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "cuda/gemm_bf16_skinny.cuh"
+#include "base/tuning.h"
 #include "cuda/launch.cuh"
 
 /* cuBLASLt descriptors and the heuristic's algorithm for one W8A8 shape and kind, made on
@@ -40,8 +41,8 @@ struct qrl_cuda_gemm {
 
 #define WS_BYTES (32u << 20) /* what cuBLAS documents for Hopper */
 #define SK_COUNTERS 4096
-/* AUTO takes the skinny kernel up to SKINNY_MAX_N rows, for weights of at most
- * SKINNY_MAX_MB MB whose grid has a block for every SM, and cuBLAS otherwise.  From
+/* AUTO takes the skinny kernel up to gemm_bf16_skinny_max_n rows (default 8), for weights of
+ * at most gemm_bf16_skinny_max_mb MB (default 24; the tuning knobs, base/tuning.h) whose grid has a block for every SM, and cuBLAS otherwise.  From
  * bench/gemm_bf16.c on an H200 (bench/results/gemm-bf16-h200.json, docs/performance.md):
  * the skinny kernel beats cuBLAS only on Qwen3-4B's o projection (2560 x 4096, 140 blocks)
  * at <= 16 rows (1.2-1.6x), loses elsewhere, and a grid smaller than the GPU (Qwen2.5-1.5B's
@@ -49,8 +50,6 @@ struct qrl_cuda_gemm {
  * a decode batch and the one the CUDA graph pads it to (1, 2, 4, 8k rows) take the same
  * kernel.  QRL_GEMM_BF16_SKINNY_MAX_N / _MAX_MB override the limits when a handle is made
  * (bench). */
-#define SKINNY_MAX_N 8
-#define SKINNY_MAX_MB 24.0
 
 /* cublasSetStream resets the workspace to cuBLAS's pool: set ours again after it. */
 static void set_stream(qrl_cuda_gemm *g, void *stream) {
@@ -88,11 +87,10 @@ qrl_status qrl_cuda_gemm_new(qrl_cuda_gemm **out, qrl_error *err) {
         qrl_cuda_gemm_free(g);
         return st;
     }
-    const char *ab = getenv("QRL_GEMM_BF16_CUBLAS"), *mn = getenv("QRL_GEMM_BF16_SKINNY_MAX_N"),
-               *mb = getenv("QRL_GEMM_BF16_SKINNY_MAX_MB");
-    g->bf16_kernel = ab && *ab && strcmp(ab, "0") ? QRL_CUDA_GEMM_BF16_CUBLAS : QRL_CUDA_GEMM_BF16_AUTO;
-    g->skinny_max_n = mn && *mn ? atoi(mn) : SKINNY_MAX_N;
-    g->skinny_max_bytes = (mb && *mb ? atof(mb) : SKINNY_MAX_MB) * 1e6;
+    g->bf16_kernel = qrl_tuning_bool(QRL_TUNING_GEMM_BF16_CUBLAS) ? QRL_CUDA_GEMM_BF16_CUBLAS
+                                                                  : QRL_CUDA_GEMM_BF16_AUTO;
+    g->skinny_max_n = qrl_tuning_int(QRL_TUNING_GEMM_BF16_SKINNY_MAX_N);
+    g->skinny_max_bytes = qrl_tuning_real(QRL_TUNING_GEMM_BF16_SKINNY_MAX_MB) * 1e6;
     int dev = 0;
     if (cudaGetDevice(&dev) != cudaSuccess ||
         cudaDeviceGetAttribute(&g->sms, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess)

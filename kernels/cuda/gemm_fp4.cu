@@ -9,6 +9,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "base/tuning.h"
 #include "cuda/launch.cuh"
 #include "cuda/ptx.cuh"
 
@@ -578,12 +579,9 @@ static cudaError_t run_splitk(const fp4_params &p, bool mx, int rw, int S, cudaS
     }
 }
 
-/* QRL_FP4_NO_SPLITK set (and not "0"): AUTO keeps the SKINNY kernel (A/B in bench/fp4.c);
- * read on every call so one process can measure both. */
-static bool no_splitk(void) {
-    const char *e = getenv("QRL_FP4_NO_SPLITK");
-    return e && *e && strcmp(e, "0") != 0;
-}
+/* The fp4_no_splitk tuning knob (QRL_FP4_NO_SPLITK=1): AUTO keeps the SKINNY kernel (A/B
+ * in bench/fp4.c); read on every call so one process can measure both. */
+static bool no_splitk(void) { return qrl_tuning_bool(QRL_TUNING_FP4_NO_SPLITK); }
 
 extern "C" qrl_status qrl_cuda_fp4_dequantize(uint16_t *w, const uint8_t *codes,
                                               const uint8_t *scales, int N, int K, bool mx,

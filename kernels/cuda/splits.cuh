@@ -1,21 +1,17 @@
 /* Internal to the kernels/cuda sources (C++ only): how the flash-decoding attentions
  * (attention.cu BF16, attention_q.cu quantized) split each row's positions into chunks,
- * one thread block per chunk, and the environment knobs they read for A/B timing.
+ * one thread block per chunk, and the tuning knobs they read for A/B timing (base/tuning.h).
  * Chunks are whole multiples of TILE_MIN positions. */
 #ifndef QRL_CUDA_SPLITS_CUH
 #define QRL_CUDA_SPLITS_CUH
 
 #include <cuda_runtime.h>
-#include <stdlib.h>
+
+#include "base/tuning.h"
 
 #ifndef TILE_MIN
 #define TILE_MIN 64 /* chunk granularity in positions */
 #endif
-
-static inline int env_int(const char *name, int dflt) {
-    const char *e = getenv(name);
-    return e && *e ? atoi(e) : dflt;
-}
 
 static inline int sm_count(void) {
     static int n = 0;
@@ -40,13 +36,13 @@ static inline int tc_splits(int max_len, long rows, int *chunk_out) {
     long max_splits = (max_len + TILE_MIN - 1) / TILE_MIN;
     int ns = (int)(want < 1 ? 1 : want > max_splits ? max_splits : want);
     int chunk = round_tile((max_len + ns - 1) / ns);
-    int cmin = env_int("QRL_ATTN_CHUNK_MIN", 512);
+    int cmin = qrl_tuning_int(QRL_TUNING_ATTN_CHUNK_MIN);
     if (rows >= sm_count() && chunk < cmin) {
         ns = max_len / cmin > 1 ? max_len / cmin : 1;
         chunk = round_tile((max_len + ns - 1) / ns);
     }
     ns = (max_len + chunk - 1) / chunk;
-    if (env_int("QRL_ATTN_WAVEFIT", 0) && rows * ns >= res) {
+    if (qrl_tuning_bool(QRL_TUNING_ATTN_WAVEFIT) && rows * ns >= res) {
         double best = 0.0;
         for (int k = ns; k <= 2 * ns && k <= max_splits; k++) {
             int c = round_tile((max_len + k - 1) / k);

@@ -28,6 +28,7 @@
 #include <math.h>
 #include <stdlib.h>
 
+#include "base/tuning.h"
 #include "cuda/launch.cuh"
 #include "cuda/ptx.cuh"
 
@@ -554,10 +555,10 @@ static qrl_status check_align(const char *what, const void *const *p, int n, qrl
     return QRL_OK;
 }
 
-/* QRL_TRAIN_ATTN_SIMPLE=1 forces the CUDA-core path for every head_dim (A/B checks). */
+/* The train_attn_simple tuning knob (QRL_TRAIN_ATTN_SIMPLE=1) forces the CUDA-core path
+ * for every head_dim (A/B checks). */
 static bool use_tc(int hd) {
-    const char *e = getenv("QRL_TRAIN_ATTN_SIMPLE");
-    return (hd == 64 || hd == 128) && !(e && *e && *e != '0');
+    return (hd == 64 || hd == 128) && !qrl_tuning_bool(QRL_TUNING_TRAIN_ATTN_SIMPLE);
 }
 
 template <typename K>

@@ -13,6 +13,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "base/tuning.h"
 #include "core/config.h"
 #include "core/log.h"
 #include "core/program.h"
@@ -50,6 +51,9 @@ static const qrl_config_entry CONFIG[] = {
     QRL_CFG_BOOL("rollout.enforce_eager", S_, enforce_eager, "false", false,
                  "rollout.device cuda: launch each decode step's kernels one by one instead of replaying "
                  "CUDA graphs (as vLLM's enforce_eager)"),
+    QRL_CFG_STRING("rollout.cuda_tuning", S_, cuda_tuning, "", false,
+                   "rollout.device cuda: kernel tuning knobs, name=value,... (docs/tuning.md); they win over "
+                   "the QRL_* environment variables of the same knobs (\"\" = none)"),
     QRL_CFG_INT("rollout.drain_timeout_ms", S_, drain_timeout_ms, "0", 0, 86400000, false,
                 "SIGTERM / learner SHUTDOWN drain: abort in-flight groups after this long (0 = wait for them)"),
     QRL_CFG_INT("rollout.kv_sink", S_, kv_sink, "16", 0, 1 << 20, false,
@@ -149,6 +153,7 @@ int main(int argc, char **argv) {
         if (qrl_config_apply(cfg, "rollout.replica_id", idbuf, "default", &err) != QRL_OK) qrl_die_err(&err);
     }
     qrl_config_log(cfg, "rollout");
+    if (qrl_tuning_apply(S.cuda_tuning, &err) != QRL_OK) qrl_die_err(&err); /* before any kernel */
 
     if (S.threads > 0) omp_set_num_threads(S.threads);
     qrl_kv_format kvf;

@@ -39,6 +39,7 @@ typedef struct rd_settings {
     int cuda_device;
     double gpu_memory_utilization;
     bool enforce_eager;
+    const char *cuda_tuning;               /* "name=value,..." (base/tuning.h), applied by main */
     int drain_timeout_ms;
     int kv_sink, kv_recent;
     int nccl_device, nccl_timeout_ms;
