@@ -179,6 +179,10 @@ void ld_dispatch_redispatch_stale(ld_core *c) {
 
 void ld_dispatch_fill(ld_core *c) {
     if (c->paused || c->stopping || c->finished) return;
+    /* alternate mode is on-policy: the next quota goes out once its version is published
+     * (update.c's finish), so no replica can start it on the old weights before the PAUSE
+     * event reaches it (prompts travel by Kafka, the event by the WatchVersions stream) */
+    if (ld_dispatch_alternate(c) && c->training) return;
     uint64_t total_cap = c->max_updates ? c->max_updates * c->T : UINT64_MAX;
     while (D.in_flight < ld_dispatch_window(c) && D.next_id - 1 < total_cap) dispatch_one(c);
 }

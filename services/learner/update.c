@@ -41,9 +41,9 @@ void ld_update_try(ld_core *c) {
     j->version = c->version + 1;
     ld_trainer_submit(&c->trainer, j);
     /* alternate mode (SPEC §4.6): replicas decode nothing while the update runs; the next
-     * quota's prompts wait at the replicas for the new version */
+     * quota is dispatched once the new version is published (ld_dispatch_fill) */
     if (ld_dispatch_alternate(c)) ld_control_announce(c, QRL__VERSION_EVENT_KIND__VERSION_EVENT_KIND_PAUSE);
-    ld_dispatch_fill(c); /* the quota left the window: refill it */
+    ld_dispatch_fill(c); /* the quota left the window: refill it (overlap mode) */
 }
 
 static void write_metrics(const ld_core *c, const ld_job *j, const ld_buffered *b) {
@@ -118,6 +118,7 @@ ld_update_next ld_update_finish(ld_core *c, ld_job *j) {
     U.training = NULL;
     U.n_training = 0;
     ld_control_publish_version(c, ipc ? handle : NULL);
+    ld_dispatch_fill(c); /* alternate mode: the next quota, for the version just published */
     if (ld_ckpt_due(c)) ld_ckpt_start(c);
     if (c->max_updates && c->step >= c->max_updates) {
         QRL_LOG_INFO("learner", "max_updates=%" PRIu64 " reached: telling replicas to shut down", c->max_updates);
