@@ -10,8 +10,11 @@
 /* ---- CPU backend: the reference engine (train/model_train.h) and host AdamW ---------- */
 static qrl_status cpu_open(qrl_learner_engine *e, const qrl_learner_config *cfg,
                            qrl_error *err) {
-    /* QAT is the policy's only (the reference policy stays F32) */
-    qrl_model_train_opts to = {.max_tokens = cfg->max_tokens,
+    /* QAT is the policy's only (the reference policy stays F32).  qat_attach takes a
+     * sequence as prompt + response tokens, one more than the packed row holds (its last
+     * token predicts nothing): one spare token of capacity lets the last sequence of a
+     * full row (cfg->max_tokens) be attached. */
+    qrl_model_train_opts to = {.max_tokens = cfg->max_tokens + (cfg->qat != QRL_QAT_OFF),
                                .recompute_activations = cfg->activation_recompute,
                                .qat = cfg->qat, .qat_kv = cfg->qat_kv,
                                .trace_guidance = cfg->trace_guidance};

@@ -63,7 +63,8 @@ qrl_status qrl_learner_engine_flush(qrl_learner_engine *e, qrl_error *err);
 /* GPU: the device F32 parameters (arena layout) and their device; NULL on the CPU. */
 const float *qrl_learner_engine_device_params(qrl_learner_engine *e, int *device);
 /* QAT (cfg->qat; no-ops on an engine without it): forget the attached records; attach
- * one sequence's (packed at seq_begin: n_prompt + n_response - 1 tokens; rec NULL =
+ * one sequence's (packed at seq_begin: n_prompt + n_response - 1 tokens, the engine has
+ * one token of capacity beyond cfg->max_tokens for the uncounted last one; rec NULL =
  * nearest rounding, counted) to the next policy forward; the counters and their reset
  * (train/model_train.h's qrl_model_train_qat_*).  Errors: OUT_OF_RANGE (positions). */
 void qrl_learner_engine_qat_clear(qrl_learner_engine *e);

@@ -366,7 +366,7 @@ qrl_status qrl_model_train_qat_attach(qrl_model_train_t *tr, int seq_begin, int 
                                       qrl_error *err) {
     int t0 = seq_begin + n_prompt - 1;
     if (seq_begin < 0 || n_prompt < 1 || n_response < 0 ||
-        (int64_t)seq_begin + n_prompt + n_response - 1 > tr->max_T) /* packed: no last token */
+        (int64_t)seq_begin + n_prompt + n_response > tr->max_T)
         return qrl_error_set(err, QRL_STATUS_OUT_OF_RANGE,
                              "model_train: attach of a sequence at %d (prompt %d, response %d) "
                              "outside the row of %d tokens", seq_begin, n_prompt, n_response,

@@ -151,8 +151,8 @@ qrl_status qrl_model_train_backward(qrl_model_train_t *tr, const float *dlogp,
  * records are attached again (call once per packed batch, before attaching). */
 void qrl_model_train_qat_clear(qrl_model_train_t *tr);
 /* Attach one sequence's records to the next forward's packed row: the sequence occupies
- * tokens [seq_begin, seq_begin + n_prompt + n_response - 1) of the row (prompt, then
- * response without its last token, which predicts nothing); response record k guides position seq_begin + n_prompt - 1 + k (the one
+ * tokens [seq_begin, seq_begin + n_prompt + n_response) of the row (prompt, then
+ * response); response record k guides position seq_begin + n_prompt - 1 + k (the one
  * whose logits give response token k; trace_rec.h's alignment).  rec (borrowed: must
  * outlive the next forward) NULL, or holding other than n_response tokens, leaves the
  * sequence on nearest rounding and counts it in rows_unguided (never an error), as does
