@@ -17,7 +17,7 @@ static qrl_status cpu_open(qrl_learner_engine *e, const qrl_learner_config *cfg,
     qrl_model_train_opts to = {.max_tokens = cfg->max_tokens + (cfg->qat != QRL_QAT_OFF),
                                .recompute_activations = cfg->activation_recompute,
                                .qat = cfg->qat, .qat_kv = cfg->qat_kv,
-                               .trace_guidance = cfg->trace_guidance};
+                               .trace_guidance = cfg->qat != QRL_QAT_OFF && cfg->trace_guidance};
     qrl_model_train_t *tr = NULL;
     QRL_TRY(qrl_model_train_new_opts(e->m, &to, &tr, err));
     e->policy = tr;

@@ -75,13 +75,6 @@ static void live_remove(rd_daemon *d, uint64_t id) {
 
 /* ---- producing ----------------------------------------------------------------------- */
 
-/* Bytes of g's TraceChunk messages (each once, as encoded). */
-static uint64_t trace_msg_bytes(const rd_group *g) {
-    uint64_t b = 0;
-    for (size_t i = 0; i < g->trace.count; i++) b += g->trace.len[i];
-    return b;
-}
-
 static void write_metrics(rd_daemon *d, const rd_group *g) {
     FILE *f = qrl_service_metrics_jsonl(d->svc);
     if (!f || !g->result) return;
@@ -94,7 +87,7 @@ static void write_metrics(rd_daemon *d, const rd_group *g) {
             ",\"trace_bytes\":%" PRIu64 ",\"trace_bytes_per_token\":%.6g}\n",
             unix_ms(), d->replica_id, g->group_id, (int)g->partition, qrl_kafka_offset_value(g->off),
             g->result->n_responses, tokens, g->result->timings ? g->result->timings->total_us : 0,
-            now_us() - g->consumed_us, g->trace.count, trace_msg_bytes(g),
+            now_us() - g->consumed_us, g->trace.count, rd_trace_msg_bytes(g),
             qrl_trace_metric_bytes_per_token(g->trace_record_bytes, g->trace_tokens));
     fflush(f);
 }
@@ -115,7 +108,7 @@ static void on_acked(void *user, void *tag) {
                      " chunks=%zu latency_ms=%.1f", g->group_id, (int)g->partition,
                      qrl_kafka_offset_value(g->off), g->chunks.count, (double)(now_us() - g->consumed_us) / 1e3);
         d->trace_chunks += g->trace.count;
-        d->trace_bytes += trace_msg_bytes(g);
+        d->trace_bytes += rd_trace_msg_bytes(g);
         d->trace_record_bytes += g->trace_record_bytes;
         d->trace_tokens += g->trace_tokens;
         write_metrics(d, g);
@@ -146,31 +139,6 @@ static void dead_letter(rd_daemon *d, rd_group *g, const void *payload, size_t l
     free(enc);
 }
 
-/* Produce g's TraceChunks (one set, keyed by the group), through rollout.trace_fault's
- * test-only faults: the learner must survive a lost, a duplicated and a reordered chunk. */
-static void produce_trace(rd_daemon *d, rd_group *g, const char *key, size_t klen) {
-    size_t n = g->trace.count;
-    if (!n) return;
-    int f = d->s->trace_fault;
-    bool drop = f == RD_TRACE_FAULT_DROP || f == RD_TRACE_FAULT_MIX;
-    bool dup = f == RD_TRACE_FAULT_DUPLICATE || f == RD_TRACE_FAULT_MIX;
-    bool rev = f == RD_TRACE_FAULT_REORDER || f == RD_TRACE_FAULT_MIX;
-    uint8_t **pl = malloc(2 * n * sizeof *pl);
-    size_t *ln = malloc(2 * n * sizeof *ln), m = 0;
-    QRL_CHECK(pl && ln);
-    for (size_t k = 0; k < n; k++) {
-        size_t i = rev ? n - 1 - k : k;
-        if (drop && i == 0) continue;
-        for (int c = 0; c < (dup ? 2 : 1); c++) pl[m] = g->trace.data[i], ln[m++] = g->trace.len[i];
-    }
-    if (m) {
-        g->sets_unacked++;
-        qrl_service_produce(d->svc, d->trace_topic, key, klen, pl, ln, m, false, g);
-    }
-    free(pl);
-    free(ln);
-}
-
 /* Finished groups from the engine: encode and produce. */
 static void on_done(uv_async_t *h) {
     rd_daemon *d = h->data;
@@ -190,7 +158,8 @@ static void on_done(uv_async_t *h) {
                              g->result->group_id, g->chunks.count);
             char key[QRL_WIRE_KEY_MAX];
             size_t klen = qrl_wire_group_key(g->group_id, key);
-            produce_trace(d, g, key, klen); /* before the result: the learner sees them first */
+            /* before the result: the learner sees them first */
+            rd_trace_produce(d->svc, d->trace_topic, d->s->trace_fault, g, key, klen);
             g->sets_unacked++;
             qrl_service_produce(d->svc, d->results_topic, key, klen, g->chunks.data, g->chunks.len,
                                 g->chunks.count, false, g);

@@ -177,6 +177,16 @@ void rd_engine_join(rd_engine *e);
 /* Free a group and whatever it owns. */
 void rd_group_free(rd_group *g);
 
+/* TRACE (trace.c): bytes of g's TraceChunk messages (each once, as encoded). */
+uint64_t rd_trace_msg_bytes(const rd_group *g);
+/* Produce g's TraceChunks as one set on `topic` keyed key[klen] (payloads borrowed from
+ * g->trace until acknowledged, tag g, g->sets_unacked counted), through `fault`
+ * (rd_trace_fault, tests only: the learner must survive a lost, a duplicated and a
+ * reordered chunk).  No chunks (or all dropped): nothing is produced. */
+struct qrl_service;
+void rd_trace_produce(struct qrl_service *svc, const char *topic, int fault, rd_group *g, const char *key,
+                      size_t klen);
+
 /* Receive one weight version from the TCP stream at `addr` (host:port; framing in
  * weights.c) into a new model shaped like `like`: manifest checked against the model,
  * buckets and tensors checked by CRC-32C.  Blocking (weights thread).  *out owned by the
