@@ -36,7 +36,7 @@ struct rd_daemon {
     uint64_t drain_deadline_ms; /* uv_now() after which a drain aborts what is left; 0 = none */
     int step_delay_ms;
     uint64_t groups_produced, dead_letters, duplicates, consumed;
-    uint64_t trace_bytes, trace_record_bytes, trace_tokens, trace_chunks; /* acknowledged TRACE */
+    rd_metrics_trace tr;    /* acknowledged TRACE chunks, bytes, record bytes, tokens */
     char kv_format[16], precision[16];
     char device[16], device_name[160]; /* ReplicaInfo: "cpu" / "cuda:N" and its description */
     rd_metrics *prom;       /* metrics.listen; NULL when off */
@@ -92,8 +92,7 @@ static void write_metrics(rd_daemon *d, const rd_group *g) {
     fflush(f);
 }
 
-/* A set of g's (its trace chunks, its result, or its dead letter) is acknowledged; once
- * every set is: commit, forget. */
+/* A set of g's (trace chunks, result, or dead letter) is acknowledged; after the last: commit, forget. */
 static void on_acked(void *user, void *tag) {
     rd_daemon *d = user;
     rd_group *g = tag;
@@ -107,10 +106,7 @@ static void on_acked(void *user, void *tag) {
         QRL_LOG_INFO("rollout", "produced group=%" PRIu64 " partition=%d offset=%" PRId64
                      " chunks=%zu latency_ms=%.1f", g->group_id, (int)g->partition,
                      qrl_kafka_offset_value(g->off), g->chunks.count, (double)(now_us() - g->consumed_us) / 1e3);
-        d->trace_chunks += g->trace.count;
-        d->trace_bytes += rd_trace_msg_bytes(g);
-        d->trace_record_bytes += g->trace_record_bytes;
-        d->trace_tokens += g->trace_tokens;
+        rd_trace_count(&d->tr, g);
         write_metrics(d, g);
         live_remove(d, g->group_id);
     }
@@ -308,9 +304,7 @@ static void on_tick(void *user) {
         d->prom_ms = loop_ms(d);
         Qrl__RolloutStatus s = QRL__ROLLOUT_STATUS__INIT;
         fill_status(d, &s);
-        rd_metrics_update(d->prom, &s, d->dead_letters, d->consumed, d->duplicates,
-                          &(rd_metrics_trace){d->trace_chunks, d->trace_bytes, d->trace_record_bytes,
-                                              d->trace_tokens});
+        rd_metrics_update(d->prom, &s, d->dead_letters, d->consumed, d->duplicates, &d->tr);
     }
     if (d->draining && d->inflight == 0 && qrl_service_unacked(d->svc) == 0)
         begin_close(d);
@@ -500,7 +494,7 @@ int rd_daemon_run(const rd_settings *s, qrl_config_t *cfg, const qrl_model *mode
     QRL_LOG_INFO("rollout", "stopped rc=%d consumed=%" PRIu64 " produced=%" PRIu64
                  " dead_letters=%" PRIu64 " duplicates_skipped=%" PRIu64 " trace_chunks=%" PRIu64
                  " trace_bytes=%" PRIu64 " trace_bytes_per_token=%.1f",
-                 rc, d->consumed, d->groups_produced, d->dead_letters, d->duplicates, d->trace_chunks,
-                 d->trace_bytes, qrl_trace_metric_bytes_per_token(d->trace_record_bytes, d->trace_tokens));
+                 rc, d->consumed, d->groups_produced, d->dead_letters, d->duplicates, d->tr.chunks,
+                 d->tr.bytes, qrl_trace_metric_bytes_per_token(d->tr.record_bytes, d->tr.tokens));
     return rc;
 }

@@ -179,6 +179,9 @@ void rd_group_free(rd_group *g);
 
 /* TRACE (trace.c): bytes of g's TraceChunk messages (each once, as encoded). */
 uint64_t rd_trace_msg_bytes(const rd_group *g);
+/* Add acknowledged g's chunks, bytes, record bytes and tokens to the totals *t (metrics.h). */
+struct rd_metrics_trace;
+void rd_trace_count(struct rd_metrics_trace *t, const rd_group *g);
 /* Produce g's TraceChunks as one set on `topic` keyed key[klen] (payloads borrowed from
  * g->trace until acknowledged, tag g, g->sets_unacked counted), through `fault`
  * (rd_trace_fault, tests only: the learner must survive a lost, a duplicated and a

@@ -3,6 +3,7 @@
 #include <stdlib.h>
 
 #include "core/log.h"
+#include "metrics.h"
 #include "rollout.h"
 #include "service/service.h"
 
@@ -10,6 +11,13 @@ uint64_t rd_trace_msg_bytes(const rd_group *g) {
     uint64_t b = 0;
     for (size_t i = 0; i < g->trace.count; i++) b += g->trace.len[i];
     return b;
+}
+
+void rd_trace_count(rd_metrics_trace *t, const rd_group *g) {
+    t->chunks += g->trace.count;
+    t->bytes += rd_trace_msg_bytes(g);
+    t->record_bytes += g->trace_record_bytes;
+    t->tokens += g->trace_tokens;
 }
 
 void rd_trace_produce(struct qrl_service *svc, const char *topic, int fault, rd_group *g, const char *key,
