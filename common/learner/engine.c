@@ -10,8 +10,14 @@
 /* ---- CPU backend: the reference engine (train/model_train.h) and host AdamW ---------- */
 static qrl_status cpu_open(qrl_learner_engine *e, const qrl_learner_config *cfg,
                            qrl_error *err) {
-    qrl_model_train_opts to = {.max_tokens = cfg->max_tokens,
-                               .recompute_activations = cfg->activation_recompute};
+    /* QAT is the policy's only (the reference policy stays F32).  qat_attach takes a
+     * sequence as prompt + response tokens, one more than the packed row holds (its last
+     * token predicts nothing): one spare token of capacity lets the last sequence of a
+     * full row (cfg->max_tokens) be attached. */
+    qrl_model_train_opts to = {.max_tokens = cfg->max_tokens + (cfg->qat != QRL_QAT_OFF),
+                               .recompute_activations = cfg->activation_recompute,
+                               .qat = cfg->qat, .qat_kv = cfg->qat_kv,
+                               .trace_guidance = cfg->qat != QRL_QAT_OFF && cfg->trace_guidance};
     qrl_model_train_t *tr = NULL;
     QRL_TRY(qrl_model_train_new_opts(e->m, &to, &tr, err));
     e->policy = tr;
@@ -71,6 +77,11 @@ qrl_status qrl_learner_engine_init(qrl_learner_engine *e, qrl_model *m,
     e->n_params = qrl_model_param_count(m);
     e->be = cfg->device >= 0 ? &qrl_learner_engine_cuda : &CPU_BACKEND;
     qrl_status st = QRL_OK;
+    if (cfg->qat != QRL_QAT_OFF && cfg->device >= 0)
+        return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
+                             "learner.qat with learner.device cuda: UNSUPPORTED (the QAT forward runs "
+                             "in the CPU training engine; use learner.device cpu)");
+    e->qat = cfg->qat != QRL_QAT_OFF;
     QRL_TRY_GOTO(e->be->open(e, cfg, err), fail);
     /* GPU: the host optimizer holds the step count and, at checkpoints, the moments */
     QRL_TRY_GOTO(qrl_adamw_new(e->n_params, &cfg->adamw, &e->opt, err), fail);
@@ -90,9 +101,10 @@ qrl_status qrl_learner_engine_init(qrl_learner_engine *e, qrl_model *m,
     size_t act = 0, ref_act = 0, dev_bytes = e->be->bytes(e->policy, &act);
     if (e->reference) dev_bytes += e->be->bytes(e->reference, &ref_act);
     QRL_LOG_INFO("learner", "training engine device=%s max_tokens=%d activation_recompute=%d "
-                 "activation_bytes=%zu ref_activation_bytes=%zu device_bytes=%zu",
+                 "activation_bytes=%zu ref_activation_bytes=%zu device_bytes=%zu qat=%s "
+                 "qat_kv=%d trace_guidance=%d",
                  e->be->name, cfg->max_tokens, (int)cfg->activation_recompute, act, ref_act,
-                 dev_bytes);
+                 dev_bytes, e->qat ? "nvfp4" : "none", (int)cfg->qat_kv, (int)cfg->trace_guidance);
     return QRL_OK;
 fail:
     qrl_learner_engine_free(e);
@@ -108,7 +120,7 @@ void qrl_learner_engine_free(qrl_learner_engine *e) {
     qrl_adamw_destroy(e->opt);
     qrl_model *m = e->m;
     int device = e->device;
-    memset(e, 0, sizeof *e);
+    memset(e, 0, sizeof *e); /* qat too: a freed engine attaches nothing */
     e->m = m, e->device = device;
 }
 
@@ -150,4 +162,22 @@ qrl_status qrl_learner_engine_sync_host(qrl_learner_engine *e, qrl_error *err) {
 
 qrl_status qrl_learner_engine_sync_device(qrl_learner_engine *e, qrl_error *err) {
     return e->be ? e->be->sync_device(e, err) : QRL_OK; /* freed: nothing to copy */
+}
+
+/* QAT runs on the CPU engine only (init refuses it on the GPU), so these reach
+ * model_train.h directly. */
+void qrl_learner_engine_qat_clear(qrl_learner_engine *e) {
+    if (e->qat) qrl_model_train_qat_clear(e->policy);
+}
+
+qrl_status qrl_learner_engine_qat_attach(qrl_learner_engine *e, int seq_begin, int n_prompt, int n_response,
+                                         const qrl_trace_response *rec, qrl_error *err) {
+    return e->qat ? qrl_model_train_qat_attach(e->policy, seq_begin, n_prompt, n_response, rec, err) : QRL_OK;
+}
+
+void qrl_learner_engine_qat_stats(qrl_learner_engine *e, qrl_qat_stats *out, bool reset) {
+    memset(out, 0, sizeof *out);
+    if (!e->qat) return;
+    qrl_model_train_qat_stats(e->policy, out);
+    if (reset) qrl_model_train_qat_stats_reset(e->policy);
 }

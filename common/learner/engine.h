@@ -32,6 +32,7 @@ typedef struct qrl_learner_engine {
     size_t n_params;
     int device;                          /* -1 CPU */
     bool dirty;                          /* GPU parameters newer than m's arena */
+    bool qat;                            /* the policy engine fake-quantizes (cfg->qat) */
 } qrl_learner_engine;
 
 /* Build the engines for m (and a reference copy of m's current weights when
@@ -61,6 +62,15 @@ qrl_status qrl_learner_engine_step(qrl_learner_engine *e, const qrl_adamw_config
 qrl_status qrl_learner_engine_flush(qrl_learner_engine *e, qrl_error *err);
 /* GPU: the device F32 parameters (arena layout) and their device; NULL on the CPU. */
 const float *qrl_learner_engine_device_params(qrl_learner_engine *e, int *device);
+/* QAT (cfg->qat; no-ops on an engine without it): forget the attached records; attach
+ * one sequence's (packed at seq_begin: n_prompt + n_response - 1 tokens, the engine has
+ * one token of capacity beyond cfg->max_tokens for the uncounted last one; rec NULL =
+ * nearest rounding, counted) to the next policy forward; the counters and their reset
+ * (train/model_train.h's qrl_model_train_qat_*).  Errors: OUT_OF_RANGE (positions). */
+void qrl_learner_engine_qat_clear(qrl_learner_engine *e);
+qrl_status qrl_learner_engine_qat_attach(qrl_learner_engine *e, int seq_begin, int n_prompt, int n_response,
+                                         const qrl_trace_response *rec, qrl_error *err);
+void qrl_learner_engine_qat_stats(qrl_learner_engine *e, qrl_qat_stats *out, bool reset);
 /* GPU: flush, and copy the AdamW state into the host optimizer (before a checkpoint). */
 qrl_status qrl_learner_engine_sync_host(qrl_learner_engine *e, qrl_error *err);
 /* GPU: upload m's weights and the host optimizer state (after a checkpoint was loaded). */

@@ -224,6 +224,20 @@ static int pack(qrl_learner_t *l, const qrl_learner_group *groups, const seq_inf
     return T;
 }
 
+/* QAT: the TRACE records of the sequences pack() just placed (offs) go with the next
+ * policy forward (NULL records: nearest rounding, counted by the engine). */
+static qrl_status attach_traces(qrl_learner_t *l, const qrl_learner_group *groups, const seq_info *seqs,
+                                const uint32_t *idx, size_t n, qrl_error *err) {
+    if (!l->e.qat) return QRL_OK;
+    qrl_learner_engine_qat_clear(&l->e);
+    for (size_t k = 0; k < n; k++) {
+        const seq_info *s = &seqs[idx[k]];
+        QRL_TRY(qrl_learner_engine_qat_attach(&l->e, l->offs[k] - (s->P - 1), s->P, s->R,
+                                              groups[s->g].responses[s->r].trace, err));
+    }
+    return QRL_OK;
+}
+
 /* How many of idx[0..n) fit one forward of max_tokens (at least 1: every sequence was
  * checked to fit alone). */
 static size_t chunk_len(const qrl_learner_t *l, const seq_info *seqs, const uint32_t *idx,
@@ -247,6 +261,7 @@ static qrl_status forward_all(qrl_learner_t *l, bool ref,
     for (size_t i = 0; i < n_seq;) {
         size_t c = chunk_len(l, seqs, all + i, n_seq - i);
         int T = pack(l, groups, seqs, all + i, c);
+        if (!ref) QRL_TRY(attach_traces(l, groups, seqs, all + i, c, err));
         QRL_TRY(qrl_learner_engine_forward(&l->e, ref, l->tok, l->tgt, l->pos, l->seg, T, l->lp,
                                            ent_sum ? l->ent : NULL, err));
         for (size_t k = 0; k < c; k++) {
@@ -387,6 +402,7 @@ static qrl_status run_minibatch(qrl_learner_t *l, upd_ctx *c, const uint32_t *mb
     for (size_t i = 0; i < n;) {
         size_t cn = chunk_len(l, c->seqs, mb + i, n - i);
         int T = pack(l, c->groups, c->seqs, mb + i, cn);
+        QRL_TRY(attach_traces(l, c->groups, c->seqs, mb + i, cn, err));
         QRL_TRY(qrl_learner_engine_forward(&l->e, false, l->tok, l->tgt, l->pos, l->seg, T, l->lp,
                                            NULL, err));
         memset(l->dlp, 0, (size_t)T * sizeof *l->dlp);
@@ -513,11 +529,16 @@ qrl_status qrl_learner_update(qrl_learner_t *l, const qrl_learner_group *groups,
     S.lr = qrl_lr_schedule_at(&cfg->lr, qrl_adamw_steps(l->e.opt));
     if (n_seq == 0) goto finish;
 
-    /* proximal log-probs: the pre-update parameters, one pass, plus the entropy */
+    /* proximal log-probs: the pre-update parameters, one pass, plus the entropy (with QAT
+     * the same fake-quantized, guided policy the epochs train: docs/learner-daemon.md) */
     double t1 = now_s(), ent_sum = 0;
+    qrl_qat_stats qs;
+    qrl_learner_engine_qat_stats(&l->e, &qs, true);
     QRL_TRY_GOTO(forward_all(l, false, groups, seqs, order, n_seq, lp_prox, &ent_sum,
                              "proximal", err),
                  done);
+    qrl_learner_engine_qat_stats(&l->e, &qs, false); /* each sequence once */
+    S.trace_rows_guided = qs.rows_guided, S.trace_rows_unguided = qs.rows_unguided;
     dabs = malloc(n_tok * sizeof *dabs);
     if (!dabs) {
         st = qrl_error_set(err, QRL_STATUS_NOMEM, "learner update: %zu-token discrepancy", n_tok);
@@ -647,6 +668,8 @@ qrl_status qrl_learner_update(qrl_learner_t *l, const qrl_learner_group *groups,
         S.kl_loss_mean = tot.kl / loss_passes;
     }
     S.micro_batches = c.micro_batches;
+    qrl_learner_engine_qat_stats(&l->e, &qs, true); /* every QAT forward of the update */
+    S.trace_elements_guided = qs.elements_guided, S.trace_disagree = qs.disagree;
     S.grad_norm_mean = S.steps_taken ? gsum / S.steps_taken : 0;
     S.time_train_s = now_s() - t3;
     S.train_tokens_per_s =

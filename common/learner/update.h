@@ -33,6 +33,7 @@
 #include "rl/rl.h"
 #include "train/adamw.h"
 #include "train/lr_schedule.h"
+#include "train/model_train.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -48,6 +49,10 @@ typedef struct qrl_learner_response {
     int n_tokens;              /* >= 0; an empty response trains nothing but its reward
                                   still counts in the group's advantages */
     float reward;              /* verifier reward, finite */
+    const qrl_trace_response *trace; /* QAT (cfg.qat): the rollout's TRACE records of this
+                                  response (model/trace_rec.h; borrowed for the call), or
+                                  NULL: trained with nearest rounding and counted in
+                                  trace_rows_unguided.  Ignored without QAT. */
 } qrl_learner_response;
 
 /* One finished prompt group: G responses to one prompt.  Borrowed for the call. */
@@ -86,6 +91,12 @@ typedef struct qrl_learner_config {
     qrl_lr_schedule lr;            /* constant 1e-6, no warmup */
     float accuracy_threshold;      /* a response is correct when reward >= this; 1.0 */
     float uaq_scale;               /* SPEC §3 UAQ s; 1 = off (default) */
+    qrl_qat_mode qat;              /* learner.qat (train/model_train.h): the policy's forward
+                                      fake-quantizes to NVFP4 (CPU engine only; the proximal
+                                      forward is the same QAT policy, the reference stays
+                                      F32); default QRL_QAT_OFF */
+    bool qat_kv;                   /* QAT: K and V too (the rollout ran the fp4 KV cache) */
+    bool trace_guidance;           /* QAT: use the responses' TRACE records (default false) */
     uint64_t seed;                 /* minibatch shuffle; default 0 */
 } qrl_learner_config;
 
@@ -179,6 +190,12 @@ typedef struct qrl_learner_stats {
     double k3_mean;                /* mean k3 KL to the reference policy */
     qrl_rl_loss_stats first_mb;    /* the first minibatch of epoch 0, before any step */
     double first_mb_max_dlp;       /* max |lp - lp_prox| over it (0: every R exactly 1) */
+    /* QAT (cfg.qat; all 0 without): trained sequences with TRACE records attached and
+     * without (each counted once, at the proximal pass), and over every QAT forward of the
+     * update the activation elements quantized with a record and those whose guided code
+     * differs from nearest rounding (qrl_trace_metric_disagree_share) */
+    uint64_t trace_rows_guided, trace_rows_unguided;
+    uint64_t trace_elements_guided, trace_disagree;
     /* optimizer */
     double grad_norm_mean, grad_norm_max; /* pre-clip norms of the steps taken */
     double lr;                     /* learning rate of the last step taken (or due) */

@@ -13,6 +13,10 @@
 #define SVC_MAX_HANDLERS 32
 #define SVC_KEY_MAX 64
 #define SVC_POLL_BATCH 64 /* records taken per tick at most: the tick stays short */
+#define SVC_MAX_TOPICS 8   /* opts->topic and up to 7 extra topics */
+/* One offset tracker serves every topic consumed: its partition key is topic index << 24 |
+ * partition (Kafka partitions stay far below 2^24; index 0 is opts->topic). */
+#define SVC_TOPIC_SHIFT 24
 
 /* One set of records given to qrl_service_produce, kept until all of it is acknowledged. */
 typedef struct svc_out {
@@ -42,6 +46,8 @@ struct qrl_service {
     qrl_kafka_consumer_t *consumer;
     qrl_kafka_producer_t *producer;
     qrl_kafka_offsets *offsets;       /* commit-after-use tracking of consumed records */
+    const char *topics[SVC_MAX_TOPICS]; /* opts->topic, then opts->extra_topics */
+    size_t n_topics;
     qrl_rpc_server_t *rpc;
     struct { qrl_rpc_id id; qrl_rpc_handler_fn fn; void *user; } handlers[SVC_MAX_HANDLERS];
     int n_handlers;
@@ -136,10 +142,16 @@ void qrl_service_produce(qrl_service_t *s, const char *topic, const void *key, s
 
 void qrl_service_dead_letter(qrl_service_t *s, int32_t partition, int64_t offset, const void *key,
                              size_t key_len, const void *payload, size_t len, const char *why, void *tag) {
+    qrl_service_dead_letter_from(s, s->o.topic, partition, offset, key, key_len, payload, len, why, tag);
+}
+
+void qrl_service_dead_letter_from(qrl_service_t *s, const char *source_topic, int32_t partition, int64_t offset,
+                                  const void *key, size_t key_len, const void *payload, size_t len,
+                                  const char *why, void *tag) {
     char *rec = NULL;
     size_t rec_len = 0;
     qrl_error err;
-    qrl_status st = qrl_kafka_dlq_encode(s->o.topic, partition, offset, key, key_len, payload, len, why, &rec,
+    qrl_status st = qrl_kafka_dlq_encode(source_topic, partition, offset, key, key_len, payload, len, why, &rec,
                                          &rec_len, &err);
     QRL_CHECK(st == QRL_OK); /* only NOMEM can fail here */
     QRL_LOG_WARN(s->o.tag, "dead letter partition=%d offset=%" PRId64 ": %s", (int)partition, offset, why);
@@ -152,22 +164,24 @@ size_t qrl_service_unacked(const qrl_service_t *s) { return s->unacked; }
 /* ---- consuming and commits ----------------------------------------------------------- */
 
 void qrl_service_record_done(qrl_service_t *s, qrl_kafka_offset *rec) {
-    int32_t p;
-    int64_t upto = qrl_kafka_offsets_done(s->offsets, rec, &p);
+    int32_t key;
+    int64_t upto = qrl_kafka_offsets_done(s->offsets, rec, &key);
     if (upto < 0) return;
-    if (s->cb.committable) {
+    size_t ti = (size_t)key >> SVC_TOPIC_SHIFT;
+    int32_t p = key & ((1 << SVC_TOPIC_SHIFT) - 1);
+    if (s->cb.committable && ti == 0) {
         s->cb.committable(s->user, p, upto);
-        qrl_kafka_offsets_committed(s->offsets, p, upto);
+        qrl_kafka_offsets_committed(s->offsets, key, upto);
         return;
     }
     if (!s->consumer) return; /* left the group (qrl_service_leave): the records go elsewhere */
     qrl_error err;
-    if (qrl_kafka_consumer_commit_offset_async(s->consumer, s->o.topic, p, upto, &err) != QRL_OK) {
+    if (qrl_kafka_consumer_commit_offset_async(s->consumer, s->topics[ti], p, upto, &err) != QRL_OK) {
         QRL_LOG_WARN(s->o.tag, "commit failed (the records will be delivered again): %s", err.msg);
         return;
     }
-    qrl_kafka_offsets_committed(s->offsets, p, upto);
-    QRL_LOG_DEBUG(s->o.tag, "commit partition=%d next_offset=%" PRId64, (int)p, upto);
+    qrl_kafka_offsets_committed(s->offsets, key, upto);
+    QRL_LOG_DEBUG(s->o.tag, "commit topic=%s partition=%d next_offset=%" PRId64, s->topics[ti], (int)p, upto);
 }
 
 qrl_status qrl_service_commit(qrl_service_t *s, int32_t partition, int64_t upto, qrl_error *err) {
@@ -191,7 +205,12 @@ static void consume(qrl_service_t *s) {
             break;
         }
         if (!got) break;
-        qrl_kafka_offset *rec = qrl_kafka_offsets_push(s->offsets, msg.partition, msg.offset);
+        size_t ti = 0;
+        while (ti + 1 < s->n_topics && !(msg.topic && strcmp(msg.topic, s->topics[ti]) == 0)) ti++;
+        if (msg.topic && strcmp(msg.topic, s->topics[ti]) != 0) ti = 0; /* not ours: cannot happen */
+        QRL_CHECK(msg.partition >= 0 && msg.partition < (1 << SVC_TOPIC_SHIFT));
+        qrl_kafka_offset *rec =
+            qrl_kafka_offsets_push(s->offsets, (int32_t)(ti << SVC_TOPIC_SHIFT) | msg.partition, msg.offset);
         s->cb.record(s->user, &msg, rec);
         qrl_kafka_message_release(&msg);
         if (s->closing) break;
@@ -331,6 +350,9 @@ qrl_status qrl_service_new(const qrl_service_opts *opts, const qrl_service_callb
     if (!s) return qrl_error_set(err, QRL_STATUS_NOMEM, "service: out of memory");
     s->o = *opts;
     s->cb = *cb;
+    QRL_CHECK(opts->n_extra_topics < SVC_MAX_TOPICS);
+    s->topics[s->n_topics++] = opts->topic;
+    for (size_t i = 0; i < opts->n_extra_topics; i++) s->topics[s->n_topics++] = opts->extra_topics[i];
     s->user = user;
     s->offsets = qrl_kafka_offsets_new();
     if (!s->offsets) {
@@ -360,7 +382,7 @@ qrl_status qrl_service_start(qrl_service_t *s, qrl_error *err) {
     QRL_TRY(qrl_kafka_producer_new(&po, &s->producer, err));
     qrl_kafka_consumer_opts co = {.bootstrap = s->o.bootstrap, .group_id = s->o.group,
                                   .client_id = s->o.client_id, .session_timeout_ms = s->o.session_timeout_ms};
-    QRL_TRY(qrl_kafka_consumer_new(&co, &s->o.topic, 1, &s->consumer, err));
+    QRL_TRY(qrl_kafka_consumer_new(&co, s->topics, s->n_topics, &s->consumer, err));
     QRL_TRY(rpc_start(s, err));
     const char *mp = s->o.metrics_jsonl;
     if (mp && *mp && !(s->metrics = fopen(mp, "a")))

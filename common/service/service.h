@@ -3,9 +3,10 @@
  *   - one libuv loop, its tick timer (period poll_ms), SIGTERM/SIGINT and the close chain;
  *   - the gRPC control server: bearer token, TLS, and the Status/Pause/Resume/Set handlers
  *     every daemon has (the daemon adds its own methods with qrl_service_handle);
- *   - a Kafka consumer of one topic with commit-after-use offsets (kafka/offsets.h): a
- *     record's offset is committed only once the daemon says it is used up, and only up to
- *     the first record of its partition still in use;
+ *   - a Kafka consumer of one topic (plus optional extra topics, e.g. the learner's
+ *     qrl.trace) with commit-after-use offsets (kafka/offsets.h): a record's offset is
+ *     committed only once the daemon says it is used up, and only up to the first record
+ *     of its (topic, partition) still in use;
  *   - an idempotent producer with resend: a set of records is sent again (all of it) until
  *     the broker has acknowledged every record of it, then the daemon is told once;
  *   - the dead-letter path (kafka/kafka.h's JSON record, unkeyed, on dlq_topic);
@@ -43,7 +44,8 @@ typedef struct qrl_service qrl_service_t; /* opaque; one per daemon process */
 /* How a daemon plugs in.  `user` (qrl_service_new) is passed to each.  Required: record,
  * state, pause, stop, status.  Optional (NULL): the others. */
 typedef struct qrl_service_callbacks {
-    /* One consumed record.  `msg` is valid only during the call; `rec` is the record's
+    /* One consumed record (of opts->topic or one of opts->extra_topics: msg->topic says
+     * which).  `msg` is valid only during the call; `rec` is the record's
      * entry in the commit tracker: pass it to qrl_service_record_done exactly once, now or
      * later, when the record is used up (its result acknowledged, trained, dead-lettered,
      * skipped). */
@@ -72,7 +74,8 @@ typedef struct qrl_service_callbacks {
     void (*closed)(void *user);
     /* NULL: committable offsets are committed to Kafka at once (asynchronously).  Else the
      * shell hands them here instead (e.g. the learner commits them with its checkpoint
-     * through qrl_service_commit): `upto` is the next offset to read of `partition`. */
+     * through qrl_service_commit): `upto` is the next offset to read of `partition`.
+     * Only records of opts->topic come here: extra topics are committed at once. */
     void (*committable)(void *user, int32_t partition, int64_t upto);
 } qrl_service_callbacks;
 
@@ -83,6 +86,9 @@ typedef struct qrl_service_opts {
     const char *bootstrap;        /* kafka.bootstrap */
     const char *group;            /* kafka.group: consumer group */
     const char *topic;            /* the topic consumed (also the dead letters' source topic) */
+    /* more topics consumed by the same consumer (NULL/0: none; at most 7), borrowed */
+    const char *const *extra_topics;
+    size_t n_extra_topics;
     const char *dlq_topic;        /* kafka.dlq_topic */
     int session_timeout_ms;       /* kafka.session_timeout_ms */
     int poll_ms;                  /* kafka.poll_ms: tick period */
@@ -120,7 +126,7 @@ void qrl_service_handle(qrl_service_t *s, qrl_rpc_id id, qrl_rpc_handler_fn fn, 
  * Owned by the service. */
 qrl_prom_registry_t *qrl_service_prom(qrl_service_t *s);
 
-/* Connect: producer, consumer (subscribed to opts->topic), the control server (token,
+/* Connect: producer, consumer (subscribed to opts->topic and opts->extra_topics), the control server (token,
  * TLS, the four shared handlers plus the daemon's; logs "rpc listening port=N"),
  * metrics.jsonl, the Prometheus server (logs "metrics listening addr=..."); then start
  * the tick and the signal handlers.  Errors: those of qrl_kafka_producer_new /
@@ -163,6 +169,12 @@ void qrl_service_produce(qrl_service_t *s, const char *topic, const void *key, s
  * (typically from that acknowledgement). */
 void qrl_service_dead_letter(qrl_service_t *s, int32_t partition, int64_t offset, const void *key,
                              size_t key_len, const void *payload, size_t len, const char *why, void *tag);
+
+/* qrl_service_dead_letter for a record of `source_topic` (one of opts->extra_topics, or
+ * opts->topic): the dead-letter record names it as its source. */
+void qrl_service_dead_letter_from(qrl_service_t *s, const char *source_topic, int32_t partition, int64_t offset,
+                                  const void *key, size_t key_len, const void *payload, size_t len,
+                                  const char *why, void *tag);
 
 /* The consumed record `rec` (from the record callback) is used up: commit its partition up
  * to the first record still in use (or hand that to `committable`).  `rec` is gone after

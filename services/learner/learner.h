@@ -118,6 +118,9 @@ typedef struct ld_job {
     uint8_t ipc_handle[64];
     struct ld_ckpt_job *ckpt; /* non-NULL: a checkpoint instead of an update (written by the
                                  trainer between updates) */
+    struct ld_trace_set *traces; /* [n] TRACE records of results[i]'s responses (trace.h;
+                                    owned), or NULL: no QAT guidance */
+    uint64_t trace_record_bytes, trace_tokens; /* of the decoded records (bytes per token) */
 } ld_job;
 
 typedef struct ld_trainer {

@@ -16,6 +16,7 @@
 #include "daemon.h"
 #include "dispatch.h"
 #include "intake.h"
+#include "trace.h"
 #include "rpc/rpc.h"
 #include "update.h"
 #include "weights/wipc.h"
@@ -54,6 +55,14 @@ static void begin_close(void) {
                  " results=%" PRIu64 " duplicates=%" PRIu64 " dead_letters=%" PRIu64
                  " redispatched=%" PRIu64, c->step, c->version, dc.next_id - 1, ic.results,
                  ic.duplicates, ic.dead_letters, dc.redispatched);
+    if (ld_trace_consumed(c)) {
+        ld_trace_counts tk = ld_trace_counts_now();
+        QRL_LOG_INFO("learner", "trace: chunks=%" PRIu64 " bytes=%" PRIu64 " duplicates=%" PRIu64 " late=%" PRIu64
+                     " other_run=%" PRIu64 " dead_letters=%" PRIu64 " evicted=%" PRIu64 " expired=%" PRIu64
+                     " joined=%" PRIu64 " missing=%" PRIu64 " corrupt=%" PRIu64, tk.chunks, tk.bytes,
+                     tk.duplicates, tk.late, tk.other_run, tk.dead_letters, tk.evicted, tk.expired, tk.joined,
+                     tk.missing, tk.corrupt);
+    }
     ld_control_closing();
     qrl_service_close(c->svc);
 }
@@ -127,6 +136,7 @@ static void on_trained(uv_async_t *h) {
 static void tick(void *user) {
     ld_core *c = &L.core;
     ld_intake_expire_chunks(c);
+    ld_trace_expire(c);
     ld_control_nccl_fallback(c);
     ld_dispatch_fill(c);
     ld_dispatch_redispatch_stale(c);
@@ -137,7 +147,11 @@ static void tick(void *user) {
 /* ---- the shell's other callbacks ------------------------------------------------------ */
 
 static void record_in(void *user, const qrl_kafka_message *m, qrl_kafka_offset *rec) {
-    ld_intake_record(&L.core, m, rec);
+    ld_core *c = &L.core;
+    if (ld_trace_consumed(c) && m->topic && strcmp(m->topic, c->s->kafka.trace_topic) == 0)
+        ld_trace_record(c, m, rec);
+    else
+        ld_intake_record(c, m, rec);
 }
 
 static bool consume_more(void *user) { return !L.core.finished; }
@@ -178,6 +192,10 @@ static qrl_status service_new(ld_core *c, qrl_error *err) {
         .metrics_jsonl = c->s->metrics.jsonl,
         .metrics_listen = c->s->metrics.listen,
     };
+    if (ld_trace_consumed(c)) { /* TRACE records come on their own topic (trace.h) */
+        so.extra_topics = &c->s->kafka.trace_topic;
+        so.n_extra_topics = 1;
+    }
     qrl_rpc_server_opts_tls(&so.rpc, c->cfg);
     /* with checkpoints on, used records are committed with the checkpoint that covers them */
     qrl_service_callbacks cb = {.record = record_in, .may_consume = consume_more, .acknowledged = acked,
@@ -274,6 +292,7 @@ int ld_daemon_run(qrl_config_t *cfg, const ld_settings *s, qrl_model *model, con
     c->lm = NULL;
     qrl_service_destroy(c->svc);
     ld_intake_free();
+    ld_trace_free();
     ld_control_free();
     ld_update_free();
     ld_dispatch_free();

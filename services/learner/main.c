@@ -68,6 +68,14 @@ static const qrl_config_entry CONFIG[] = {
      "AdamW on the GPU; docs/train.md); RL updates only, --mode sft trains on the CPU"),
     QRL_CFG_INT("learner.cuda_device", S_, learner.cuda_device, "0", 0, 64, false,
      "GPU ordinal of the cuda training engine"),
+    QRL_CFG_ENUM("learner.qat", S_, learner.qat, "none", "none|nvfp4", false,
+     "quantization-aware training (SPEC §6, TRACE): nvfp4 = the policy's forward fake-quantizes weights and "
+     "linear inputs to NVFP4 as a w4a4-nvfp4 rollout does, straight-through gradients (learner.device cpu)"),
+    QRL_CFG_BOOL("learner.qat_kv", S_, learner.qat_kv, "false", false,
+     "learner.qat nvfp4: fake-quantize K and V too (the replicas run rollout.kv_cache fp4)"),
+    QRL_CFG_BOOL("learner.trace_guidance", S_, learner.trace_guidance, "on", false,
+     "learner.qat nvfp4: consume kafka.trace_topic and round as the rollout's TRACE records say (off: "
+     "nearest rounding everywhere, the topic is not read)"),
     QRL_CFG_ENUM("learner.adv", S_, learner.adv, "grpo", "grpo|drgrpo|rloo", false, "advantage estimator"),
     QRL_CFG_BOOL("learner.dynamic_sampling", S_, learner.dynamic_sampling, "true", false,
      "drop groups whose rewards are all equal (DAPO)"),
@@ -134,6 +142,8 @@ static const qrl_config_entry CONFIG[] = {
     QRL_CFG_STRING("kafka.results_topic", S_, kafka.results_topic, QRL_KAFKA_TOPIC_RESULTS, false,
      "GroupResults in"),
     QRL_CFG_STRING("kafka.dlq_topic", S_, kafka.dlq_topic, QRL_KAFKA_TOPIC_DLQ, false, "dead letters"),
+    QRL_CFG_STRING("kafka.trace_topic", S_, kafka.trace_topic, QRL_KAFKA_TOPIC_TRACE, false,
+     "TraceChunks in (learner.qat nvfp4 with learner.trace_guidance on)"),
     QRL_CFG_STRING("kafka.group", S_, kafka.group, "qrl-learner", false, "consumer group of the results"),
     QRL_CFG_INT("kafka.session_timeout_ms", S_, kafka.session_timeout_ms, "10000", 1000, 3600000, false,
      "group session timeout"),
@@ -216,6 +226,9 @@ static void learner_config(const ld_settings *s, qrl_learner_config *lc) {
     lc->activation_recompute = s->learner.activation_recompute;
     lc->device = s->learner.device == LD_DEVICE_CUDA ? s->learner.cuda_device : -1;
     lc->device_weights = lc->device >= 0 && s->weights.cuda_ipc;
+    lc->qat = s->learner.qat == LD_QAT_NVFP4 ? QRL_QAT_NVFP4 : QRL_QAT_OFF;
+    lc->qat_kv = s->learner.qat_kv;
+    lc->trace_guidance = s->learner.trace_guidance;
     lc->adamw.beta1 = (float)s->adamw.beta1;
     lc->adamw.beta2 = (float)s->adamw.beta2;
     lc->adamw.eps = (float)s->adamw.eps;

@@ -15,6 +15,7 @@
 typedef enum ld_learner_mode { LD_MODE_OVERLAP, LD_MODE_ALTERNATE } ld_learner_mode; /* learner.mode */
 typedef enum ld_device { LD_DEVICE_CPU, LD_DEVICE_CUDA } ld_device;                   /* learner.device */
 typedef enum ld_run_mode { LD_RUN_RL, LD_RUN_SFT } ld_run_mode;                       /* mode */
+typedef enum ld_qat { LD_QAT_NONE, LD_QAT_NVFP4 } ld_qat;                               /* learner.qat */
 
 typedef struct ld_settings {
     struct {
@@ -38,6 +39,9 @@ typedef struct ld_settings {
         bool activation_recompute;
         ld_device device;
         int cuda_device;
+        int qat; /* ld_qat */
+        bool qat_kv;
+        bool trace_guidance;
         int adv; /* index in grpo|drgrpo|rloo */
         bool dynamic_sampling;
         double accuracy_threshold;
@@ -91,6 +95,7 @@ typedef struct ld_settings {
         const char *prompts_topic;
         const char *results_topic;
         const char *dlq_topic;
+        const char *trace_topic;
         const char *group;
         int session_timeout_ms;
         int poll_ms;

@@ -8,6 +8,7 @@
 #include "core/log.h"
 #include "learner/batch.h"
 #include "learner.h"
+#include "trace.h"
 #include "weights/wipc.h"
 #include "wire/wire.h"
 
@@ -20,6 +21,8 @@ static double now_s(void) {
 void ld_job_free(ld_job *j) {
     if (!j) return;
     for (size_t i = 0; i < j->n; i++) qrl_wire_free(j->results[i] ? &j->results[i]->base : NULL);
+    for (size_t i = 0; j->traces && i < j->n; i++) ld_trace_set_free(&j->traces[i]);
+    free(j->traces);
     free(j->results);
     free(j);
 }
@@ -90,6 +93,11 @@ static void run_job(ld_trainer *t, ld_job *j) {
     double t0 = now_s();
     /* the update input viewing the decoded results (learner/batch.h: ids as int32) */
     j->st = qrl_learner_batch_from_wire((const Qrl__GroupResult *const *)j->results, j->n, &b, &err);
+    /* QAT: each response's TRACE records (NULL: unguided), alive until the job is freed */
+    for (size_t i = 0; j->st == QRL_OK && j->traces && i < b.n_groups; i++) {
+        qrl_learner_response *rs = (qrl_learner_response *)b.groups[i].responses; /* b's own storage */
+        for (uint32_t k = 0; k < b.groups[i].n_responses && k < j->traces[i].n; k++) rs[k].trace = j->traces[i].trace[k];
+    }
     if (j->st == QRL_OK) j->st = qrl_learner_set_lr(t->l, j->lr, &err);
     if (j->st == QRL_OK) j->st = qrl_learner_update(t->l, b.groups, b.n_groups, &j->stats, &err);
     j->update_s = now_s() - t0;

@@ -10,6 +10,7 @@
 #include "core/log.h"
 #include "dispatch.h"
 #include "intake.h"
+#include "trace.h"
 
 static struct {
     ld_buffered *training; /* the quota the trainer holds */
@@ -29,8 +30,18 @@ void ld_update_try(ld_core *c) {
     j->results = calloc(c->T, sizeof *j->results);
     QRL_CHECK(j->results != NULL);
     U.training = ld_intake_take(c->T);
+    bool guided = ld_trace_consumed(c);
+    if (guided) {
+        j->traces = calloc(c->T, sizeof *j->traces);
+        QRL_CHECK(j->traces != NULL);
+    }
     for (uint32_t i = 0; i < c->T; i++) {
         j->results[i] = U.training[i].r;
+        if (guided) { /* the join: as late as possible, so records that came after their result count */
+            ld_trace_take(c, U.training[i].r, &j->traces[i]);
+            j->trace_record_bytes += j->traces[i].record_bytes;
+            j->trace_tokens += j->traces[i].tokens;
+        }
         ld_group_set(U.training[i].r->group_id, GS_TRAINING);
     }
     U.n_training = c->T;
@@ -70,13 +81,17 @@ static void write_metrics(const ld_core *c, const ld_job *j, const ld_buffered *
             "\"acr_frac\":%.6g,\"seq_tis_frac\":%.6g,\"mis_frac\":%.6g,\"mis_seq_frac\":%.6g,"
             "\"disc_mean\":%.6g,\"disc_p99\":%.6g,\"disc_max\":%.6g,\"clip_low\":%.6g,\"clip_high\":%.6g,\"grad_norm\":%.6g,\"lr\":%.6g,"
             "\"steps_taken\":%d,\"steps_skipped\":%d,\"tokens_trained\":%zu,\"train_tokens_per_s\":%.6g,"
-            "\"update_s\":%.6g,\"snapshot_s\":%.6g,\"prox_s\":%.6g,\"ref_s\":%.6g,\"train_s\":%.6g}\n",
+            "\"update_s\":%.6g,\"snapshot_s\":%.6g,\"prox_s\":%.6g,\"ref_s\":%.6g,\"train_s\":%.6g,"
+            "\"trace_rows_guided\":%" PRIu64 ",\"trace_rows_unguided\":%" PRIu64 ",\"trace_disagree_share\":%.6g,"
+            "\"trace_bytes_per_token\":%.6g,\"trace_record_bytes\":%" PRIu64 "}\n",
             s->groups_used, s->groups_dropped, s->reward_mean, s->reward_std, s->accuracy, s->response_len_mean,
             s->version_min, s->version_max, s->kl_behav_prox, s->max_w, s->entropy_mean, s->loss_mean,
             s->tis_frac, s->acr_frac, s->seq_tis_frac, s->mis_frac, s->mis_seq_frac, s->discrepancy_mean,
             s->discrepancy_p99, s->discrepancy_max, s->clip_frac_low, s->clip_frac_high, s->grad_norm_mean, s->lr,
             s->steps_taken, s->steps_skipped, s->tokens_trained, s->train_tokens_per_s, j->update_s,
-            j->snapshot_s, s->time_prox_s, s->time_ref_s, s->time_train_s);
+            j->snapshot_s, s->time_prox_s, s->time_ref_s, s->time_train_s, s->trace_rows_guided,
+            s->trace_rows_unguided, qrl_trace_metric_disagree_share(s->trace_disagree, s->trace_elements_guided),
+            qrl_trace_metric_bytes_per_token(j->trace_record_bytes, j->trace_tokens), j->trace_record_bytes);
     fflush(f);
 }
 

@@ -23,6 +23,7 @@ void rd_group_free(rd_group *g) {
     qrl_wire_free(g->pg ? &g->pg->base : NULL);
     if (g->result) qrl__group_result__free_unpacked(g->result, NULL);
     qrl_wire_chunks_free(&g->chunks);
+    qrl_wire_chunks_free(&g->trace);
     free(g);
 }
 
@@ -39,6 +40,14 @@ qrl_status rd_engine_config(const rd_settings *s, const qrl_model *model, const 
     sc->kv_sink = s->kv_sink;
     sc->kv_recent = s->kv_recent;
     sc->eos_token_id = model->cfg.n_eos > 0 ? model->cfg.eos_ids[0] : qrl_tokenizer_eos(tok);
+    if (s->trace) {
+        sc->trace_record = true;
+        qrl_status st = qrl_trace_sites_parse(s->trace_sites, &sc->trace_sites, err);
+        if (st != QRL_OK) {
+            qrl_error inner = *err;
+            return qrl_error_set(err, st, "rollout.trace_sites: %s", inner.msg);
+        }
+    }
     snprintf(device, device_size, "cpu");
     snprintf(device_name, name_size, "cpu");
     if (s->device != RD_DEVICE_CUDA) return QRL_OK;
@@ -68,6 +77,56 @@ static void push_done(rd_engine *e, rd_group *g) {
     uv_async_send(e->done_async);
 }
 
+/* Append src's messages to dst (ownership of the buffers moves; src is left empty). */
+static void chunks_append(qrl_wire_chunks *dst, qrl_wire_chunks *src) {
+    size_t n = dst->count + src->count;
+    uint8_t **data = realloc(dst->data, n * sizeof *data);
+    QRL_CHECK(data != NULL);
+    dst->data = data;
+    size_t *len = realloc(dst->len, n * sizeof *len);
+    QRL_CHECK(len != NULL);
+    dst->len = len;
+    memcpy(dst->data + dst->count, src->data, src->count * sizeof *data);
+    memcpy(dst->len + dst->count, src->len, src->count * sizeof *len);
+    dst->count = n;
+    free(src->data);
+    free(src->len);
+    memset(src, 0, sizeof *src);
+}
+
+/* TRACE: every response's records packed (model/trace_rec.h) and encoded as TraceChunks
+ * of at most trace_max_bytes (wire.h) into g->trace.  A response that cannot be encoded is
+ * logged and left out: the learner trains it unguided (and counts it). */
+static void encode_trace(rd_engine *e, const qrl_scheduler_group_result *res, rd_group *g) {
+    const qrl_trace_layout *l = qrl_scheduler_trace_layout(e->sched);
+    if (!l) return;
+    uint32_t n_sites = qrl_trace_layout_n_sites(l);
+    size_t budget = qrl_wire_trace_record_budget(e->trace_max_bytes, n_sites, e->replica_id);
+    for (uint32_t r = 0; r < res->group_size; r++) {
+        const qrl_scheduler_response *o = &res->responses[r];
+        if (!o->trace || o->n_tokens <= 0) continue;
+        qrl_trace_pack p = {0};
+        qrl_wire_chunks w = {0};
+        qrl_error err;
+        qrl_status st = qrl_trace_buf_pack(o->trace, (uint32_t)o->n_tokens, budget, &p, &err);
+        if (st == QRL_OK && p.count) {
+            qrl_wire_trace_pieces pc = {p.count, p.record, p.len, p.token_begin, p.token_count, p.n_tokens, p.crc32};
+            qrl_wire_trace_ident id = {g->group_id, g->pg->run_id, e->replica_id, r};
+            st = qrl_wire_trace_chunks_encode(&id, qrl_trace_layout_site_ids(l), n_sites, &pc, e->trace_max_bytes,
+                                              &w, &err);
+            for (size_t i = 0; st == QRL_OK && i < p.count; i++) g->trace_record_bytes += p.len[i];
+            if (st == QRL_OK) g->trace_tokens += p.n_tokens;
+        }
+        if (st != QRL_OK)
+            QRL_LOG_WARN("engine", "group=%llu response=%u: TRACE records not sent (%s: %s)",
+                         (unsigned long long)g->group_id, r, qrl_status_name(st), err.msg);
+        else
+            chunks_append(&g->trace, &w);
+        qrl_wire_chunks_free(&w);
+        qrl_trace_pack_free(&p);
+    }
+}
+
 static void on_group(const qrl_scheduler_group_result *res, void *ctx) {
     rd_engine *e = ctx;
     rd_group *g = res->user;
@@ -80,6 +139,8 @@ static void on_group(const qrl_scheduler_group_result *res, void *ctx) {
         g->rejected = true;
         snprintf(g->error, sizeof g->error, "group %llu: out of memory building its result",
                  (unsigned long long)g->group_id);
+    } else if (e->trace_max_bytes) {
+        encode_trace(e, res, g);
     }
     e->running_groups--;
     push_done(e, g);

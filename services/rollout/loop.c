@@ -1,7 +1,8 @@
 /* qrl-rollout loop thread (STYLE 14) on the daemon shell (service/service.h): what is the
  * rollout's own.  Prompts come in through the shell's consumer, go to the engine, their
- * GroupResults (or dead letters) go out through the shell's producer; a prompt's offset is
- * committed (by the shell) only after its result has been acknowledged by the broker.
+ * GroupResults (or dead letters) go out through the shell's producer, with rollout.trace
+ * their TraceChunks first on kafka.trace_topic; a prompt's offset is committed (by the
+ * shell) only after its result and its trace chunks have been acknowledged by the broker.
  * docs/rollout-daemon.md has the whole picture. */
 #include <inttypes.h>
 #include <signal.h>
@@ -27,7 +28,7 @@ struct rd_daemon {
     qrl_config_t *cfg;
     const qrl_model *model;
     rd_engine engine;
-    const char *prompts_topic, *results_topic, *dlq_topic, *replica_id;
+    const char *prompts_topic, *results_topic, *dlq_topic, *trace_topic, *replica_id;
     uint64_t *live;         /* group ids in flight, n_live of them */
     int n_live, cap_live;
     int inflight;           /* consumed, not yet acknowledged */
@@ -35,6 +36,7 @@ struct rd_daemon {
     uint64_t drain_deadline_ms; /* uv_now() after which a drain aborts what is left; 0 = none */
     int step_delay_ms;
     uint64_t groups_produced, dead_letters, duplicates, consumed;
+    rd_metrics_trace tr;    /* acknowledged TRACE chunks, bytes, record bytes, tokens */
     char kv_format[16], precision[16];
     char device[16], device_name[160]; /* ReplicaInfo: "cpu" / "cuda:N" and its description */
     rd_metrics *prom;       /* metrics.listen; NULL when off */
@@ -81,17 +83,20 @@ static void write_metrics(rd_daemon *d, const rd_group *g) {
     fprintf(f,
             "{\"unix_ms\":%" PRIu64 ",\"replica\":\"%s\",\"group_id\":%" PRIu64
             ",\"partition\":%d,\"offset\":%" PRId64 ",\"responses\":%zu,\"tokens\":%" PRIu64
-            ",\"total_us\":%" PRIu64 ",\"consumed_to_acked_us\":%" PRIu64 "}\n",
+            ",\"total_us\":%" PRIu64 ",\"consumed_to_acked_us\":%" PRIu64 ",\"trace_chunks\":%zu"
+            ",\"trace_bytes\":%" PRIu64 ",\"trace_bytes_per_token\":%.6g}\n",
             unix_ms(), d->replica_id, g->group_id, (int)g->partition, qrl_kafka_offset_value(g->off),
             g->result->n_responses, tokens, g->result->timings ? g->result->timings->total_us : 0,
-            now_us() - g->consumed_us);
+            now_us() - g->consumed_us, g->trace.count, rd_trace_msg_bytes(g),
+            qrl_trace_metric_bytes_per_token(g->trace_record_bytes, g->trace_tokens));
     fflush(f);
 }
 
-/* Every record of g (its result, or its dead letter) is acknowledged: commit, forget. */
+/* A set of g's (trace chunks, result, or dead letter) is acknowledged; after the last: commit, forget. */
 static void on_acked(void *user, void *tag) {
     rd_daemon *d = user;
     rd_group *g = tag;
+    if (--g->sets_unacked > 0) return;
     if (g->to_dlq) {
         d->dead_letters++;
         QRL_LOG_INFO("rollout", "dead letter acked partition=%d offset=%" PRId64, (int)g->partition,
@@ -101,6 +106,7 @@ static void on_acked(void *user, void *tag) {
         QRL_LOG_INFO("rollout", "produced group=%" PRIu64 " partition=%d offset=%" PRId64
                      " chunks=%zu latency_ms=%.1f", g->group_id, (int)g->partition,
                      qrl_kafka_offset_value(g->off), g->chunks.count, (double)(now_us() - g->consumed_us) / 1e3);
+        rd_trace_count(&d->tr, g);
         write_metrics(d, g);
         live_remove(d, g->group_id);
     }
@@ -122,6 +128,7 @@ static void dead_letter(rd_daemon *d, rd_group *g, const void *payload, size_t l
     char key[QRL_WIRE_KEY_MAX];
     size_t klen = g->group_id ? qrl_wire_group_key(g->group_id, key) : 0;
     g->to_dlq = true;
+    g->sets_unacked = 1;
     live_remove(d, g->group_id);
     qrl_service_dead_letter(d->svc, g->partition, qrl_kafka_offset_value(g->off), klen ? key : NULL, klen,
                             payload, len, error, g);
@@ -147,6 +154,9 @@ static void on_done(uv_async_t *h) {
                              g->result->group_id, g->chunks.count);
             char key[QRL_WIRE_KEY_MAX];
             size_t klen = qrl_wire_group_key(g->group_id, key);
+            /* before the result: the learner sees them first */
+            rd_trace_produce(d->svc, d->trace_topic, d->s->trace_fault, g, key, klen);
+            g->sets_unacked++;
             qrl_service_produce(d->svc, d->results_topic, key, klen, g->chunks.data, g->chunks.len,
                                 g->chunks.count, false, g);
         }
@@ -294,7 +304,7 @@ static void on_tick(void *user) {
         d->prom_ms = loop_ms(d);
         Qrl__RolloutStatus s = QRL__ROLLOUT_STATUS__INIT;
         fill_status(d, &s);
-        rd_metrics_update(d->prom, &s, d->dead_letters, d->consumed, d->duplicates);
+        rd_metrics_update(d->prom, &s, d->dead_letters, d->consumed, d->duplicates, &d->tr);
     }
     if (d->draining && d->inflight == 0 && qrl_service_unacked(d->svc) == 0)
         begin_close(d);
@@ -448,6 +458,8 @@ int rd_daemon_run(const rd_settings *s, qrl_config_t *cfg, const qrl_model *mode
     d->prompts_topic = d->s->kafka.prompts_topic;
     d->results_topic = d->s->kafka.results_topic;
     d->dlq_topic = d->s->kafka.dlq_topic;
+    d->trace_topic = d->s->kafka.trace_topic;
+    d->engine.trace_max_bytes = s->trace ? (size_t)s->kafka.max_trace_bytes : 0;
     d->replica_id = d->s->replica_id;
     snprintf(d->precision, sizeof d->precision, "%s", d->s->precision);
     snprintf(d->kv_format, sizeof d->kv_format, "%s", d->s->kv_cache);
@@ -465,9 +477,9 @@ int rd_daemon_run(const rd_settings *s, qrl_config_t *cfg, const qrl_model *mode
         fprintf(stderr, "qrl-rollout: error: %s\n", err.msg);
         _exit(1); /* handles half made; nothing in flight yet */
     }
-    QRL_LOG_INFO("rollout", "serving replica=%s prompts=%s results=%s dlq=%s group=%s",
+    QRL_LOG_INFO("rollout", "serving replica=%s prompts=%s results=%s dlq=%s group=%s trace=%s",
                  d->replica_id, d->prompts_topic, d->results_topic, d->dlq_topic,
-                 d->s->kafka.group);
+                 d->s->kafka.group, s->trace ? d->trace_topic : "off");
 
     qrl_service_run(d->svc);
 
@@ -480,7 +492,9 @@ int rd_daemon_run(const rd_settings *s, qrl_config_t *cfg, const qrl_model *mode
     free(d->live);
     rd_metrics_stop(d->prom);
     QRL_LOG_INFO("rollout", "stopped rc=%d consumed=%" PRIu64 " produced=%" PRIu64
-                 " dead_letters=%" PRIu64 " duplicates_skipped=%" PRIu64,
-                 rc, d->consumed, d->groups_produced, d->dead_letters, d->duplicates);
+                 " dead_letters=%" PRIu64 " duplicates_skipped=%" PRIu64 " trace_chunks=%" PRIu64
+                 " trace_bytes=%" PRIu64 " trace_bytes_per_token=%.1f",
+                 rc, d->consumed, d->groups_produced, d->dead_letters, d->duplicates, d->tr.chunks,
+                 d->tr.bytes, qrl_trace_metric_bytes_per_token(d->tr.record_bytes, d->tr.tokens));
     return rc;
 }

@@ -21,6 +21,7 @@
 #include "model/kv_cache.h"
 #include "model/load.h"
 #include "model/model.h"
+#include "model/trace_rec.h"
 #include "rollout/gpu_memory.h"
 #include "rollout.h"
 #include "tokenizer/tokenizer.h"
@@ -36,8 +37,8 @@ static const qrl_config_entry CONFIG[] = {
     QRL_CFG_ENUM("rollout.precision", S_, precision, "f32",
                  "f32|bf16|w8a8-int8|w8a8-fp8|w4a16-nvfp4|w4a16-mxfp4|w4a4-nvfp4", false,
                  "weight format of the rollout engine (SPEC §3): every version the learner sends is quantized to it"),
-    QRL_CFG_ENUM("rollout.kv_cache", S_, kv_cache, "f32", "f32|bf16|fp8|int8|int4|int4-protected", false,
-                 "KV-cache format (SPEC §3); with rollout.device cuda, f32 runs as bf16"),
+    QRL_CFG_ENUM("rollout.kv_cache", S_, kv_cache, "f32", "f32|bf16|fp8|int8|int4|int4-protected|fp4", false,
+                 "KV-cache format (SPEC §3); with rollout.device cuda, f32 runs as bf16 (fp4: CPU engine only)"),
     QRL_CFG_ENUM("rollout.device", S_, device, "cpu", "cpu|cuda", false,
                  "engine: cpu (the CPU forward) or cuda (the CUDA forward: rollout.precision f32 or bf16 "
                  "(BF16 weights), w8a8-int8, w8a8-fp8, w4a16-nvfp4 or w4a16-mxfp4; KV on the GPU; decode "
@@ -88,6 +89,17 @@ static const qrl_config_entry CONFIG[] = {
                 "OpenMP threads of the engine (0 = all cores)"),
     QRL_CFG_INT("rollout.step_delay_ms", S_, step_delay_ms, "0", 0, 10000, true,
                 "sleep after each engine step (tests and demos: throttles a replica)"),
+    QRL_CFG_BOOL("rollout.trace", S_, trace, "false", false,
+                 "TRACE (SPEC §6): record each response token's FP4 quantization (block scales, code LSBs) at "
+                 "the captured sites and produce it as TraceChunks on kafka.trace_topic; CPU engine with "
+                 "rollout.precision w4a4-nvfp4 and/or rollout.kv_cache fp4"),
+    QRL_CFG_STRING("rollout.trace_sites", S_, trace_sites, "", false,
+                   "rollout.trace: captured sites, clauses 'layers=A-B|all|deep,sites=attn_in,k,v,attn_out,"
+                   "mlp_in,mlp_down' separated by ';' (\"\" = default: every linear input, K/V of the deeper "
+                   "half; docs/rollout-daemon.md)"),
+    QRL_CFG_ENUM("rollout.trace_fault", S_, trace_fault, "none", "none|drop|duplicate|reorder|mix", false,
+                 "testing / fault injection only: drop each group's first TraceChunk, send every chunk twice, "
+                 "reverse their order, or all three (mix)"),
     QRL_CFG_STRING("kafka.bootstrap", S_, kafka.bootstrap, "127.0.0.1:19092", false,
                    "Kafka brokers host:port[,host:port]"),
     QRL_CFG_STRING("kafka.prompts_topic", S_, kafka.prompts_topic, QRL_KAFKA_TOPIC_PROMPTS, false,
@@ -96,6 +108,10 @@ static const qrl_config_entry CONFIG[] = {
                    "topic of GroupResults"),
     QRL_CFG_STRING("kafka.dlq_topic", S_, kafka.dlq_topic, QRL_KAFKA_TOPIC_DLQ, false,
                    "dead-letter topic for prompts that cannot be used"),
+    QRL_CFG_STRING("kafka.trace_topic", S_, kafka.trace_topic, QRL_KAFKA_TOPIC_TRACE, false,
+                   "topic of TraceChunks (rollout.trace), keyed by group id"),
+    QRL_CFG_INT("kafka.max_trace_bytes", S_, kafka.max_trace_bytes, "921600", 1024, 16777216, false,
+                "largest TraceChunk message: a response's records are split into chunks of at most this"),
     QRL_CFG_STRING("kafka.group", S_, kafka.group, "qrl-rollout", false,
                    "consumer group shared by the replicas"),
     QRL_CFG_INT("kafka.session_timeout_ms", S_, kafka.session_timeout_ms, "10000", 1000, 3600000, false,
@@ -179,6 +195,17 @@ int main(int argc, char **argv) {
         if (kvf == QRL_KV_FORMAT_FP4)
             qrl_die("rollout.kv_cache fp4 with rollout.device cuda: UNSUPPORTED (no CUDA kernels)");
     }
+    /* TRACE records FP4 quantizations, and the recorder runs in the CPU forward only */
+    if (S.trace && cuda)
+        qrl_die("rollout.trace with rollout.device cuda: UNSUPPORTED (the recorder runs in the CPU engine; "
+                "use rollout.device cpu or rollout.trace false)");
+    if (S.trace && prec != QRL_PRECISION_W4A4_NVFP4 && kvf != QRL_KV_FORMAT_FP4)
+        qrl_die("rollout.trace needs FP4 sites: rollout.precision w4a4-nvfp4 and/or rollout.kv_cache fp4 "
+                "(got rollout.precision %s, rollout.kv_cache %s)", qrl_precision_name(prec),
+                qrl_kv_format_name(kvf));
+    qrl_trace_sites sites;
+    if (S.trace && qrl_trace_sites_parse(S.trace_sites, &sites, &err) != QRL_OK)
+        qrl_die("rollout.trace_sites: %s", err.msg);
 
     qrl_model *m;
     qrl_tokenizer *tok;

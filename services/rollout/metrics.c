@@ -3,10 +3,13 @@
 
 #include <stdlib.h>
 
+#include "model/trace_rec.h"
+
 
 enum {
     M_VERSION, M_STATE, M_SLOTS_TOTAL, M_SLOTS_IN_USE, M_GROUPS_ACTIVE, M_GROUPS_QUEUED, M_TOKENS_PER_S,
-    M_KV_USED, M_TOKENS, M_RESTARTS, M_PRODUCED, M_DEAD_LETTERS, M_CONSUMED, M_DUPLICATES, M_COUNT
+    M_KV_USED, M_TOKENS, M_RESTARTS, M_PRODUCED, M_DEAD_LETTERS, M_CONSUMED, M_DUPLICATES,
+    M_TRACE_CHUNKS, M_TRACE_BYTES, M_TRACE_TOKENS, M_TRACE_BPT, M_COUNT
 };
 
 /* One row per series, in the order of the enum. */
@@ -28,6 +31,10 @@ static const struct {
     {QRL_PROM_COUNTER, "qrl_rollout_dead_letters_total", "Prompts sent to the dead-letter topic (acknowledged)."},
     {QRL_PROM_COUNTER, "qrl_rollout_prompts_consumed_total", "Records consumed from the prompts topic."},
     {QRL_PROM_COUNTER, "qrl_rollout_duplicates_skipped_total", "Prompts delivered again while still in flight here."},
+    {QRL_PROM_COUNTER, "qrl_rollout_trace_chunks_total", "TraceChunk messages acknowledged (rollout.trace)."},
+    {QRL_PROM_COUNTER, "qrl_rollout_trace_bytes_total", "Bytes of the acknowledged TraceChunk messages."},
+    {QRL_PROM_COUNTER, "qrl_rollout_trace_tokens_total", "Response tokens covered by acknowledged TRACE records."},
+    {QRL_PROM_GAUGE, "qrl_rollout_trace_bytes_per_token", "TRACE record bytes per response token, since start."},
 };
 
 struct rd_metrics {
@@ -57,7 +64,7 @@ fail:
 }
 
 void rd_metrics_update(rd_metrics *m, const Qrl__RolloutStatus *s, uint64_t dead_letters, uint64_t consumed,
-                       uint64_t duplicates) {
+                       uint64_t duplicates, const rd_metrics_trace *tr) {
     if (!m) return;
     qrl_prom_set(m->s[M_VERSION], (double)s->version);
     qrl_prom_set(m->s[M_STATE], (double)s->state);
@@ -73,6 +80,10 @@ void rd_metrics_update(rd_metrics *m, const Qrl__RolloutStatus *s, uint64_t dead
     qrl_prom_set(m->s[M_DEAD_LETTERS], (double)dead_letters);
     qrl_prom_set(m->s[M_CONSUMED], (double)consumed);
     qrl_prom_set(m->s[M_DUPLICATES], (double)duplicates);
+    qrl_prom_set(m->s[M_TRACE_CHUNKS], (double)tr->chunks);
+    qrl_prom_set(m->s[M_TRACE_BYTES], (double)tr->bytes);
+    qrl_prom_set(m->s[M_TRACE_TOKENS], (double)tr->tokens);
+    qrl_prom_set(m->s[M_TRACE_BPT], qrl_trace_metric_bytes_per_token(tr->record_bytes, tr->tokens));
 }
 
 void rd_metrics_stop(rd_metrics *m) { free(m); }

@@ -17,10 +17,16 @@ typedef struct rd_metrics rd_metrics;
  * the replica id, precision and KV format (copied).  Errors: those of qrl_prom_register. */
 qrl_status rd_metrics_start(qrl_prom_registry_t *reg, const char *replica_id, const char *precision,
                             const char *kv_format, rd_metrics **out, qrl_error *err);
+/* The loop's TRACE totals (acknowledged): chunk messages and their bytes, record bytes and
+ * the response tokens they cover (bytes per token = record_bytes / tokens). */
+typedef struct rd_metrics_trace {
+    uint64_t chunks, bytes, record_bytes, tokens;
+} rd_metrics_trace;
+
 /* Publish a status snapshot (as Rollout.Status fills it) and the loop's totals.  m may be
  * NULL (no-op). */
 void rd_metrics_update(rd_metrics *m, const Qrl__RolloutStatus *s, uint64_t dead_letters,
-                       uint64_t consumed, uint64_t duplicates);
+                       uint64_t consumed, uint64_t duplicates, const rd_metrics_trace *tr);
 /* Free the handles (the series stay with the registry); NULL is a no-op. */
 void rd_metrics_stop(rd_metrics *m);
 

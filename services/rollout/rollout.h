@@ -29,6 +29,16 @@
 /* rollout.device (choices order of the config row). */
 typedef enum rd_device { RD_DEVICE_CPU = 0, RD_DEVICE_CUDA = 1 } rd_device;
 
+/* rollout.trace_fault (choices order of the config row): test-only chunk faults on the
+ * trace topic (docs/rollout-daemon.md "TRACE records"). */
+typedef enum rd_trace_fault {
+    RD_TRACE_FAULT_NONE = 0,
+    RD_TRACE_FAULT_DROP,      /* the group's first chunk (response 0's chunk 0) is not sent */
+    RD_TRACE_FAULT_DUPLICATE, /* every chunk is sent twice */
+    RD_TRACE_FAULT_REORDER,   /* the group's chunks are sent in reverse order */
+    RD_TRACE_FAULT_MIX,       /* all three at once */
+} rd_trace_fault;
+
 /* The daemon's settings: every key of main.c's config table, filled by qrl_config_bind
  * (core/config.h) and kept current by `qrlctl set` (the runtime-mutable ones).  Strings
  * are owned by the config. */
@@ -50,9 +60,12 @@ typedef struct rd_settings {
     const char *replica_id;
     bool emit_text;
     int threads, step_delay_ms;
+    bool trace;                            /* rollout.trace: TRACE records on kafka.trace_topic */
+    const char *trace_sites;               /* rollout.trace_sites (model/trace_rec.h spec) */
+    int trace_fault;                       /* rd_trace_fault (tests only) */
     struct {
-        const char *bootstrap, *prompts_topic, *results_topic, *dlq_topic, *group;
-        int session_timeout_ms, poll_ms, max_result_bytes;
+        const char *bootstrap, *prompts_topic, *results_topic, *dlq_topic, *group, *trace_topic;
+        int session_timeout_ms, poll_ms, max_result_bytes, max_trace_bytes;
     } kafka;
     const char *rpc_listen, *rpc_token_file;
     const char *learner_addr, *learner_tls_ca, *learner_tls_cert, *learner_tls_key;
@@ -75,6 +88,12 @@ typedef struct rd_group {
     /* loop: result delivery (service/service.h resends them until acknowledged) */
     qrl_wire_chunks chunks;       /* encoded result, borrowed by the service until acknowledged */
     bool to_dlq;                  /* a dead-letter record was produced instead */
+    /* TRACE (rollout.trace): every response's TraceChunks in response order, encoded by the
+     * engine thread; borrowed by the service until acknowledged */
+    qrl_wire_chunks trace;
+    uint64_t trace_record_bytes;  /* record bytes of them (bytes per token: / trace_tokens) */
+    uint64_t trace_tokens;        /* response tokens they cover */
+    int sets_unacked;             /* sets produced for g (trace, result) not yet acknowledged */
 } rd_group;
 
 typedef struct rd_engine_stats {
@@ -114,6 +133,7 @@ typedef struct rd_engine {
     const qrl_tokenizer *tok;
     const char *replica_id;
     bool emit_text;
+    size_t trace_max_bytes;        /* kafka.max_trace_bytes with rollout.trace, else 0 (set before rd_engine_start) */
     int running_groups;
     qrl_model *owned_model;        /* the last model swapped in (the first is main's) */
     int omp_threads;               /* the loop thread's OpenMP thread count at start */
@@ -157,6 +177,19 @@ void rd_engine_join(rd_engine *e);
 
 /* Free a group and whatever it owns. */
 void rd_group_free(rd_group *g);
+
+/* TRACE (trace.c): bytes of g's TraceChunk messages (each once, as encoded). */
+uint64_t rd_trace_msg_bytes(const rd_group *g);
+/* Add acknowledged g's chunks, bytes, record bytes and tokens to the totals *t (metrics.h). */
+struct rd_metrics_trace;
+void rd_trace_count(struct rd_metrics_trace *t, const rd_group *g);
+/* Produce g's TraceChunks as one set on `topic` keyed key[klen] (payloads borrowed from
+ * g->trace until acknowledged, tag g, g->sets_unacked counted), through `fault`
+ * (rd_trace_fault, tests only: the learner must survive a lost, a duplicated and a
+ * reordered chunk).  No chunks (or all dropped): nothing is produced. */
+struct qrl_service;
+void rd_trace_produce(struct qrl_service *svc, const char *topic, int fault, rd_group *g, const char *key,
+                      size_t klen);
 
 /* Receive one weight version from the TCP stream at `addr` (host:port; framing in
  * weights.c) into a new model shaped like `like`: manifest checked against the model,

@@ -1,0 +1,60 @@
+/* qrl-learner TRACE intake (trace.c; docs/learner-daemon.md "TRACE records"): TraceChunks
+ * in from kafka.trace_topic (learner.qat nvfp4 with learner.trace_guidance on), held in a
+ * bounded store by (group id, response index, replica id) until the result they belong to
+ * is taken into an update, then joined (wire.h qrl_wire_trace_join) and decoded
+ * (model/trace_rec.h) into the response's records for the QAT forward.
+ *
+ * Records arrive on their own topic, so nothing orders them against their result: a
+ * chunk may come before or after it, twice, or never.  Duplicates are kept once;
+ * reordering is what the join sorts out; a response whose records are missing,
+ * incomplete or corrupt when its result is taken trains unguided (nearest rounding) and is
+ * counted, never dropped.  A chunk that does not decode or validate goes to the dead-letter
+ * topic.  Chunk records are committed as soon as they are stored: a learner that restarts
+ * loses the stored chunks, and the results they belonged to train unguided (counted).
+ *
+ * Bounds: at most LD_TRACE_STORE_BYTES of chunk messages are held (the oldest response's
+ * chunks are evicted first, counted); a response's chunks are forgotten
+ * LD_TRACE_EXPIRE_MS after its last chunk arrived without its result being taken, and at
+ * once when its group is taken (chunks of a group already taken are dropped on arrival,
+ * counted late).  Loop thread only. */
+#ifndef QRL_LD_TRACE_H
+#define QRL_LD_TRACE_H
+
+#include "daemon.h"
+#include "model/trace_rec.h"
+
+#define LD_TRACE_STORE_BYTES ((size_t)256 << 20) /* chunk bytes held, all responses */
+#define LD_TRACE_EXPIRE_MS 300000                /* 5 min after a response's last chunk */
+
+/* The decoded records of one result's responses (owned; trace[k] NULL: none). */
+typedef struct ld_trace_set {
+    qrl_trace_response **trace; /* [n] */
+    uint32_t n;
+    uint64_t record_bytes;      /* record bytes of the decoded responses */
+    uint64_t tokens;            /* response tokens they cover */
+} ld_trace_set;
+
+typedef struct ld_trace_counts {
+    uint64_t chunks, bytes;     /* chunks stored (each index once) and their message bytes */
+    uint64_t duplicates, late, other_run, dead_letters, evicted, expired;
+    uint64_t joined, missing, corrupt; /* responses at take: decoded / none or incomplete / bad */
+    size_t held_bytes;          /* chunk bytes in the store now */
+} ld_trace_counts;
+
+/* Whether this learner reads kafka.trace_topic (learner.qat nvfp4, trace_guidance on). */
+bool ld_trace_consumed(const ld_core *c);
+/* One consumed record of kafka.trace_topic: decoded and stored, or dead-lettered; its
+ * offset is released at once. */
+void ld_trace_record(ld_core *c, const qrl_kafka_message *m, qrl_kafka_offset *off);
+/* The records of result r's responses (each its replica's, run's and group's), joined and
+ * decoded now into *out (responses still missing get NULL and are counted); the group's
+ * other stored chunks are forgotten.  Call when the result goes into an update. */
+void ld_trace_take(ld_core *c, const Qrl__GroupResult *r, ld_trace_set *out);
+void ld_trace_set_free(ld_trace_set *s);
+/* Forget responses whose last chunk is older than LD_TRACE_EXPIRE_MS (the tick). */
+void ld_trace_expire(ld_core *c);
+ld_trace_counts ld_trace_counts_now(void);
+/* Free the store. */
+void ld_trace_free(void);
+
+#endif

@@ -1,0 +1,44 @@
+/* qrl-rollout: producing a group's TRACE chunks (rollout.h; docs/rollout-daemon.md "TRACE
+ * records"), with rollout.trace_fault's test-only faults. */
+#include <stdlib.h>
+
+#include "core/log.h"
+#include "metrics.h"
+#include "rollout.h"
+#include "service/service.h"
+
+uint64_t rd_trace_msg_bytes(const rd_group *g) {
+    uint64_t b = 0;
+    for (size_t i = 0; i < g->trace.count; i++) b += g->trace.len[i];
+    return b;
+}
+
+void rd_trace_count(rd_metrics_trace *t, const rd_group *g) {
+    t->chunks += g->trace.count;
+    t->bytes += rd_trace_msg_bytes(g);
+    t->record_bytes += g->trace_record_bytes;
+    t->tokens += g->trace_tokens;
+}
+
+void rd_trace_produce(struct qrl_service *svc, const char *topic, int fault, rd_group *g, const char *key,
+                      size_t klen) {
+    size_t n = g->trace.count;
+    if (!n) return;
+    bool drop = fault == RD_TRACE_FAULT_DROP || fault == RD_TRACE_FAULT_MIX;
+    bool dup = fault == RD_TRACE_FAULT_DUPLICATE || fault == RD_TRACE_FAULT_MIX;
+    bool rev = fault == RD_TRACE_FAULT_REORDER || fault == RD_TRACE_FAULT_MIX;
+    uint8_t **pl = malloc(2 * n * sizeof *pl);
+    size_t *ln = malloc(2 * n * sizeof *ln), m = 0;
+    QRL_CHECK(pl && ln);
+    for (size_t k = 0; k < n; k++) {
+        size_t i = rev ? n - 1 - k : k;
+        if (drop && i == 0) continue;
+        for (int c = 0; c < (dup ? 2 : 1); c++) pl[m] = g->trace.data[i], ln[m++] = g->trace.len[i];
+    }
+    if (m) {
+        g->sets_unacked++;
+        qrl_service_produce(svc, topic, key, klen, pl, ln, m, false, g);
+    }
+    free(pl);
+    free(ln);
+}

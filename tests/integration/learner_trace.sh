@@ -1,0 +1,106 @@
+#!/usr/bin/env bash
+# TRACE end to end (issue 19; docs/learner-daemon.md "TRACE records"): a real single-node
+# Kafka broker, qrl-learner in QAT mode (learner.qat nvfp4, guidance on) and one CPU
+# qrl-rollout replica on stories260K with rollout.precision w4a4-nvfp4 and rollout.trace
+# on, its TraceChunks cut small (kafka.max_trace_bytes 2048) so that a response spans
+# several chunks.  Dynamic sampling is off, so every group is trained.
+#   1. T = 4 groups of G = 4, 2 updates: the learner trained guided rows (> 0), the records
+#      cost bytes (> 0 per token, in learner.jsonl and the replica's metrics.jsonl), every
+#      dispatched group trained exactly once; a garbage record on the trace topic goes to
+#      the dead-letter topic.
+#   2. the same with rollout.trace_fault mix (each group's first chunk lost, every chunk sent
+#      twice, in reverse order): the responses that lost a chunk train unguided and are
+#      counted, the others are still guided, duplicates are counted, nothing is dropped.
+# Whatever it started is stopped on every exit path.  Skips (77) without java or the
+# Kafka jars unless QRL_REQUIRE_KAFKA=1.
+set -euo pipefail
+source "$(dirname "${BASH_SOURCE[0]}")/../support/cluster.sh" learner_trace
+harness=$build/tests/integration/rollout_harness
+[ -x "$harness" ] || fail "$harness is not built (make test builds it)"
+t_all=$(date +%s.%N)
+need_kafka
+
+start_broker 2
+echo "broker at $bootstrap"
+printf 'test-token-%s\n' "$$" >"$tmp/token"
+words=(the was and she he little girl boy day happy big play)
+names=(Lily Tom Sue Ben Max Mia)
+: >"$tmp/data.jsonl"
+for i in $(seq 0 19); do
+  printf '{"prompt":"Once upon a time, %s","answer":"%s"}\n' "${names[$((i % 6))]}" \
+    "${words[$((i % 12))]}" >>"$tmp/data.jsonl"
+done
+
+# run NAME FAULT: a learner (2 updates, QAT) and one TRACE replica until both exit 0
+run() {
+  local name=$1 fault=$2 t
+  t=$(date +%s.%N)
+  QRL_LOG_LEVEL=info "$learner" --learner.model "$model" --learner.tokenizer "$tokenizer" \
+    --dataset.chat_template none --dataset.task contains --learner.threads 1 --dataset.path "$tmp/data.jsonl" \
+    --kafka.bootstrap "$bootstrap" --kafka.group "learner-$name" --learner.group_size 4 --learner.quota 4 \
+    --learner.max_updates 2 --learner.max_staleness 0 --learner.lr 1e-3 --learner.seed 7 \
+    --learner.dynamic_sampling false --learner.qat nvfp4 --sampling.max_new_tokens 24 \
+    --learner.heartbeat_interval_ms 300 --rpc.token_file "$tmp/token" \
+    --metrics.jsonl "$tmp/$name-learner.jsonl" >"$tmp/$name-learner.log" 2>&1 &
+  pids+=($!)
+  local pl=$! port
+  port=$(log_port "$tmp/$name-learner.log")
+  "$rollout" --rollout.model "$model" --rollout.tokenizer "$tokenizer" --kafka.bootstrap "$bootstrap" \
+    --kafka.group "rollout-$name" --rollout.precision w4a4-nvfp4 --rollout.trace true \
+    --rollout.trace_fault "$fault" --kafka.max_trace_bytes 2048 --rollout.replica_id "$name-r0" \
+    --rollout.slots 4 --rollout.max_concurrency 2 --rollout.threads 1 --kafka.session_timeout_ms 6000 \
+    --rpc.token_file "$tmp/token" --metrics.jsonl "$tmp/$name-r0.jsonl" \
+    --learner.addr "127.0.0.1:$port" >"$tmp/$name-r0.log" 2>&1 &
+  pids+=($!)
+  local pr=$! rc=0
+  if [ "$name" = clean ]; then # a record no replica wrote: dead-lettered, not stored
+    "$harness" produce --bootstrap "$bootstrap" --topic qrl.trace --first-id 1000 --garbage --groups 0 \
+      --tokenizer "$tokenizer" >/dev/null 2>&1 || true
+  fi
+  timeout 150 tail --pid="$pl" -f /dev/null || fail "$name: learner still running after 150 s"
+  wait "$pl" || rc=$?
+  [ $rc -eq 0 ] || fail "$name: learner exited $rc: $(tail -5 "$tmp/$name-learner.log")"
+  timeout 30 tail --pid="$pr" -f /dev/null || fail "$name: replica did not drain after SHUTDOWN"
+  rc=0; wait "$pr" || rc=$?
+  [ $rc -eq 0 ] || fail "$name: replica exited $rc: $(tail -5 "$tmp/$name-r0.log")"
+  grep -q "training engine device=cpu .*qat=nvfp4" "$tmp/$name-learner.log" || fail "$name: learner not in QAT mode"
+  grep -q "serving replica=.* trace=qrl.trace" "$tmp/$name-r0.log" || fail "$name: replica not recording"
+  local m=$tmp/$name-learner.jsonl
+  [ "$(wc -l <"$m")" -eq 2 ] || fail "$name: expected 2 metrics lines, got $(wc -l <"$m")"
+  # nothing dropped: every dispatched group trained exactly once (or listed as dropped)
+  jq -s -e '[.[].groups[]] | sort == [range(1;9)]' "$m" >/dev/null ||
+    fail "$name: groups not trained exactly once: $(jq -c -s 'map(.groups)' "$m")"
+  jq -s -e 'all(.[]; (.dropped | length) == .groups_dropped)' "$m" >/dev/null || fail "$name: dropped accounting"
+  jq -s -e 'all(.[]; .trace_rows_guided + .trace_rows_unguided >= 1)' "$m" >/dev/null ||
+    fail "$name: rows not counted: $(cat "$m")"
+  echo "$name: 2 QAT updates in $(secs "$t") s: $(jq -s -c 'map({guided: .trace_rows_guided,
+    unguided: .trace_rows_unguided, disagree: .trace_disagree_share, bpt: .trace_bytes_per_token})' "$m")"
+}
+
+# ---- 1. records flow, rows are guided ---------------------------------------------------------
+run clean none
+m=$tmp/clean-learner.jsonl
+jq -s -e 'map(.trace_rows_guided) | add > 0' "$m" >/dev/null || fail "no guided rows: $(cat "$m")"
+jq -s -e 'all(.[]; .trace_bytes_per_token > 0 and .trace_record_bytes > 0)' "$m" >/dev/null ||
+  fail "no trace bytes: $(cat "$m")"
+jq -s -e 'map(.trace_bytes) | add > 0' "$tmp/clean-r0.jsonl" >/dev/null ||
+  fail "replica metrics without trace bytes: $(head -2 "$tmp/clean-r0.jsonl")"
+jq -s -e 'all(.[]; .trace_bytes_per_token > 0)' "$tmp/clean-r0.jsonl" >/dev/null || fail "replica bytes/token"
+jq -s -e 'map(.trace_chunks) | max >= 2' "$tmp/clean-r0.jsonl" >/dev/null ||
+  fail "no response spanned several chunks: $(jq -s -c 'map(.trace_chunks)' "$tmp/clean-r0.jsonl")"
+grep -q "trace: chunks=[1-9].* dead_letters=1 " "$tmp/clean-learner.log" ||
+  fail "garbage trace record not dead-lettered: $(grep 'trace: chunks' "$tmp/clean-learner.log")"
+grep -q "dead letter partition=.*PARSE" "$tmp/clean-learner.log" || fail "no dead-letter line"
+echo "clean: $(grep -o 'trace: chunks=.*' "$tmp/clean-learner.log")"
+
+# ---- 2. lost, duplicated and reordered chunks --------------------------------------------------
+run faults mix
+m=$tmp/faults-learner.jsonl
+jq -s -e 'map(.trace_rows_unguided) | add > 0' "$m" >/dev/null || fail "lost chunks not counted unguided: $(cat "$m")"
+jq -s -e 'map(.trace_rows_guided) | add > 0' "$m" >/dev/null ||
+  fail "duplicated + reordered chunks not joined: $(cat "$m")"
+line=$(grep -o 'trace: chunks=.*' "$tmp/faults-learner.log")
+echo "$line" | grep -q " duplicates=[1-9]" || fail "duplicates not seen: $line"
+echo "$line" | grep -q " missing=[1-9]" || fail "incomplete responses not counted: $line"
+echo "faults: $line"
+echo "learner trace test passed in $(secs "$t_all") s"
