@@ -14,6 +14,7 @@
 #include <errno.h>
 #include <unistd.h>
 
+#include "base/tuning.h"
 #include "core/config.h"
 #include "core/program.h"
 #include "rpc/rpc.h"
@@ -191,6 +192,9 @@ static const qrl_config_entry CONFIG[] = {
      "TensorBoard event files: one event per update with the metrics.jsonl scalars (\"\" = off)"),
     QRL_CFG_INT("learner.threads", S_, learner.threads, "0", 0, 1024, false,
      "OpenMP threads (0 = all cores)"),
+    QRL_CFG_STRING("learner.cuda_tuning", S_, learner.cuda_tuning, "", false,
+     "learner.device cuda: kernel tuning knobs, name=value,... (docs/tuning.md); they win over the QRL_* "
+     "environment variables of the same knobs (\"\" = none)"),
     /* --mode sft runs qrl-sft (docs/qrl-sft.md): the key stays so that --print-config and the
      * checkpoints' settings read as before */
     QRL_CFG_ENUM("mode", S_, mode, "rl", "rl|sft", false,
@@ -320,6 +324,7 @@ int main(int argc, char **argv) {
     qrl_tokenizer *tok;
     char tpath[4096];
     qrl_error err;
+    if (qrl_tuning_apply(S.learner.cuda_tuning, &err) != QRL_OK) qrl_die_err(&err); /* before any kernel */
     qrl_model_load_opts lo = {.tokenizer = S.learner.tokenizer, .tokenizer_option = "--learner.tokenizer"};
     if (qrl_model_load_with_tokenizer(S.learner.model, &lo, &m, &tok, tpath, sizeof tpath, &err) != QRL_OK)
         qrl_die_err(&err);

@@ -53,6 +53,7 @@ typedef struct ld_settings {
         int checkpoint_keep;
         const char *resume;
         int threads;
+        const char *cuda_tuning; /* "name=value,..." (base/tuning.h), applied by main */
     } learner;
     struct {
         int mode; /* index in decoupled|prox|naive */
