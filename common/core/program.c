@@ -59,15 +59,17 @@ int qrl_program_start(const qrl_program *p, int argc, char **argv, qrl_config_t 
         qrl_config_destroy(c);
         return fail("%s", err.msg);
     }
-    if (action == QRL_CONFIG_ACTION_PRINT_CONFIG) { /* the resolved config as YAML, nothing run */
-        qrl_config_write(c, stdout);
-        qrl_config_destroy(c);
-        return 0;
-    }
+    /* a stray argument is refused before --print-config, so that a command line the run
+     * would refuse ("--loss.acr maybe": a bool, then a word) is not shown as valid */
     if (npos > 0 && !npositional) {
         int rc = fail("unexpected argument '%s' (see --help)", argv[1]);
         qrl_config_destroy(c);
         return rc;
+    }
+    if (action == QRL_CONFIG_ACTION_PRINT_CONFIG) { /* the resolved config as YAML, nothing run */
+        qrl_config_write(c, stdout);
+        qrl_config_destroy(c);
+        return 0;
     }
     if (npositional) *npositional = npos;
     if (p->settings) qrl_config_bind(c, p->settings);

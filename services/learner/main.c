@@ -324,7 +324,8 @@ int main(int argc, char **argv) {
     qrl_tokenizer *tok;
     char tpath[4096];
     qrl_error err;
-    if (qrl_tuning_apply(S.learner.cuda_tuning, &err) != QRL_OK) qrl_die_err(&err); /* before any kernel */
+    if (qrl_tuning_apply(S.learner.cuda_tuning, &err) != QRL_OK)
+        qrl_die("learner.cuda_tuning: %s", err.msg); /* before any kernel */
     qrl_model_load_opts lo = {.tokenizer = S.learner.tokenizer, .tokenizer_option = "--learner.tokenizer"};
     if (qrl_model_load_with_tokenizer(S.learner.model, &lo, &m, &tok, tpath, sizeof tpath, &err) != QRL_OK)
         qrl_die_err(&err);

@@ -169,7 +169,7 @@ int main(int argc, char **argv) {
         if (qrl_config_apply(cfg, "rollout.replica_id", idbuf, "default", &err) != QRL_OK) qrl_die_err(&err);
     }
     qrl_config_log(cfg, "rollout");
-    if (qrl_tuning_apply(S.cuda_tuning, &err) != QRL_OK) qrl_die_err(&err); /* before any kernel */
+    if (qrl_tuning_apply(S.cuda_tuning, &err) != QRL_OK) qrl_die("rollout.cuda_tuning: %s", err.msg); /* before any kernel */
 
     if (S.threads > 0) omp_set_num_threads(S.threads);
     qrl_kv_format kvf;

@@ -101,3 +101,15 @@ Test(program, die_prints_the_program_name, .init = cr_redirect_stderr, .exit_cod
     cr_assert_eq(qrl_program_start(&PROGRAM, 1, argv, &cfg, NULL), QRL_PROGRAM_RUN);
     qrl_die("--model is required (%d)", 1);
 }
+
+/* --print-config shows only a command line the run would take: a stray word is refused
+ * first (a bool key then a word, "--flag maybe", leaves "maybe" stray). */
+Test(program, print_config_refuses_a_stray_argument, .init = cr_redirect_stderr) {
+    qrl_config_t *cfg;
+    cr_assert_eq(qrl_program_start(&PROGRAM, ARGC("--print-config", "stray"), ARGS("--print-config", "stray"), &cfg,
+                                   NULL),
+                 1);
+    cr_assert_null(cfg);
+    fflush(stderr);
+    cr_assert_stderr_eq_str("qrl-test: error: unexpected argument 'stray' (see --help)\n");
+}
