@@ -11,6 +11,7 @@
  * layer l's backward. */
 #include "train/model_train.h"
 
+#include <math.h>
 #include <stdbool.h>
 #include <stdlib.h>
 #include <string.h>
@@ -327,6 +328,13 @@ bool qrl_model_train_qat_quantize_row(const qrl_trace_response *rec, uint32_t to
                                       uint32_t n, float *y, uint8_t *codes, uint64_t *disagree) {
     qrl_trace_entry e;
     if (rec && qrl_trace_response_entry(rec, token, layer, kind, head, &e) && e.len == n) {
+        /* The tensor scale from this vector's own amax, the block scales and bits from the
+         * record: the learner's vector may be a multiple of the rollout's (UAQ: the norm
+         * outputs and the o/down inputs are s times a replica's that decodes the unscaled
+         * checkpoint, version 0), and the E4M3 block scales are relative to the tensor
+         * scale, so the same codes come out.  With identical inputs it is the recorded
+         * scale exactly (the same amax, the same function). */
+        e.global_enc = qrl_nvfp4_global_enc(qrl_quant_absmax(x, n, NULL));
         uint64_t d = 0;
         qrl_trace_guided_quantize(x, &e, codes, y, &d);
         if (disagree) *disagree += d;

@@ -168,7 +168,9 @@ void qrl_model_train_qat_stats_reset(qrl_model_train_t *tr);
  * guided by rec's entry (token, layer, kind, head) when it exists with n elements
  * (returns true; codes [ceil(n/2)], may be NULL, gets the packed E2M1 codes; *disagree,
  * may be NULL, += elements whose code differs from nearest), else
- * qrl_nvfp4_fake_quantize_row (returns false; codes and *disagree untouched). */
+ * qrl_nvfp4_fake_quantize_row (returns false; codes and *disagree untouched).  Guided: the
+ * record's E4M3 block scales and code LSBs with the tensor scale of x's own amax (x may be
+ * a multiple of the recorded vector: UAQ), which is the recorded one for identical x. */
 bool qrl_model_train_qat_quantize_row(const qrl_trace_response *rec, uint32_t token, int layer,
                                       qrl_trace_site_kind kind, int head, const float *x,
                                       uint32_t n, float *y, uint8_t *codes, uint64_t *disagree);

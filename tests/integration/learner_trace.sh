@@ -5,7 +5,9 @@
 # on, its TraceChunks cut small (kafka.max_trace_bytes 2048) so that a response spans
 # several chunks.  Dynamic sampling is off, so every group is trained.
 #   1. T = 4 groups of G = 4, 2 updates: the learner trained guided rows (> 0), the records
-#      cost bytes (> 0 per token, in learner.jsonl and the replica's metrics.jsonl), every
+#      cost bytes (> 0 per token, in learner.jsonl and the replica's metrics.jsonl), update 1
+#      (version-0 tokens, version-0 parameters) gives the rollout's codes (disagree share
+#      < 1%, |lp_prox - lp_behav| < 1e-5), every
 #      dispatched group trained exactly once; a garbage record on the trace topic goes to
 #      the dead-letter topic.
 #   2. the same with rollout.trace_fault mix (each group's first chunk lost, every chunk sent
@@ -81,6 +83,11 @@ run() {
 run clean none
 m=$tmp/clean-learner.jsonl
 jq -s -e 'map(.trace_rows_guided) | add > 0' "$m" >/dev/null || fail "no guided rows: $(cat "$m")"
+# update 1 trains version-0 tokens with version-0 parameters: the guided forward must give
+# the rollout's codes (the learner runs UAQ-scaled, the replica the unscaled checkpoint: a
+# guided share of 0.44 and a mismatch 10^4 times nearest's before the fix)
+jq -e -s '.[0] | .trace_disagree_share < 0.01 and .disc_mean < 1e-5' "$m" >/dev/null ||
+  fail "update 1: guided codes are not the rollout's: $(head -1 "$m" | jq -c '{trace_disagree_share, disc_mean, disc_max}')"
 jq -s -e 'all(.[]; .trace_bytes_per_token > 0 and .trace_record_bytes > 0)' "$m" >/dev/null ||
   fail "no trace bytes: $(cat "$m")"
 jq -s -e 'map(.trace_bytes) | add > 0' "$tmp/clean-r0.jsonl" >/dev/null ||

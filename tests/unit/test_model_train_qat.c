@@ -208,6 +208,26 @@ Test(model_train_qat, guided_quantization_reproduces_rollout_codes_at_every_site
     cr_assert_lt(dg, 1e-3);
     cr_assert_lt(dn, 1e-3);
     cr_assert_gt(df, 100 * dg);
+
+    /* the learner in the UAQ parameterization (s = 1.5, the learner's default) against
+     * this unscaled rollout (a replica's version 0): the norm outputs and the o/down inputs
+     * are 1.5 times the recorded vectors, so the recorded tensor scale does not fit them;
+     * the guided codes must still be the rollout's (found in the daemon: 44% of the guided
+     * codes differed from nearest, and the guided mismatch was 10^4 times nearest's) */
+    qrl_model *scaled = st_load_model();
+    cr_assert_eq(qrl_model_apply_uaq(scaled, 1.5f, &e), QRL_OK, "%s", e.msg);
+    float lp_u[96];
+    qrl_qat_stats su;
+    train_forward(scaled, &og, &rc, rc.rec, lp_u, &su);
+    double du = 0;
+    for (int k = 0; k < rc.n_resp; k++)
+        du = fmax(du, fabs(lp_u[rc.n_prompt - 1 + k] - rc.lp[k]));
+    double share = qrl_trace_metric_disagree_share(su.disagree, su.elements_guided);
+    cr_log_info("UAQ 1.5: max |lp_train - lp_behav| guided %.3g, disagree share %.5f", du, share);
+    cr_assert_eq(su.elements_guided, sg.elements_guided);
+    cr_assert_lt(share, 0.01, "UAQ-scaled guided codes differ from nearest at %.4f", share);
+    cr_assert_lt(du, 1e-3);
+    qrl_model_free(scaled);
     qrl_trace_response_free(rc.rec);
     for (size_t i = 0; i < rc.n; i++) free(rc.t[i].x);
     free(rc.t);
