@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "core/crc32.h"
 #include "cpu/quant.h"
@@ -96,6 +97,7 @@ struct qrl_trace_recorder {
     uint8_t *codes;     /* [max site len / 2 + 1] capture scratch */
     qrl_trace_tap_fn tap;
     void *tap_ctx;
+    uint64_t capture_ns; /* time inside captures of target rows (the recorder's cost) */
 };
 
 qrl_status qrl_trace_recorder_new(const qrl_trace_layout *l, int max_targets,
@@ -169,6 +171,8 @@ void qrl_trace_recorder_capture(qrl_trace_recorder *r, int row, int layer,
     for (int i = 0; i < r->n_pass; i++)
         if (r->pass[i].row == row) tg = &r->pass[i];
     if (!tg) return;
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
     int heads = 1;
     while (qrl_trace_layout_find(r->l, layer, kind, heads) >= 0) heads++;
     for (int h = 0; h < heads; h++) {
@@ -182,7 +186,11 @@ void qrl_trace_recorder_capture(qrl_trace_recorder *r, int row, int layer,
         memcpy(p, &genc, 4);
         if (r->tap) r->tap(r->tap_ctx, tg->buf, tg->token, site, xh, len);
     }
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    r->capture_ns += (uint64_t)((t1.tv_sec - t0.tv_sec) * 1000000000LL + (t1.tv_nsec - t0.tv_nsec));
 }
+
+uint64_t qrl_trace_recorder_capture_ns(const qrl_trace_recorder *r) { return r->capture_ns; }
 
 /* ---- packing ------------------------------------------------------------------------- */
 

@@ -177,6 +177,9 @@ bool qrl_trace_recorder_begin_pass(qrl_trace_recorder *r, int row0, int n);
  * when the row is a target and the site is in the layout; no-op otherwise. */
 void qrl_trace_recorder_capture(qrl_trace_recorder *r, int row, int layer,
                                 qrl_trace_site_kind kind, const float *x);
+/* Nanoseconds spent capturing target rows since creation (monotonic clock, taps
+ * included): the recorder's share of the decode step is this over the forward's time. */
+uint64_t qrl_trace_recorder_capture_ns(const qrl_trace_recorder *r);
 
 /* ---- packing a finished response ------------------------------------------------------ */
 

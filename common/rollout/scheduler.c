@@ -235,6 +235,7 @@ void qrl_scheduler_get_stats(const qrl_scheduler *s, qrl_scheduler_stats *out) {
     out->kv_free_blocks = s->be->free_blocks(s);
     out->kv_total_blocks = s->kv_total_blocks;
     out->trace_buf_bytes = 0;
+    out->trace_capture_us = s->trace_rec ? qrl_trace_recorder_capture_ns(s->trace_rec) / 1000 : 0;
     for (const qrl_sched_group *g = s->head; g; g = g->next)
         for (uint32_t r = 0; r < g->G; r++)
             if (g->resp[r].trace) out->trace_buf_bytes += qrl_trace_buf_bytes(g->resp[r].trace);
@@ -303,7 +304,9 @@ static qrl_status prefill(qrl_scheduler *s, qrl_error *err) {
         }
         uint64_t t0 = qrl_sched_now_us();
         QRL_TRY(s->be->prefill(s, sl->seq, rp->ids + sl->fed, n, last ? row : NULL, err));
-        rp->prefill_us += qrl_sched_now_us() - t0;
+        uint64_t dt = qrl_sched_now_us() - t0;
+        rp->prefill_us += dt;
+        s->stats.forward_us += dt;
         sl->fed += n;
         budget -= n;
         s->stats.prefill_tokens += (uint64_t)n;
@@ -345,6 +348,7 @@ static qrl_status decode(qrl_scheduler *s, qrl_error *err) {
         else sl->ready = s->dec_logits + (size_t)j * s->vocab;
         sl->g->resp[sl->r].decode_us += dt;
     }
+    s->stats.forward_us += dt;
     s->stats.decode_rows += (uint64_t)b;
     return QRL_OK;
 }

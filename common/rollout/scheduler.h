@@ -161,6 +161,8 @@ typedef struct qrl_scheduler_stats {
     int queued_responses;        /* responses submitted but not yet admitted */
     int kv_free_blocks, kv_total_blocks;
     size_t trace_buf_bytes;      /* TRACE record buffers of live groups (0 when off) */
+    uint64_t forward_us;         /* in the engine's prefill and decode calls, since creation */
+    uint64_t trace_capture_us;   /* of forward_us, in the TRACE recorder (0 when off) */
 } qrl_scheduler_stats;
 
 typedef struct qrl_scheduler qrl_scheduler; /* opaque */

@@ -83,12 +83,11 @@ static void write_metrics(rd_daemon *d, const rd_group *g) {
     fprintf(f,
             "{\"unix_ms\":%" PRIu64 ",\"replica\":\"%s\",\"group_id\":%" PRIu64
             ",\"partition\":%d,\"offset\":%" PRId64 ",\"responses\":%zu,\"tokens\":%" PRIu64
-            ",\"total_us\":%" PRIu64 ",\"consumed_to_acked_us\":%" PRIu64 ",\"trace_chunks\":%zu"
-            ",\"trace_bytes\":%" PRIu64 ",\"trace_bytes_per_token\":%.6g}\n",
+            ",\"total_us\":%" PRIu64 ",\"consumed_to_acked_us\":%" PRIu64,
             unix_ms(), d->replica_id, g->group_id, (int)g->partition, qrl_kafka_offset_value(g->off),
             g->result->n_responses, tokens, g->result->timings ? g->result->timings->total_us : 0,
-            now_us() - g->consumed_us, g->trace.count, rd_trace_msg_bytes(g),
-            qrl_trace_metric_bytes_per_token(g->trace_record_bytes, g->trace_tokens));
+            now_us() - g->consumed_us);
+    rd_trace_jsonl(f, g, &d->tr, &d->engine, now_us()); /* and ends the line */
     fflush(f);
 }
 
@@ -460,6 +459,7 @@ int rd_daemon_run(const rd_settings *s, qrl_config_t *cfg, const qrl_model *mode
     d->dlq_topic = d->s->kafka.dlq_topic;
     d->trace_topic = d->s->kafka.trace_topic;
     d->engine.trace_max_bytes = s->trace ? (size_t)s->kafka.max_trace_bytes : 0;
+    d->tr.start_us = now_us();
     d->replica_id = d->s->replica_id;
     snprintf(d->precision, sizeof d->precision, "%s", d->s->precision);
     snprintf(d->kv_format, sizeof d->kv_format, "%s", d->s->kv_cache);

@@ -14,6 +14,7 @@
 #include <pthread.h>
 #include <stdbool.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <uv.h>
 
 #include "core/config.h"
@@ -183,6 +184,11 @@ uint64_t rd_trace_msg_bytes(const rd_group *g);
 /* Add acknowledged g's chunks, bytes, record bytes and tokens to the totals *t (metrics.h). */
 struct rd_metrics_trace;
 void rd_trace_count(struct rd_metrics_trace *t, const rd_group *g);
+/* The TRACE fields of g's metrics.jsonl line, each after a comma, and the line's end: its
+ * chunks and bytes, record bytes per token, the totals' trace-topic bytes/s since
+ * t->start_us and the recorder's share of e's forward time (kept in t->capture_share for
+ * Prometheus; docs/rollout-daemon.md). */
+void rd_trace_jsonl(FILE *f, const rd_group *g, struct rd_metrics_trace *t, rd_engine *e, uint64_t now_us);
 /* Produce g's TraceChunks as one set on `topic` keyed key[klen] (payloads borrowed from
  * g->trace until acknowledged, tag g, g->sets_unacked counted), through `fault`
  * (rd_trace_fault, tests only: the learner must survive a lost, a duplicated and a

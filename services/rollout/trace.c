@@ -1,5 +1,7 @@
 /* qrl-rollout: producing a group's TRACE chunks (rollout.h; docs/rollout-daemon.md "TRACE
  * records"), with rollout.trace_fault's test-only faults. */
+#include <inttypes.h>
+#include <stdio.h>
 #include <stdlib.h>
 
 #include "core/log.h"
@@ -18,6 +20,18 @@ void rd_trace_count(rd_metrics_trace *t, const rd_group *g) {
     t->bytes += rd_trace_msg_bytes(g);
     t->record_bytes += g->trace_record_bytes;
     t->tokens += g->trace_tokens;
+}
+
+void rd_trace_jsonl(FILE *f, const rd_group *g, rd_metrics_trace *t, rd_engine *e, uint64_t now_us) {
+    rd_engine_stats st;
+    rd_engine_get_stats(e, &st);
+    double secs = now_us > t->start_us ? (double)(now_us - t->start_us) / 1e6 : 0;
+    t->capture_share = st.sched.forward_us ? (double)st.sched.trace_capture_us / (double)st.sched.forward_us : 0;
+    fprintf(f, ",\"trace_chunks\":%zu,\"trace_bytes\":%" PRIu64 ",\"trace_bytes_per_token\":%.6g"
+               ",\"trace_bytes_per_s\":%.6g,\"trace_capture_share\":%.6g",
+            g->trace.count, rd_trace_msg_bytes(g), qrl_trace_metric_bytes_per_token(g->trace_record_bytes, g->trace_tokens),
+            secs > 0 ? (double)t->bytes / secs : 0, t->capture_share);
+    fputs("}\n", f);
 }
 
 void rd_trace_produce(struct qrl_service *svc, const char *topic, int fault, rd_group *g, const char *key,

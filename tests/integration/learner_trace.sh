@@ -93,6 +93,10 @@ jq -s -e 'all(.[]; .trace_bytes_per_token > 0 and .trace_record_bytes > 0)' "$m"
 jq -s -e 'map(.trace_bytes) | add > 0' "$tmp/clean-r0.jsonl" >/dev/null ||
   fail "replica metrics without trace bytes: $(head -2 "$tmp/clean-r0.jsonl")"
 jq -s -e 'all(.[]; .trace_bytes_per_token > 0)' "$tmp/clean-r0.jsonl" >/dev/null || fail "replica bytes/token"
+# the recorder's cost and the topic's rate: a share of the forward time in (0, 1), bytes/s > 0
+jq -s -e 'all(.[]; .trace_capture_share > 0 and .trace_capture_share < 1 and .trace_bytes_per_s > 0)' \
+  "$tmp/clean-r0.jsonl" >/dev/null || fail "replica capture share / bytes/s: $(jq -s -c 'map([.trace_capture_share, .trace_bytes_per_s])' "$tmp/clean-r0.jsonl")"
+echo "clean: recorder share $(tail -1 "$tmp/clean-r0.jsonl" | jq -c '[.trace_capture_share, .trace_bytes_per_s]')"
 jq -s -e 'map(.trace_chunks) | max >= 2' "$tmp/clean-r0.jsonl" >/dev/null ||
   fail "no response spanned several chunks: $(jq -s -c 'map(.trace_chunks)' "$tmp/clean-r0.jsonl")"
 grep -q "trace: chunks=[1-9].* dead_letters=1 " "$tmp/clean-learner.log" ||
