@@ -317,6 +317,11 @@ int main(int argc, char **argv) {
     if (!*S.dataset.path) qrl_die("--dataset.path is required (see --help)");
     if (!qrl_verifier_find(S.dataset.task))
         qrl_die("dataset.task: unknown verifier '%s' (qrl-verify --help lists them)", S.dataset.task);
+    if (S.learner.qat_kv && S.learner.qat != LD_QAT_NVFP4)
+        qrl_die("learner.qat_kv true needs learner.qat nvfp4 (it fake-quantizes K and V in the QAT forward)");
+    if (S.learner.min_lr > S.learner.lr)
+        qrl_die("learner.min_lr %g is above learner.lr %g (the cosine schedule's floor)", S.learner.min_lr,
+                S.learner.lr);
     qrl_config_log(cfg, "learner");
     if (S.learner.threads > 0) omp_set_num_threads(S.learner.threads);
 

@@ -32,6 +32,11 @@ echo "$out" | grep -q "bad2.jsonl:2: field \"prompt\" (dataset.prompt_field) mis
 out=$("$learner" "${common[@]}" --dataset.path "$tmp/bad2.jsonl" --dataset.task nope 2>&1) &&
   fail "unknown task accepted"
 echo "$out" | grep -q "unknown verifier 'nope'" || fail "unknown task: $out"
+out=$("$learner" "${common[@]}" --dataset.path "$tmp/bad2.jsonl" --learner.qat_kv true 2>&1) && fail "qat_kv without qat accepted"
+echo "$out" | grep -q "learner.qat_kv true needs learner.qat nvfp4" || fail "qat_kv without qat: $out"
+out=$("$learner" "${common[@]}" --dataset.path "$tmp/bad2.jsonl" --learner.lr 1e-4 --learner.min_lr 1e-3 2>&1) &&
+  fail "min_lr above lr accepted"
+echo "$out" | grep -q "learner.min_lr 0.001 is above learner.lr 0.0001" || fail "min_lr > lr: $out"
 echo "bad datasets refused with file:line"
 
 need_kafka
