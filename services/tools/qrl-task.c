@@ -104,7 +104,7 @@ static void parse(int argc, char **argv, opts *o) {
         else if (strcmp(a, "--out") == 0) o->out = v;
         else if (strcmp(a, "--shape") == 0) o->shape = v;
         else if (strcmp(a, "--tokenizer") == 0) o->tokenizer = v;
-        else if (strcmp(a, "--n") == 0) o->n = int_arg(a, v, 0, 100000000);
+        else if (strcmp(a, "--n") == 0) o->n = int_arg(a, v, 1, 100000000); /* 0 would write an empty file */
         else if (strcmp(a, "--seed") == 0) o->seed = int_arg(a, v, 0, (long long)1e15), o->have_seed = 1;
         else if (strcmp(a, "--max-chars") == 0) o->max_chars = int_arg(a, v, 1, 1 << 20);
         else if (strcmp(a, "--dim") == 0) o->dim = int_arg(a, v, 8, 8192);

@@ -40,6 +40,8 @@ usage "$bin/qrl-kafka-admin" qrl-kafka-admin frobnicate
 usage "$bin/qrl-task" qrl-task frobnicate
 usage "$bin/qrl-task" qrl-task gen --foo
 usage "$bin/qrl-task" qrl-task gen --task arith --foo 1
+usage "$bin/qrl-task" qrl-task gen --task arith --split train --n 0 --seed 1 --out "$tmp/empty.jsonl"
+[ -e "$tmp/empty.jsonl" ] && fail "qrl-task gen --n 0 wrote $tmp/empty.jsonl"
 usage deploy/local/launch.sh launch.sh --foo
 usage deploy/local/launch.sh launch.sh --version
 usage deploy/local/launch.sh launch.sh --foo bar
