@@ -40,8 +40,6 @@ usage "$bin/qrl-kafka-admin" qrl-kafka-admin frobnicate
 usage "$bin/qrl-task" qrl-task frobnicate
 usage "$bin/qrl-task" qrl-task gen --foo
 usage "$bin/qrl-task" qrl-task gen --task arith --foo 1
-usage "$bin/qrl-task" qrl-task gen --task arith --split train --n 0 --seed 1 --out "$tmp/empty.jsonl"
-[ -e "$tmp/empty.jsonl" ] && fail "qrl-task gen --n 0 wrote $tmp/empty.jsonl"
 usage deploy/local/launch.sh launch.sh --foo
 usage deploy/local/launch.sh launch.sh --version
 usage deploy/local/launch.sh launch.sh --foo bar
@@ -55,6 +53,11 @@ for a in "$bin/qrl-generate --max-new-tokens" "$bin/qrlctl --timeout" "deploy/lo
   [ $rc -eq 1 ] && [ "$(wc -l <"$tmp/err")" -eq 1 ] && grep -q "needs a value" "$tmp/err" ||
     fail "$a: exit $rc: $(cat "$tmp/err")"
 done
+
+# a value out of range: exit 1, its range named, nothing written
+timeout 30 "$bin/qrl-task" gen --task arith --split train --n 0 --seed 1 --out "$tmp/empty.jsonl" 2>"$tmp/err"; rc=$?
+[ $rc -eq 1 ] && grep -q "^qrl-task: error: --n: '0' is not an integer in \[1," "$tmp/err" && [ ! -e "$tmp/empty.jsonl" ] ||
+  fail "qrl-task gen --n 0: exit $rc, $(cat "$tmp/err"), file $(ls "$tmp/empty.jsonl" 2>&1)"
 
 [ $fails -eq 0 ] && echo "ok: one usage-error convention" && exit 0
 exit 1
