@@ -49,6 +49,20 @@ static qrl_status do_register(rd_control *c, qrl_rpc_client_t *cl, session *s, q
     QRL_LOG_INFO("control", "registered with learner=%s as=%s run_id=%" PRIu64 " current_version=%" PRIu64
                  " heartbeat_ms=%u mode=%s", c->learner, r->replica_id, r->run_id,
                  r->current_version, s->hb_interval_ms, r->mode);
+    /* A late joiner (weights older than the learner's) decodes nothing until it has them:
+     * in alternate mode an update trains only its version's tokens, and in overlap mode
+     * tokens more than max_staleness versions old would only be dropped.  The swap that
+     * brings the version ends the hold (the weights thread fetches what WatchVersions
+     * announces). */
+    bool alternate = r->mode && strcmp(r->mode, "alternate") == 0;
+    uint64_t need = r->current_version;
+    if (!alternate) need = need > r->max_staleness ? need - r->max_staleness : 0;
+    if (need > req.have_version) {
+        QRL_LOG_INFO("control", "late join: weights version=%" PRIu64 " behind the learner's %" PRIu64
+                     " (mode=%s): holding until version=%" PRIu64, req.have_version, r->current_version, r->mode,
+                     need);
+        rd_engine_hold_until(c->engine, need);
+    }
     qrl_wire_free(resp);
     return QRL_OK;
 }

@@ -10,8 +10,10 @@
 #      topic goes to the DLQ; both replicas receive version 1 over the TCP stream and the
 #      results of the last update carry tokens of version >= 1; the learner exits 0 after
 #      max_updates and its SHUTDOWN event drains both replicas (exit 0).
-#   2. --learner.mode alternate, 2 updates: the replicas are held (PAUSE event) while the
-#      learner trains, and update 2 trains only tokens generated with version 1.
+#   2. --learner.mode alternate, 3 updates, a replica joining after update 1 (weight
+#      stream throttled): every update trains only its version's tokens; the replicas are
+#      held (PAUSE event, and the late joiner until it has the version) while the
+#      learner trains.
 # Whatever it started is stopped on every exit path.  Skips (77) without java or the
 # Kafka jars unless QRL_REQUIRE_KAFKA=1.
 set -euo pipefail
@@ -116,34 +118,44 @@ echo "metrics: $(jq -s -c 'map({version, reward: .reward_mean, acc: .accuracy, u
   dropped: .groups_dropped, vmax: .version_max, kl: .kl_behav_prox, update_s})' "$m")"
 
 # ---- 2. alternate mode: the replicas idle while the learner trains -----------------------
+# a1 joins late (after update 1, version 1 published) while the weight stream is throttled
+# (4 s per version): it must hold its prompts until it has version 1, or update 2 would
+# train version-0 tokens
 t=$(date +%s.%N)
 QRL_LOG_LEVEL=info "$learner" "${common[@]}" --dataset.path "$tmp/data.jsonl" \
-  --kafka.bootstrap "$bootstrap" --learner.group_size 4 --learner.quota 4 --learner.max_updates 2 \
+  --kafka.bootstrap "$bootstrap" --learner.group_size 4 --learner.quota 4 --learner.max_updates 3 \
   --learner.mode alternate --learner.lr 1e-3 --learner.seed 8 --sampling.max_new_tokens 24 \
-  --learner.heartbeat_interval_ms 300 --rpc.token_file "$tmp/token" \
+  --learner.heartbeat_interval_ms 300 --weights.tcp_throttle_ms 4000 --rpc.token_file "$tmp/token" \
   --metrics.jsonl "$tmp/alt.jsonl" >"$tmp/learner-alt.log" 2>&1 &
 pids+=($!)
 pid_learner=$!
 port=$(log_port "$tmp/learner-alt.log")
-for r in a0 a1; do
+start_alt() {
   "$rollout" --rollout.model "$model" --rollout.tokenizer "$tokenizer" --kafka.bootstrap "$bootstrap" \
-    --rollout.replica_id $r --rollout.slots 4 --rollout.max_concurrency 2 --rollout.threads 1 \
+    --rollout.replica_id "$1" --rollout.slots 4 --rollout.max_concurrency 2 --rollout.threads 1 \
     --kafka.session_timeout_ms 6000 --rpc.token_file "$tmp/token" \
-    --learner.addr "127.0.0.1:$port" >"$tmp/$r.log" 2>&1 &
+    --learner.addr "127.0.0.1:$port" >"$tmp/$1.log" 2>&1 &
   pids+=($!)
-  eval "pid_$r=$!"
-done
-rc=0; timeout 100 tail --pid="$pid_learner" -f /dev/null || rc=$?
-[ $rc -eq 0 ] || fail "alternate-mode learner still running after 100 s"
+  eval "pid_$1=$!"
+}
+start_alt a0
+for _ in $(seq 600); do [ -s "$tmp/alt.jsonl" ] && break; sleep 0.1; done
+[ -s "$tmp/alt.jsonl" ] || fail "alternate mode: no update 1 after 60 s"
+start_alt a1
+rc=0; timeout 120 tail --pid="$pid_learner" -f /dev/null || rc=$?
+[ $rc -eq 0 ] || fail "alternate-mode learner still running after 120 s"
 rc=0; wait "$pid_learner" || rc=$?
 [ $rc -eq 0 ] || fail "alternate-mode learner exited $rc"
 for r in a0 a1; do eval "p=\$pid_$r"; timeout 30 tail --pid="$p" -f /dev/null || fail "$r did not drain"; done
-jq -s -e 'map(.version) == [1,2] and ([.[].groups[]] | sort == [1,2,3,4,5,6,7,8])' "$tmp/alt.jsonl" \
+jq -s -e 'map(.version) == [1,2,3] and ([.[].groups[]] | sort == [range(1;13)])' "$tmp/alt.jsonl" \
   >/dev/null || fail "alternate mode updates: $(cat "$tmp/alt.jsonl")"
-# synchronous: update 2 trains only tokens generated with version 1
-jq -s -e '.[1].version_min == 1 and .[1].version_max == 1' "$tmp/alt.jsonl" >/dev/null ||
-  fail "alternate mode: update 2 saw tokens of other versions: $(jq -c -s 'map([.version_min, .version_max])' "$tmp/alt.jsonl")"
+# synchronous: update k trains only tokens generated with version k-1, the late joiner's too
+jq -s -e 'all(.[]; .version_min == .version - 1 and .version_max == .version - 1)' "$tmp/alt.jsonl" >/dev/null ||
+  fail "alternate mode: an update saw tokens of other versions: $(jq -c -s 'map([.version, .version_min, .version_max])' "$tmp/alt.jsonl")"
 held=$(cat "$tmp/a0.log" "$tmp/a1.log" | grep -c "holding until version=1" || true)
 [ "$held" -ge 1 ] || fail "no replica was held for update 1"
-echo "alternate mode: 2 updates in $(secs "$t") s, update 2 trained only version-1 tokens, replicas held during update 1"
+grep -q "late join: weights version=0 behind the learner's [1-9].*holding until version=[1-9]" "$tmp/a1.log" ||
+  fail "the late joiner was not held: $(grep -m1 'registered' "$tmp/a1.log")"
+echo "alternate mode: 3 updates in $(secs "$t") s, each trained only its version's tokens (a1 joined at" \
+  "version $(grep -o -m1 'current_version=[0-9]*' "$tmp/a1.log"), produced $(grep -c 'produced group=' "$tmp/a1.log") groups)"
 echo "learner cluster test passed in $(secs "$t_all") s"
