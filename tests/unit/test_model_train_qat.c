@@ -151,11 +151,12 @@ static void train_forward(qrl_model *m, const qrl_model_train_opts *o, rollout_c
     qrl_model_train_destroy(tr);
 }
 
-Test(model_train_qat, guided_quantization_reproduces_rollout_codes_at_every_site) {
-    qrl_model *m = st_load_model(), *master = st_load_model();
+/* A w4a4-nvfp4 + fp4-KV CPU rollout of one group of 2 recording every site of every layer
+ * (on_group checks each record against the learner's quantizer), m quantized in place. */
+static void record_rollout(qrl_model *m, const int32_t *prompt, int n_prompt, rollout_ctx *rc) {
     qrl_error e;
     cr_assert_eq(qrl_model_quantize(m, QRL_PRECISION_W4A4_NVFP4, &e), QRL_OK, "%s", e.msg);
-    rollout_ctx rc = {.t = calloc(100000, sizeof(tap)), .m = m};
+    *rc = (rollout_ctx){.t = calloc(100000, sizeof(tap)), .m = m};
     qrl_scheduler_config c;
     qrl_scheduler_config_default(&c);
     c.max_slots = 2;
@@ -163,15 +164,73 @@ Test(model_train_qat, guided_quantization_reproduces_rollout_codes_at_every_site
     c.trace_record = true;
     cr_assert_eq(qrl_trace_sites_parse("layers=all", &c.trace_sites, &e), QRL_OK);
     qrl_scheduler *s = NULL;
-    cr_assert_eq(qrl_scheduler_new(m, NULL, &c, on_group, &rc, &s, &e), QRL_OK, "%s", e.msg);
-    qrl_scheduler_trace_set_tap(s, on_tap, &rc);
-    static const int32_t prompt[] = {1, 403, 407, 261, 378, 34, 90};
-    qrl_scheduler_group_desc g = {.group_id = 1, .group_size = 2, .prompt = prompt, .n_prompt = 7,
-                                  .max_new_tokens = 24,
+    cr_assert_eq(qrl_scheduler_new(m, NULL, &c, on_group, rc, &s, &e), QRL_OK, "%s", e.msg);
+    qrl_scheduler_trace_set_tap(s, on_tap, rc);
+    qrl_scheduler_group_desc g = {.group_id = 1, .group_size = 2, .prompt = prompt,
+                                  .n_prompt = n_prompt, .max_new_tokens = 24,
                                   .sampling = {.temperature = 1.0f, .top_p = 1.0f, .seed = 3}};
     cr_assert_eq(qrl_scheduler_submit(s, &g, &e), QRL_OK, "%s", e.msg);
     st_run(s);
     qrl_scheduler_free(s);
+}
+
+/* max |lp_train - lp_behav| over rc's response 0 of a QAT forward of `master` with
+ * (rec) or without records; *share: the guided disagree share. */
+static double qat_gap(qrl_model *master, rollout_ctx *rc, const qrl_trace_response *rec,
+                      double *share) {
+    qrl_model_train_opts og = {.max_tokens = 96, .qat = QRL_QAT_NVFP4, .qat_kv = true,
+                               .trace_guidance = true};
+    float lp[96];
+    qrl_qat_stats st;
+    train_forward(master, &og, rc, rec, lp, &st);
+    double d = 0;
+    for (int k = 0; k < rc->n_resp; k++) d = fmax(d, fabs(lp[rc->n_prompt - 1 + k] - rc->lp[k]));
+    if (share) *share = qrl_trace_metric_disagree_share(st.disagree, st.elements_guided);
+    return d;
+}
+
+static void rollout_ctx_free(rollout_ctx *rc) {
+    qrl_trace_response_free(rc->rec);
+    for (size_t i = 0; i < rc->n; i++) free(rc->t[i].x);
+    free(rc->t);
+}
+
+/* HF Qwen3 (HALF RoPE, q/k norms, untied head; tests/fixtures/hf/qwen3): every record is
+ * the learner's quantizer's (on_group), and the guided QAT forward, F32 or UAQ-scaled, is
+ * the rollout's to float rounding.  (A 2-4% guided share had been seen on HALF-RoPE models.) */
+Test(model_train_qat, guided_codes_on_an_hf_qwen3) {
+    qrl_model *m = NULL, *master = NULL, *scaled = NULL;
+    qrl_error e;
+    const char *dir = "tests/fixtures/hf/qwen3";
+    cr_assert_eq(qrl_model_load(dir, &m, &e), QRL_OK, "%s", e.msg);
+    cr_assert_eq(qrl_model_load(dir, &master, &e), QRL_OK, "%s", e.msg);
+    cr_assert_eq(qrl_model_load(dir, &scaled, &e), QRL_OK, "%s", e.msg);
+    cr_assert_eq(qrl_model_apply_uaq(scaled, 1.5f, &e), QRL_OK, "%s", e.msg);
+    static const int32_t prompt[] = {1, 40, 47, 26, 37, 34, 90};
+    rollout_ctx rc;
+    record_rollout(m, prompt, 7, &rc);
+    cr_assert_gt(rc.sites_checked, 100);
+    double sg, su, dg = qat_gap(master, &rc, rc.rec, &sg), du = qat_gap(scaled, &rc, rc.rec, &su),
+                   dn = qat_gap(master, &rc, NULL, NULL);
+    cr_log_info("qwen3: max |lp_train - lp_behav| guided %.3g (share %.4f), UAQ %.3g (%.4f), "
+                "nearest %.3g", dg, sg, du, su, dn);
+    cr_assert_lt(dg, 1e-3);
+    cr_assert_lt(du, 1e-3);
+    cr_assert_lt(dn, 1e-3);
+    cr_assert_lt(sg, 0.001);
+    cr_assert_lt(su, 0.01);
+    rollout_ctx_free(&rc);
+    qrl_model_free(m);
+    qrl_model_free(master);
+    qrl_model_free(scaled);
+}
+
+Test(model_train_qat, guided_quantization_reproduces_rollout_codes_at_every_site) {
+    qrl_model *m = st_load_model(), *master = st_load_model();
+    qrl_error e;
+    static const int32_t prompt[] = {1, 403, 407, 261, 378, 34, 90};
+    rollout_ctx rc;
+    record_rollout(m, prompt, 7, &rc);
     /* every site of every layer, every token of both responses */
     cr_assert_eq(rc.sites_checked, rc.tokens_checked * 5 * (4 + 2 * 4));
     cr_assert_gt(rc.tokens_checked, 10);
@@ -228,9 +287,7 @@ Test(model_train_qat, guided_quantization_reproduces_rollout_codes_at_every_site
     cr_assert_lt(share, 0.01, "UAQ-scaled guided codes differ from nearest at %.4f", share);
     cr_assert_lt(du, 1e-3);
     qrl_model_free(scaled);
-    qrl_trace_response_free(rc.rec);
-    for (size_t i = 0; i < rc.n; i++) free(rc.t[i].x);
-    free(rc.t);
+    rollout_ctx_free(&rc);
     qrl_model_free(m);
     qrl_model_free(master);
 }
