@@ -111,7 +111,8 @@ static qrl_status add_example(sft_data *d, const char *path, size_t line, const 
         free(p), free(c);
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "%s:%zu: prompt + completion + EOS is %zu tokens (allowed 2..%d: the "
-                             "model context)", path, line, len, max_len);
+                             "smaller of the model's max_seq_len and sft.batch_tokens)", path,
+                             line, len, max_len);
     }
     if (d->n == d->cap) {
         size_t cap = d->cap ? 2 * d->cap : 256;
