@@ -533,11 +533,12 @@ qrl_status qrl_learner_update(qrl_learner_t *l, const qrl_learner_group *groups,
      * the same fake-quantized, guided policy the epochs train: docs/learner-daemon.md) */
     double t1 = now_s(), ent_sum = 0;
     qrl_qat_stats qs;
-    qrl_learner_engine_qat_stats(&l->e, &qs, true);
+    QRL_TRY_GOTO(qrl_learner_engine_qat_stats(&l->e, &qs, true, err), done);
     QRL_TRY_GOTO(forward_all(l, false, groups, seqs, order, n_seq, lp_prox, &ent_sum,
                              "proximal", err),
                  done);
-    qrl_learner_engine_qat_stats(&l->e, &qs, false); /* each sequence once */
+    /* each sequence once */
+    QRL_TRY_GOTO(qrl_learner_engine_qat_stats(&l->e, &qs, false, err), done);
     S.trace_rows_guided = qs.rows_guided, S.trace_rows_unguided = qs.rows_unguided;
     dabs = malloc(n_tok * sizeof *dabs);
     if (!dabs) {
@@ -668,7 +669,8 @@ qrl_status qrl_learner_update(qrl_learner_t *l, const qrl_learner_group *groups,
         S.kl_loss_mean = tot.kl / loss_passes;
     }
     S.micro_batches = c.micro_batches;
-    qrl_learner_engine_qat_stats(&l->e, &qs, true); /* every QAT forward of the update */
+    /* every QAT forward of the update */
+    QRL_TRY_GOTO(qrl_learner_engine_qat_stats(&l->e, &qs, true, err), done);
     S.trace_elements_guided = qs.elements_guided, S.trace_disagree = qs.disagree;
     S.grad_norm_mean = S.steps_taken ? gsum / S.steps_taken : 0;
     S.time_train_s = now_s() - t3;

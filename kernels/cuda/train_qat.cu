@@ -183,7 +183,7 @@ static __global__ void qat_rows_kernel(void *y, const void *x, int n, int heads,
     if (threadIdx.x == 0) sh_dis = 0;
     const float g = global_enc(block_max(m, sh32)); /* synchronizes: reads end before writes */
     uint32_t off = QRL_CUDA_QAT_NONE;
-    if (guide) off = guide[(size_t)(r % heads) * stride + r / heads];
+    if (guide) off = guide[(size_t)(r / heads) * stride + r % heads];
     const int nb = (n + NVB - 1) / NVB;
     const uint8_t *scales = off != QRL_CUDA_QAT_NONE ? blob + off : NULL;
     const uint8_t *bits = scales ? scales + nb : NULL;

@@ -38,8 +38,8 @@ extern "C" {
 /* Fake-quantize `rows` rows of n elements each, x [rows, n] -> y [rows, n] (y may alias x
  * when both have the same dtype).  x_bf16 / y_bf16: 1 = BF16 (uint16), 0 = F32.
  * Row r is head r % heads of token r / heads (a [T, heads * n] activation; heads >= 1).
- * guide (may be NULL: every row nearest): the row's entry is guide[(r % heads) * stride +
- * r / heads], QRL_CUDA_QAT_NONE or the byte offset into blob of its record entry:
+ * guide (may be NULL: every row nearest): the row's entry is guide[(r / heads) * stride +
+ * r % heads], QRL_CUDA_QAT_NONE or the byte offset into blob of its record entry:
  * ceil(n/16) E4M3 block scales followed by ceil(n/8) bytes of code LSBs (element j at bit
  * j%8 of byte j/8), as trace.h's qrl_trace_entry.  codes (may be NULL) [rows,
  * ceil(n/2)]: the packed E2M1 codes (element 2i in the low nibble; an odd row's last high
