@@ -19,6 +19,7 @@ struct qrl_train_cuda_qat {
     const qrl_trace_response **g_rec;
     uint32_t *g_tok;
     bool dirty;       /* attached records changed since the last upload */
+    int uploaded_T;   /* tokens of the table on the device */
     /* device: counters [3], weight amax scratch, offset table [max_T][L * slots], blob */
     unsigned long long *d_cnt;
     float *d_amax;
@@ -144,7 +145,7 @@ static bool slot_quantized(const qrl_train_cuda_qat *q, int s) {
 }
 
 qrl_status qrl_train_cuda_qat_upload(qrl_train_cuda_qat *q, int T, void *stream, qrl_error *err) {
-    if (!q->h_table || !q->dirty) return QRL_OK;
+    if (!q->h_table || (!q->dirty && T <= q->uploaded_T)) return QRL_OK;
     const int L = q->c.n_layers, S = L * q->slots;
     /* the blob's size first: every entry of every attached token */
     size_t need = 0;
@@ -202,6 +203,7 @@ qrl_status qrl_train_cuda_qat_upload(qrl_train_cuda_qat *q, int T, void *stream,
         QRL_TRY(cu(cudaMemcpyAsync(q->d_blob, q->h_blob, off, cudaMemcpyHostToDevice, st),
                    "record upload", err));
     q->dirty = false;
+    q->uploaded_T = T;
     return QRL_OK;
 }
 

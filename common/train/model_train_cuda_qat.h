@@ -8,8 +8,8 @@
  * bit bytes into one blob, and a table [T][n_layers * slots] of their byte offsets
  * (QRL_CUDA_QAT_NONE: nearest rounding), slots per layer: attn_in, attn_out, mlp_in,
  * mlp_down, then with qat_kv k heads 0..Hkv-1 and v heads 0..Hkv-1.  One host-to-device
- * copy of each per packed batch; later forwards (the backward's recomputation, another
- * epoch over the same batch) reuse it until the next clear or attach. */
+ * copy of each per packed batch; later forwards (another epoch over the same batch) reuse
+ * it until the next clear or attach, or a forward of more tokens than were uploaded. */
 #ifndef QRL_TRAIN_MODEL_TRAIN_CUDA_QAT_H
 #define QRL_TRAIN_MODEL_TRAIN_CUDA_QAT_H
 
