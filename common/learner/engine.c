@@ -62,6 +62,9 @@ static const float *cpu_device_params(qrl_learner_engine *e, int *device) {
     *device = -1;
     return NULL;
 }
+static void cpu_qat_set_bf16(qrl_learner_engine *e, bool on) {
+    qrl_model_train_qat_set_bf16(e->policy, on);
+}
 static void cpu_qat_clear(qrl_learner_engine *e) { qrl_model_train_qat_clear(e->policy); }
 static qrl_status cpu_qat_attach(qrl_learner_engine *e, int seq_begin, int n_prompt,
                                  int n_response, const qrl_trace_response *rec, qrl_error *err) {
@@ -79,7 +82,7 @@ static const qrl_learner_engine_backend CPU_BACKEND = {
     .bytes = cpu_bytes, .forward = cpu_forward, .backward = cpu_backward,
     .zero_grad = cpu_zero_grad, .step = cpu_step, .flush = cpu_nothing,
     .device_params = cpu_device_params, .sync_host = cpu_nothing, .sync_device = cpu_nothing,
-    .qat_clear = cpu_qat_clear, .qat_attach = cpu_qat_attach, .qat_stats = cpu_qat_stats};
+    .qat_set_bf16 = cpu_qat_set_bf16, .qat_clear = cpu_qat_clear, .qat_attach = cpu_qat_attach, .qat_stats = cpu_qat_stats};
 
 /* ---- the engine ------------------------------------------------------------------------ */
 qrl_status qrl_learner_engine_init(qrl_learner_engine *e, qrl_model *m,
@@ -174,6 +177,10 @@ qrl_status qrl_learner_engine_sync_device(qrl_learner_engine *e, qrl_error *err)
 }
 
 /* QAT: the policy's backend (CPU or CUDA engine). */
+void qrl_learner_engine_qat_set_bf16(qrl_learner_engine *e, bool on) {
+    if (e->qat) e->be->qat_set_bf16(e, on);
+}
+
 void qrl_learner_engine_qat_clear(qrl_learner_engine *e) {
     if (e->qat) e->be->qat_clear(e);
 }

@@ -69,6 +69,9 @@ const float *qrl_learner_engine_device_params(qrl_learner_engine *e, int *device
  * (train/model_train.h's qrl_model_train_qat_*; CPU or CUDA engine).  Errors:
  * OUT_OF_RANGE (positions), CUDA (stats: downloading the device counters). */
 void qrl_learner_engine_qat_clear(qrl_learner_engine *e);
+/* QAT: the next policy forwards' sequences came from a broadcast (BF16) version, not the
+ * F32 checkpoint (qrl_model_train_qat_set_bf16). */
+void qrl_learner_engine_qat_set_bf16(qrl_learner_engine *e, bool on);
 qrl_status qrl_learner_engine_qat_attach(qrl_learner_engine *e, int seq_begin, int n_prompt, int n_response,
                                          const qrl_trace_response *rec, qrl_error *err);
 qrl_status qrl_learner_engine_qat_stats(qrl_learner_engine *e, qrl_qat_stats *out, bool reset,
@@ -108,6 +111,7 @@ typedef struct qrl_learner_engine_backend {
     qrl_status (*sync_host)(qrl_learner_engine *e, qrl_error *err);
     qrl_status (*sync_device)(qrl_learner_engine *e, qrl_error *err);
     /* QAT on e->policy (called only when e->qat): model_train.h's qrl_model_train_qat_* */
+    void (*qat_set_bf16)(qrl_learner_engine *e, bool on);
     void (*qat_clear)(qrl_learner_engine *e);
     qrl_status (*qat_attach)(qrl_learner_engine *e, int seq_begin, int n_prompt, int n_response,
                              const qrl_trace_response *rec, qrl_error *err);
