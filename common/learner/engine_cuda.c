@@ -95,6 +95,9 @@ static qrl_status gpu_sync_device(qrl_learner_engine *e, qrl_error *err) {
     e->dirty = false;
     return QRL_OK;
 }
+static void gpu_qat_set_bf16(qrl_learner_engine *e, bool on) {
+    qrl_model_train_cuda_qat_set_bf16(e->policy, on);
+}
 static void gpu_qat_clear(qrl_learner_engine *e) { qrl_model_train_cuda_qat_clear(e->policy); }
 static qrl_status gpu_qat_attach(qrl_learner_engine *e, int seq_begin, int n_prompt,
                                  int n_response, const qrl_trace_response *rec, qrl_error *err) {
@@ -110,8 +113,8 @@ const qrl_learner_engine_backend qrl_learner_engine_cuda = {
     .bytes = gpu_bytes, .forward = gpu_forward, .backward = gpu_backward,
     .zero_grad = gpu_zero_grad, .step = gpu_step, .flush = gpu_flush,
     .device_params = gpu_device_params, .sync_host = gpu_sync_host,
-    .sync_device = gpu_sync_device, .qat_clear = gpu_qat_clear, .qat_attach = gpu_qat_attach,
-    .qat_stats = gpu_qat_stats};
+    .sync_device = gpu_sync_device, .qat_set_bf16 = gpu_qat_set_bf16,
+    .qat_clear = gpu_qat_clear, .qat_attach = gpu_qat_attach, .qat_stats = gpu_qat_stats};
 
 #else /* !QRL_HAVE_CUDA: init fails here, so nothing else of the table is reached */
 static qrl_status gpu_open(qrl_learner_engine *e, const qrl_learner_config *cfg,

@@ -19,6 +19,7 @@
 #include "cuda/gemm.cuh"
 #include "cuda/train_attention.cuh"
 #include "cuda/train_ops.cuh"
+#include "cuda/train_qat.cuh"
 #include "train/model_train_cuda_qat.h"
 
 /* Saved activations of one layer (device).  With recompute only x_in is per layer. */
@@ -51,10 +52,10 @@ struct qrl_model_train_cuda {
     void *comm;                /* ncclComm_t or NULL */
     float *params, *grads, *adam_m, *adam_v;
     uint16_t *pbf;
-    const float *emb, *final_norm;
+    const float *emb, *final_norm, *final_norm_r;
     const uint16_t *lm_head;
     float *g_emb, *g_final_norm, *g_lm_head;
-    layer_ptrs *lw;
+    layer_ptrs *lw, *lw_r;     /* lw_r: QAT set_bf16 (norms, biases rounded to BF16) */
     act *layers, shared;       /* shared: the recompute buffers (== layers[l] otherwise) */
     float *x_final, *rstdf, *logits, *lse_v, *ent, *logp, *cos_t, *sin_t;
     uint16_t *hf;
@@ -71,10 +72,11 @@ struct qrl_model_train_cuda {
     int T;                     /* tokens of the forward not yet consumed by a backward */
     bool has_dent;
     int64_t adam_step;
-    /* QAT (opts.qat): the records and counters; the BF16 projection weights must be
-     * re-quantized from the master before the next forward */
+    /* QAT (opts.qat): the records and counters; the BF16 projection weights (and with
+     * set_bf16 the rounded vectors) must be re-made from the master before the next
+     * forward; fw_bf16: the last forward's set_bf16 (its backward reads the same values) */
     qrl_train_cuda_qat *qat;
-    bool qat_act, wq_stale;
+    bool qat_act, wq_stale, qat_bf16, fw_bf16;
 };
 
 static qrl_status cu(cudaError_t e, const char *what, qrl_error *err) {
@@ -206,6 +208,37 @@ static qrl_status adam_alloc(qrl_model_train_cuda_t *tr, qrl_error *err) {
     return cu(cudaMemsetAsync(tr->adam_m, 0, n * 8, tr->s), "memset", err);
 }
 
+/* QAT set_bf16: lw_r = lw with the F32 vectors (norms, biases; and final_norm_r) at
+ * BF16-rounded copies (the CPU's set_bf16 rounds every parameter; the matrices and lm_head
+ * are already BF16 in pbf, the embedding is rounded after its gather). */
+static qrl_status qat_vecs(qrl_model_train_cuda_t *tr, qrl_error *err) {
+    const qrl_model_config *c = &tr->cfg;
+    const int L = c->n_layers, D = c->dim, hd = c->head_dim, Q = c->n_heads * hd,
+              KV = c->n_kv_heads * hd, n = 8 * L + 1;
+    const int len8[8] = {D, D, hd, hd, Q, KV, KV, D};
+    tr->lw_r = malloc((size_t)(L + 1) * sizeof *tr->lw_r);
+    const float ***v = malloc((size_t)n * sizeof *v);
+    int *len = malloc((size_t)n * sizeof *len);
+    qrl_status st = QRL_OK;
+    if (!tr->lw_r || !v || !len) {
+        st = qrl_error_set(err, QRL_STATUS_NOMEM, "cuda train: qat vectors");
+        goto done;
+    }
+    for (int l = 0; l < L; l++) {
+        layer_ptrs *p = &tr->lw_r[l];
+        *p = tr->lw[l];
+        const float **f[8] = {&p->attn_norm, &p->ffn_norm, &p->q_norm, &p->k_norm,
+                              &p->bq,        &p->bk,       &p->bv,     &p->bo};
+        for (int i = 0; i < 8; i++) v[8 * l + i] = f[i], len[8 * l + i] = len8[i];
+    }
+    tr->final_norm_r = tr->final_norm;
+    v[n - 1] = &tr->final_norm_r, len[n - 1] = D;
+    st = qrl_train_cuda_qat_vecs(tr->qat, (const float **const *)v, len, n, err);
+done:
+    free(v), free(len);
+    return st;
+}
+
 qrl_status qrl_model_train_cuda_new(const qrl_model *m, const qrl_model_train_cuda_opts *opts,
                                     qrl_model_train_cuda_t **out, qrl_error *err) {
     *out = NULL;
@@ -291,6 +324,7 @@ qrl_status qrl_model_train_cuda_new(const qrl_model *m, const qrl_model_train_cu
     if (opts->qat != QRL_QAT_OFF)
         QRL_TRY_GOTO(qrl_train_cuda_qat_new(c, opts->max_tokens, tr->qat_act, opts->qat_kv,
                                             opts->trace_guidance, &tr->qat, err), fail);
+    if (tr->qat) QRL_TRY_GOTO(qat_vecs(tr, err), fail);
     QRL_TRY_GOTO(cu(cudaStreamSynchronize(tr->s), "init", err), fail);
     *out = tr;
     return QRL_OK;
@@ -313,7 +347,7 @@ void qrl_model_train_cuda_destroy(qrl_model_train_cuda_t *tr) {
             if (tr->ev[l]) cudaEventDestroy(tr->ev[l]);
     if (tr->s) cudaStreamDestroy(tr->s);
     if (tr->cs) cudaStreamDestroy(tr->cs);
-    free(tr->ev), free(tr->lw), free(tr->layers);
+    free(tr->ev), free(tr->lw), free(tr->lw_r), free(tr->layers);
     free(tr->h_cos), free(tr->h_sin), free(tr->h_inv_freq), free(tr->h_seg_start);
     free(tr->h_targets);
     free(tr);
@@ -350,7 +384,7 @@ static qrl_status fq(qrl_model_train_cuda_t *tr, int l, qrl_trace_site_kind kind
 static qrl_status layer_forward(qrl_model_train_cuda_t *tr, int l, act *a, float *x_out, int T,
                                 qrl_error *err) {
     const qrl_model_config *c = &tr->cfg;
-    const layer_ptrs *w = &tr->lw[l];
+    const layer_ptrs *w = tr->fw_bf16 ? &tr->lw_r[l] : &tr->lw[l];
     const int D = c->dim, F = c->hidden_dim, H = c->n_heads, Hkv = c->n_kv_heads,
               hd = c->head_dim, Q = H * hd, KV = Hkv * hd;
     const int il = c->rope.layout == QRL_ROPE_LAYOUT_INTERLEAVED;
@@ -389,9 +423,11 @@ static qrl_status layer_forward(qrl_model_train_cuda_t *tr, int l, act *a, float
     return QRL_OK;
 }
 
-/* QAT: re-quantize every projection's BF16 GEMM copy from its F32 master when a step (or
- * set_params, or creation) refreshed the copy with the plain values. */
+/* QAT: re-quantize every projection's BF16 GEMM copy from its F32 master (set_bf16: from
+ * bf16(master), and round the vectors) when a step, set_params, creation or a set_bf16
+ * change made the copy stale. */
 static qrl_status qat_weights(qrl_model_train_cuda_t *tr, qrl_error *err) {
+    tr->fw_bf16 = tr->qat_bf16;
     if (!tr->wq_stale) return QRL_OK;
     const qrl_model_config *c = &tr->cfg;
     int D = c->dim, F = c->hidden_dim, Q = c->n_heads * c->head_dim,
@@ -402,10 +438,11 @@ static qrl_status qat_weights(qrl_model_train_cuda_t *tr, qrl_error *err) {
         int rows[7] = {Q, KV, KV, D, F, F, D}, cols[7] = {D, D, D, Q, D, D, F};
         for (int i = 0; i < 7; i++) {
             size_t off = (size_t)(ws[i] - tr->pbf);
-            QRL_TRY(qrl_train_cuda_qat_weight(tr->qat, tr->params + off, rows[i], cols[i],
-                                              tr->pbf + off, tr->s, err));
+            QRL_TRY(qrl_train_cuda_qat_weight(tr->qat, tr->params + off, tr->qat_bf16, rows[i],
+                                              cols[i], tr->pbf + off, tr->s, err));
         }
     }
+    if (tr->qat_bf16) QRL_TRY(qrl_train_cuda_qat_round_vecs(tr->qat, tr->s, err));
     tr->wq_stale = false;
     return QRL_OK;
 }
@@ -461,13 +498,15 @@ qrl_status qrl_model_train_cuda_forward(qrl_model_train_cuda_t *tr, const int32_
         QRL_TRY(qat_weights(tr, err));
         QRL_TRY(qrl_train_cuda_qat_upload(tr->qat, T, tr->s, err));
     }
-    QRL_TRY(qrl_cuda_train_embedding_forward(L > 0 ? tr->layers[0].x_in : tr->x_final, tr->tokens,
-                                             tr->emb, T, D, tr->s, err));
+    float *x0 = L > 0 ? tr->layers[0].x_in : tr->x_final;
+    QRL_TRY(qrl_cuda_train_embedding_forward(x0, tr->tokens, tr->emb, T, D, tr->s, err));
+    if (tr->fw_bf16) QRL_TRY(qrl_cuda_bf16_round(x0, x0, (size_t)T * D, tr->s, err));
     for (int l = 0; l < L; l++)
         QRL_TRY(layer_forward(tr, l, layer_act(tr, l), l + 1 < L ? tr->layers[l + 1].x_in
                                                                  : tr->x_final, T, err));
     QRL_TRY(qrl_cuda_train_rmsnorm_forward(tr->hf, tr->rstdf, tr->x_final, tr->x_final, NULL,
-                                           NULL, tr->final_norm, T, D, c->norm_eps, tr->s, err));
+                                           NULL, tr->fw_bf16 ? tr->final_norm_r : tr->final_norm,
+                                           T, D, c->norm_eps, tr->s, err));
     QRL_TRY(qrl_cuda_gemm_rm(tr->gemm, QRL_GEMM_FWD, tr->logits, 1, tr->hf, tr->lm_head, T, D, V,
                              0.0f, tr->s, err));
     QRL_TRY(qrl_cuda_train_logprob_forward(tr->logp, tr->ent, tr->lse_v, tr->logits, tr->targets,
@@ -499,7 +538,7 @@ static qrl_status allreduce_range(qrl_model_train_cuda_t *tr, size_t b, size_t e
 static qrl_status layer_backward(qrl_model_train_cuda_t *tr, int l, const act *a, int T,
                                  qrl_error *err) {
     const qrl_model_config *c = &tr->cfg;
-    const layer_ptrs *w = &tr->lw[l];
+    const layer_ptrs *w = tr->fw_bf16 ? &tr->lw_r[l] : &tr->lw[l];
     const int D = c->dim, F = c->hidden_dim, H = c->n_heads, Hkv = c->n_kv_heads,
               hd = c->head_dim, Q = H * hd, KV = Hkv * hd;
     const int il = c->rope.layout == QRL_ROPE_LAYOUT_INTERLEAVED;
@@ -573,7 +612,8 @@ qrl_status qrl_model_train_cuda_backward(qrl_model_train_cuda_t *tr, const float
     }
     QRL_TRY(cu(cudaMemsetAsync(tr->dres, 0, (size_t)T * D * 4, tr->s), "memset", err));
     QRL_TRY(qrl_cuda_train_rmsnorm_backward(tr->dres, tr->dres_b, tr->g_final_norm, tr->dh,
-                                            tr->x_final, tr->final_norm, tr->rstdf, T, D, s, err));
+                                            tr->x_final, tr->fw_bf16 ? tr->final_norm_r
+                                            : tr->final_norm, tr->rstdf, T, D, s, err));
     for (int l = L - 1; l >= 0; l--) {
         act *a = layer_act(tr, l);
         /* the top layer's buffers still hold its forward */
@@ -709,6 +749,12 @@ qrl_status qrl_model_train_cuda_adamw_state(qrl_model_train_cuda_t *tr, float *m
 }
 
 /* ---- QAT (model_train_cuda_qat.h) -------------------------------------------------------- */
+
+void qrl_model_train_cuda_qat_set_bf16(qrl_model_train_cuda_t *tr, bool on) {
+    if (!tr->qat || on == tr->qat_bf16) return;
+    tr->qat_bf16 = on;
+    tr->wq_stale = true; /* the projections' copy and the vectors follow at the next forward */
+}
 
 void qrl_model_train_cuda_qat_clear(qrl_model_train_cuda_t *tr) {
     if (tr->qat) qrl_train_cuda_qat_clear(tr->qat);

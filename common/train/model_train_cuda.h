@@ -126,6 +126,10 @@ qrl_status qrl_model_train_cuda_adamw_state(qrl_model_train_cuda_t *tr, float *m
  * counters since creation or the last reset; downloads them: synchronizes).  Errors of
  * stats: CUDA. */
 void qrl_model_train_cuda_qat_clear(qrl_model_train_cuda_t *tr);
+/* As qrl_model_train_qat_set_bf16 (from the next forward on: every parameter the forward
+ * reads rounded to BF16 as the replicas received it, projections fake-quantized from
+ * that; gradients straight through to the F32 masters). */
+void qrl_model_train_cuda_qat_set_bf16(qrl_model_train_cuda_t *tr, bool on);
 qrl_status qrl_model_train_cuda_qat_attach(qrl_model_train_cuda_t *tr, int seq_begin,
                                            int n_prompt, int n_response,
                                            const qrl_trace_response *rec, qrl_error *err);

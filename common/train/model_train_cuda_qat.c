@@ -26,6 +26,11 @@ struct qrl_train_cuda_qat {
     uint32_t *d_table, *h_table;
     uint8_t *d_blob, *h_blob;
     size_t blob_cap;
+    /* set_bf16: the registered F32 vectors (device, borrowed) and their rounded copies */
+    const float **v_src;
+    float **v_dst, *d_vec;
+    int *v_len, n_vec;
+    size_t vec_floats;
     qrl_qat_stats host; /* rows_guided / rows_unguided (the rest lives on the device) */
 };
 
@@ -96,13 +101,14 @@ void qrl_train_cuda_qat_free(qrl_train_cuda_qat *q) {
     if (!q) return;
     cudaFree(q->d_cnt), cudaFree(q->d_amax), cudaFree(q->d_table), cudaFree(q->d_blob);
     cudaFreeHost(q->h_table), cudaFreeHost(q->h_blob);
-    free(q->g_rec), free(q->g_tok);
+    cudaFree(q->d_vec);
+    free(q->g_rec), free(q->g_tok), free(q->v_src), free(q->v_dst), free(q->v_len);
     free(q);
 }
 
 size_t qrl_train_cuda_qat_bytes(const qrl_train_cuda_qat *q) {
     size_t table = q->d_table ? (size_t)q->max_T * q->c.n_layers * q->slots * 4 : 0;
-    return QRL_CUDA_QAT_COUNTERS * 8 + 4 + table + q->blob_cap;
+    return QRL_CUDA_QAT_COUNTERS * 8 + 4 + table + q->blob_cap + q->vec_floats * 4;
 }
 
 void qrl_train_cuda_qat_clear(qrl_train_cuda_qat *q) {
@@ -144,25 +150,28 @@ static bool slot_quantized(const qrl_train_cuda_qat *q, int s) {
     return s < SLOT_K ? q->act : q->kv;
 }
 
+/* The record entry of token t's slot s in layer l, when it guides (attached, quantized here,
+ * of the site's length): its blob bytes (scales then bits), else 0. */
+static size_t slot_entry(const qrl_train_cuda_qat *q, int t, int l, int s, qrl_trace_entry *e) {
+    int head;
+    qrl_trace_site_kind kind = slot_site(q, s, &head);
+    int n = site_len(&q->c, kind);
+    if (!q->g_rec[t] || !slot_quantized(q, s) ||
+        !qrl_trace_response_entry(q->g_rec[t], q->g_tok[t], l, kind, head, e) ||
+        e->len != (uint32_t)n)
+        return 0;
+    return (size_t)(n + 15) / 16 + (size_t)(n + 7) / 8;
+}
+
 qrl_status qrl_train_cuda_qat_upload(qrl_train_cuda_qat *q, int T, void *stream, qrl_error *err) {
     if (!q->h_table || (!q->dirty && T <= q->uploaded_T)) return QRL_OK;
     const int L = q->c.n_layers, S = L * q->slots;
     /* the blob's size first: every entry of every attached token */
     size_t need = 0;
-    for (int t = 0; t < T; t++) {
-        if (!q->g_rec[t]) continue;
-        for (int l = 0; l < L; l++)
-            for (int s = 0; s < q->slots; s++) {
-                int head, n;
-                qrl_trace_site_kind kind = slot_site(q, s, &head);
-                qrl_trace_entry e;
-                n = site_len(&q->c, kind);
-                if (slot_quantized(q, s) &&
-                    qrl_trace_response_entry(q->g_rec[t], q->g_tok[t], l, kind, head, &e) &&
-                    e.len == (uint32_t)n)
-                    need += (size_t)(n + 15) / 16 + (size_t)(n + 7) / 8;
-            }
-    }
+    qrl_trace_entry e;
+    for (int t = 0; t < T; t++)
+        for (int l = 0; l < L && q->g_rec[t]; l++)
+            for (int s = 0; s < q->slots; s++) need += slot_entry(q, t, l, s, &e);
     if (need >= QRL_CUDA_QAT_NONE)
         return qrl_error_set(err, QRL_STATUS_OUT_OF_RANGE,
                              "cuda train qat: %zu bytes of records in one packed batch (4 GiB "
@@ -180,20 +189,13 @@ qrl_status qrl_train_cuda_qat_upload(qrl_train_cuda_qat *q, int T, void *stream,
         uint32_t *row = q->h_table + (size_t)t * S;
         for (int l = 0; l < L; l++)
             for (int s = 0; s < q->slots; s++) {
-                int head, n;
-                qrl_trace_site_kind kind = slot_site(q, s, &head);
-                qrl_trace_entry e;
-                n = site_len(&q->c, kind);
-                row[l * q->slots + s] = QRL_CUDA_QAT_NONE;
-                if (!q->g_rec[t] || !slot_quantized(q, s) ||
-                    !qrl_trace_response_entry(q->g_rec[t], q->g_tok[t], l, kind, head, &e) ||
-                    e.len != (uint32_t)n)
-                    continue;
-                size_t ns = (size_t)(n + 15) / 16, nb = (size_t)(n + 7) / 8;
+                size_t bytes = slot_entry(q, t, l, s, &e);
+                row[l * q->slots + s] = bytes ? (uint32_t)off : QRL_CUDA_QAT_NONE;
+                if (!bytes) continue;
+                size_t ns = (e.len + 15) / 16;
                 memcpy(q->h_blob + off, e.scales, ns);
-                memcpy(q->h_blob + off + ns, e.bits, nb);
-                row[l * q->slots + s] = (uint32_t)off;
-                off += ns + nb;
+                memcpy(q->h_blob + off + ns, e.bits, bytes - ns);
+                off += bytes;
             }
     }
     cudaStream_t st = (cudaStream_t)stream;
@@ -220,9 +222,40 @@ qrl_status qrl_train_cuda_qat_site(qrl_train_cuda_qat *q, int l, qrl_trace_site_
                              stream, err);
 }
 
-qrl_status qrl_train_cuda_qat_weight(qrl_train_cuda_qat *q, const float *w, int rows, int cols,
-                                     uint16_t *y, void *stream, qrl_error *err) {
-    return qrl_cuda_qat_weight(w, rows, cols, NULL, y, q->d_amax, stream, err);
+qrl_status qrl_train_cuda_qat_weight(qrl_train_cuda_qat *q, const float *w, bool bf16, int rows,
+                                     int cols, uint16_t *y, void *stream, qrl_error *err) {
+    return qrl_cuda_qat_weight(w, bf16, rows, cols, NULL, y, q->d_amax, stream, err);
+}
+
+qrl_status qrl_train_cuda_qat_vecs(qrl_train_cuda_qat *q, const float **const *v, const int *len,
+                                   int n, qrl_error *err) {
+    if (q->v_src || n <= 0)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "cuda train qat: vectors "
+                             "registered twice or none (%d)", n);
+    q->v_src = calloc((size_t)n, sizeof *q->v_src);
+    q->v_dst = calloc((size_t)n, sizeof *q->v_dst);
+    q->v_len = calloc((size_t)n, sizeof *q->v_len);
+    if (!q->v_src || !q->v_dst || !q->v_len)
+        return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda train qat: %d vectors", n);
+    size_t total = 0;
+    for (int i = 0; i < n; i++) total += *v[i] ? (size_t)len[i] : 0;
+    if (total) QRL_TRY(cu(cudaMalloc((void **)&q->d_vec, total * 4), "bf16 vectors", err));
+    q->n_vec = n, q->vec_floats = total;
+    for (int i = 0, off = 0; i < n; i++) {
+        if (!*v[i]) continue;
+        q->v_src[i] = *v[i], q->v_len[i] = len[i], q->v_dst[i] = q->d_vec + off;
+        *v[i] = q->v_dst[i];
+        off += len[i];
+    }
+    return QRL_OK;
+}
+
+qrl_status qrl_train_cuda_qat_round_vecs(qrl_train_cuda_qat *q, void *stream, qrl_error *err) {
+    for (int i = 0; i < q->n_vec; i++)
+        if (q->v_src[i])
+            QRL_TRY(qrl_cuda_bf16_round(q->v_dst[i], q->v_src[i], (size_t)q->v_len[i], stream,
+                                        err));
+    return QRL_OK;
 }
 
 qrl_status qrl_train_cuda_qat_stats(qrl_train_cuda_qat *q, qrl_qat_stats *out, bool reset,

@@ -49,10 +49,19 @@ qrl_status qrl_train_cuda_qat_upload(qrl_train_cuda_qat *q, int T, void *stream,
 qrl_status qrl_train_cuda_qat_site(qrl_train_cuda_qat *q, int l, qrl_trace_site_kind kind,
                                    const uint16_t *x, uint16_t *y, int T, int width, int heads,
                                    bool count, void *stream, qrl_error *err);
-/* Fake-quantize one projection weight w [rows, cols] (F32 master) into y (BF16, the GEMM
- * operand).  Errors: CUDA. */
-qrl_status qrl_train_cuda_qat_weight(qrl_train_cuda_qat *q, const float *w, int rows, int cols,
-                                     uint16_t *y, void *stream, qrl_error *err);
+/* Fake-quantize one projection weight w [rows, cols] (F32 master; bf16: rounded to BF16
+ * first, qrl_model_train_qat_set_bf16) into y (BF16, the GEMM operand).  Errors: CUDA. */
+qrl_status qrl_train_cuda_qat_weight(qrl_train_cuda_qat *q, const float *w, bool bf16, int rows,
+                                     int cols, uint16_t *y, void *stream, qrl_error *err);
+
+/* set_bf16's other parameters: keep BF16-rounded copies (device F32, one buffer) of n F32
+ * parameter vectors the forward reads as they are (norms, biases): *v[i] (a device pointer,
+ * NULL for an absent one; len[i] floats) is replaced by its copy's address.  Once per
+ * state.  qrl_train_cuda_qat_round_vecs refills every copy from its vector (after the
+ * masters changed; queued on stream).  Errors: INVALID_ARGUMENT (twice), NOMEM, CUDA. */
+qrl_status qrl_train_cuda_qat_vecs(qrl_train_cuda_qat *q, const float **const *v, const int *len,
+                                   int n, qrl_error *err);
+qrl_status qrl_train_cuda_qat_round_vecs(qrl_train_cuda_qat *q, void *stream, qrl_error *err);
 
 /* The counters (downloads the device part: synchronizes stream), optionally reset.
  * Errors: CUDA. */

@@ -4,8 +4,9 @@
  *
  * Numerics: the NVFP4 recipe of quant.h step for step (S_enc = 2688 / amax, E4M3 block
  * scale of block_amax * (S_enc * (1/6)), element multiplier min(1 / (s_b * (1 / S_enc)),
- * FLT_MAX), E2M1 ties to even, x_hat = e2m1 * (s_b * (1 / S_enc))) with IEEE-rounded F32
- * operations and no contraction, so F32 in -> F32 out is bit-identical to the CPU:
+ * FLT_MAX), E2M1 ties to even: nvfp4_dev.cuh's device quantizer; x_hat = e2m1 * (s_b *
+ * (1 / S_enc))) with IEEE-rounded F32 operations and no contraction, so F32 in -> F32 out
+ * is bit-identical to the CPU:
  *   rows      qrl_nvfp4_fake_quantize_row (nearest) and, for a row with guidance,
  *             qrl_model_train_qat_quantize_row's guided path: S_enc from the row's own
  *             amax, the record's E4M3 block scales and code LSBs (qrl_trace_guided_round);
@@ -50,10 +51,17 @@ qrl_status qrl_cuda_qat_rows(void *y, int y_bf16, const void *x, int x_bf16, int
                              qrl_error *err);
 
 /* Fake-quantize a weight w [rows, cols] (F32) with one S_enc for the tensor: y_f32 and/or
- * y_bf16 [rows, cols] (either may be NULL, not both; neither may alias w).  amax: device
- * scratch of one float (overwritten). */
-qrl_status qrl_cuda_qat_weight(const float *w, int rows, int cols, float *y_f32,
+ * y_bf16 [rows, cols] (either may be NULL, not both; neither may alias w).  w_bf16: quantize
+ * every element rounded to BF16 first (nearest even, core/tensor.h's qrl_f32_to_bf16: amax
+ * and codes from the rounded values; a replica that received the BF16 weight stream),
+ * as the CPU's qrl_model_train_qat_set_bf16.  amax: device scratch of one float
+ * (overwritten). */
+qrl_status qrl_cuda_qat_weight(const float *w, int w_bf16, int rows, int cols, float *y_f32,
                                uint16_t *y_bf16, float *amax, void *stream, qrl_error *err);
+
+/* y [n] = x rounded to BF16 (nearest even), as F32 (y may be x; n 0: nothing). */
+qrl_status qrl_cuda_bf16_round(float *y, const float *x, size_t n, void *stream,
+                               qrl_error *err);
 
 #ifdef __cplusplus
 }

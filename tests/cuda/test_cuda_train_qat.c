@@ -3,7 +3,9 @@
  *   - the row kernel with nearest rounding is qrl_nvfp4_quantize_row /
  *     qrl_nvfp4_fake_quantize_row bit for bit (codes and values; zeros, NaN/Inf blocks,
  *     huge and tiny rows, partial blocks), from F32 and from BF16 inputs;
- *   - the weight kernel is qrl_model_train_qat_weight bit for bit;
+ *   - the weight kernel is qrl_model_train_qat_weight bit for bit, also on the BF16-rounded
+ *     master (set_bf16: a replica on the BF16 weight stream), and the BF16 rounding kernel
+ *     is qrl_f32_to_bf16's;
  *   - issue 19's acceptance: at every site a w4a4-nvfp4 + fp4-KV CPU rollout recorded, the
  *     CUDA guided quantization of the rollout's own vector gives the rollout's codes, and of
  *     the vector as a learner sees it (BF16-rounded; UAQ-scaled by 1.5) the CPU learner's
@@ -12,11 +14,15 @@
  *   - a whole QAT training step (guided by that rollout's records, K/V too) CUDA vs CPU:
  *     log-probs and gradients within test_cuda_train.c's bounds, the element counters
  *     equal; recomputation gives the same bits; after an AdamW step the weights are
- *     re-quantized (the next forward still matches the CPU). */
+ *     re-quantized (the next forward still matches the CPU);
+ *   - set_bf16 on F32 masters computes exactly what the engine computes on the masters
+ *     rounded to BF16 (log-probs bit for bit: every parameter the forward reads rounded),
+ *     matches the CPU engine's set_bf16 forward, follows a toggle and an AdamW step. */
 #include "cuda_test_util.h"
 
 #include <cuda_runtime.h>
 
+#include "core/tensor.h"
 #include "cpu/quant.h"
 #include "cpu/trace.h"
 #include "cuda/train_qat.cuh"
@@ -140,13 +146,33 @@ Test(cuda_train_qat, weights_match_qrl_model_train_qat_weight_bit_for_bit) {
         float *dw = dup_to_dev(w, n * 4), *dy = dmalloc(n * 4), *da = dmalloc(4);
         uint16_t *dyb = dmalloc(n * 2);
         qrl_error err;
-        cr_assert_eq(qrl_cuda_qat_weight(dw, R, C, dy, dyb, da, NULL, &err), QRL_OK, "%s", err.msg);
+        cr_assert_eq(qrl_cuda_qat_weight(dw, 0, R, C, dy, dyb, da, NULL, &err), QRL_OK, "%s", err.msg);
         to_host(got, dy, n * 4);
         to_host(gb, dyb, n * 2);
         for (size_t i = 0; i < n; i++) {
             cr_assert(same_f32(got[i], want[i]), "%dx%d [%zu]: %a vs %a", R, C, i, got[i], want[i]);
             cr_assert_eq(gb[i], qrl_bf16_encode(want[i]));
         }
+        /* set_bf16: from the same F32 master, the CPU's recipe on bf16(w) (amax too: the
+         * outlier 0.9 + 2^-10 rounds to 0.90234375) */
+        w[n / 3] = 0.9f + 0x1p-10f;
+        cr_assert_eq(cudaMemcpy(dw, w, n * 4, cudaMemcpyHostToDevice), cudaSuccess);
+        float *wr = malloc(n * 4);
+        size_t moved = 0;
+        for (size_t i = 0; i < n; i++) wr[i] = qrl_bf16_to_f32(qrl_f32_to_bf16(w[i]));
+        qrl_model_train_qat_weight(wr, R, C, codes, scales, want);
+        cr_assert_eq(qrl_cuda_qat_weight(dw, 1, R, C, dy, dyb, da, NULL, &err), QRL_OK, "%s", err.msg);
+        to_host(got, dy, n * 4);
+        to_host(gb, dyb, n * 2);
+        qrl_model_train_qat_weight(w, R, C, codes, scales, wr); /* unrounded, to count */
+        for (size_t i = 0; i < n; i++) {
+            cr_assert(same_f32(got[i], want[i]), "bf16 %dx%d [%zu]: %a vs %a", R, C, i, got[i],
+                      want[i]);
+            cr_assert_eq(gb[i], qrl_bf16_encode(want[i]));
+            moved += !same_f32(want[i], wr[i]);
+        }
+        cr_assert_gt(moved, 0, "%dx%d: the BF16 rounding changed no fake-quantized value", R, C);
+        free(wr);
         cudaFree(dw), cudaFree(dy), cudaFree(da), cudaFree(dyb);
         free(w), free(want), free(got), free(gb), free(codes), free(scales);
     }
@@ -457,6 +483,130 @@ Test(cuda_train_qat, qat_step_matches_the_cpu_engine, .timeout = 300) {
     free(gr), free(ggr);
     qrl_model_free(m);
     rollout_free(&rc);
+}
+
+Test(cuda_train_qat, bf16_round_is_qrl_f32_to_bf16) {
+    require_gpu();
+    const size_t n = 100003; /* not a multiple of the block */
+    float *x = malloc(n * 4), *y = malloc(n * 4);
+    uint64_t seed = 5;
+    for (size_t i = 0; i < n; i++) {
+        uint32_t u = (uint32_t)(rng_next(&seed) >> 32); /* any bit pattern */
+        memcpy(&x[i], &u, 4);
+    }
+    x[0] = INFINITY, x[1] = -INFINITY, x[2] = NAN, x[3] = 0x1.fffffep127f; /* rounds to Inf */
+    x[4] = 1.0f + 0x1p-8f, x[5] = 1.0f + 0x1p-8f + 0x1p-23f, x[6] = -0.0f; /* tie, above it */
+    float *dx = dup_to_dev(x, n * 4);
+    qrl_error err;
+    cr_assert_eq(qrl_cuda_bf16_round(dx, dx, n, NULL, &err), QRL_OK, "%s", err.msg);
+    to_host(y, dx, n * 4);
+    for (size_t i = 0; i < n; i++) {
+        float w = qrl_bf16_to_f32(qrl_f32_to_bf16(x[i]));
+        cr_assert(same_f32(y[i], w), "[%zu] %a: %a vs %a", i, x[i], y[i], w);
+    }
+    cr_assert_eq(qrl_cuda_bf16_round(NULL, dx, 4, NULL, &err), QRL_STATUS_INVALID_ARGUMENT);
+    cudaFree(dx);
+    free(x), free(y);
+}
+
+/* One forward (+ backward when g) of the fixed sequence b on the CUDA engine: log-probs. */
+static void cuda_fwd(qrl_model_train_cuda_t *e, const seqb *b, float *lp, float *g) {
+    qrl_error err;
+    cr_assert_eq(qrl_model_train_cuda_forward(e, b->tok, b->tgt, b->pos, b->seg, b->T, lp, NULL,
+                                              &err), QRL_OK, "%s", err.msg);
+    if (!g) return;
+    qrl_model_train_cuda_zero_grad(e);
+    cr_assert_eq(qrl_model_train_cuda_backward(e, b->dlogp, NULL, false, &err), QRL_OK, "%s",
+                 err.msg);
+    cr_assert_eq(qrl_model_train_cuda_get_grads(e, g, &err), QRL_OK, "%s", err.msg);
+}
+
+static double max_diff(const float *a, const float *b, int n) {
+    double d = 0;
+    for (int i = 0; i < n; i++) d = fmax(d, fabs((double)a[i] - b[i]));
+    return d;
+}
+
+/* set_bf16 (a broadcast version: the replicas hold bf16(master)) on masters that are not
+ * BF16 values, as after any optimizer step. */
+Test(cuda_train_qat, set_bf16_computes_with_the_bf16_rounded_parameters, .timeout = 300) {
+    require_gpu();
+    qrl_model *m = st_load_model(), *mr = st_load_model();
+    const size_t np = qrl_model_param_count(m);
+    uint64_t seed = 21;
+    for (size_t k = 0; k < np; k++) { /* off the BF16 grid, by up to ~1 BF16 ulp */
+        float e = m->arena[k] * 0x1p-8f * rng_unif(&seed);
+        m->arena[k] += e, mr->arena[k] += e;
+    }
+    qrl_model_round_bf16(mr);
+    size_t off_grid = 0;
+    for (size_t k = 0; k < np; k++) off_grid += m->arena[k] != mr->arena[k];
+    cr_assert_gt(off_grid, np / 2);
+    seqb b = {.T = 48};
+    for (int t = 0; t < b.T; t++) {
+        b.tok[t] = (int32_t)((7 + 131 * t) % m->cfg.vocab_size), b.seg[t] = t >= 30;
+        b.tgt[t] = t + 1 < b.T && b.seg[t + 1] == b.seg[t] ? (int32_t)((7 + 131 * (t + 1)) %
+                                                             m->cfg.vocab_size) : -1;
+        b.dlogp[t] = b.tgt[t] >= 0 ? -1.0f / b.T : 0.0f;
+    }
+    qrl_model_train_positions(b.pos, b.seg, b.T);
+    qrl_model_train_cuda_opts go = {.max_tokens = 64, .lm_head_chunk = 32, .optimizer_state = true,
+                                    .qat = QRL_QAT_NVFP4, .qat_kv = true};
+    qrl_model_train_cuda_t *a, *r;
+    qrl_error err;
+    cr_assert_eq(qrl_model_train_cuda_new(m, &go, &a, &err), QRL_OK, "%s", err.msg);
+    cr_assert_eq(qrl_model_train_cuda_new(mr, &go, &r, &err), QRL_OK, "%s", err.msg);
+    float lp_off[64], lp_on[64], lp_r[64], lp_on2[64], lp_off2[64];
+    float *ga = malloc(np * 4), *gr = malloc(np * 4);
+    cuda_fwd(a, &b, lp_off, NULL);           /* F32 masters, plain */
+    qrl_model_train_cuda_qat_set_bf16(a, true);
+    cuda_fwd(a, &b, lp_on, ga);              /* F32 masters, rounded by set_bf16 */
+    cuda_fwd(r, &b, lp_r, gr);               /* BF16-valued masters, plain */
+    /* the same parameters everywhere the forward reads them: the same bits */
+    cr_assert_eq(memcmp(lp_on, lp_r, (size_t)b.T * 4), 0, "set_bf16 vs rounded masters: max "
+                 "|dlogp| %.3e", max_diff(lp_on, lp_r, b.T));
+    double gd = rel_err(ga, gr, np), moved = max_diff(lp_on, lp_off, b.T);
+    cr_expect(gd <= 1e-5, "gradients: relative L2 %.3e (only the summation order may differ)", gd);
+    cr_assert_gt(moved, 0.0, "set_bf16 changed nothing");
+    /* a toggle re-makes the copies both ways */
+    qrl_model_train_cuda_qat_set_bf16(a, false);
+    cuda_fwd(a, &b, lp_off2, NULL);
+    cr_assert_eq(memcmp(lp_off2, lp_off, (size_t)b.T * 4), 0, "set_bf16 off again");
+    qrl_model_train_cuda_qat_set_bf16(a, true);
+    cuda_fwd(a, &b, lp_on2, NULL);
+    cr_assert_eq(memcmp(lp_on2, lp_on, (size_t)b.T * 4), 0, "set_bf16 on again");
+    /* the CPU engine with set_bf16 on the same F32 masters */
+    qrl_model_train_opts co = {.max_tokens = 64, .qat = QRL_QAT_NVFP4, .qat_kv = true};
+    qrl_model_train_t *cpu;
+    cr_assert_eq(qrl_model_train_new_opts(m, &co, &cpu, &err), QRL_OK, "%s", err.msg);
+    qrl_model_train_qat_set_bf16(cpu, true);
+    float lc[64];
+    cr_assert_eq(qrl_model_train_forward(cpu, b.tok, b.tgt, b.pos, b.seg, b.T, lc, NULL, &err),
+                 QRL_OK, "%s", err.msg);
+    double zmax = 0;
+    const float *z = qrl_model_train_logits(cpu);
+    for (size_t i = 0; i < (size_t)b.T * m->cfg.vocab_size; i++) zmax = fmax(zmax, fabs(z[i]));
+    double dc = max_diff(lp_on, lc, b.T);
+    /* an AdamW step moves the masters off the grid again: the next forward re-rounds */
+    qrl_adamw_config ac = qrl_adamw_config_default();
+    qrl_adamw_step_info info;
+    float lp_step[64], lr_step[64];
+    cr_assert_eq(qrl_model_train_cuda_adamw_step(a, &ac, 1e-3, &info, &err), QRL_OK, "%s", err.msg);
+    cuda_fwd(a, &b, lp_step, NULL);
+    cr_assert_eq(qrl_model_train_cuda_get_params(a, m->arena, &err), QRL_OK, "%s", err.msg);
+    qrl_model_round_bf16(m);
+    cr_assert_eq(qrl_model_train_cuda_set_params(r, m->arena, &err), QRL_OK, "%s", err.msg);
+    cuda_fwd(r, &b, lr_step, NULL);
+    printf("qat set_bf16 stories260K T=%d: vs rounded masters 0 (bit for bit), gradients rel "
+           "%.2e; vs off %.2e; cuda-cpu %.2e (max|logit| %.1f); after a step vs rounded %.2e\n",
+           b.T, gd, moved, dc, zmax, max_diff(lp_step, lr_step, b.T));
+    cr_expect(dc <= LOGP_REL * zmax, "cuda vs cpu set_bf16: logp max|diff| %.3e", dc);
+    cr_assert_eq(memcmp(lp_step, lr_step, (size_t)b.T * 4), 0, "after a step: max |dlogp| %.3e",
+                 max_diff(lp_step, lr_step, b.T));
+    qrl_model_train_destroy(cpu);
+    qrl_model_train_cuda_destroy(a), qrl_model_train_cuda_destroy(r);
+    free(ga), free(gr);
+    qrl_model_free(m), qrl_model_free(mr);
 }
 
 Test(cuda_train_qat, options_are_checked) {
