@@ -11,8 +11,14 @@
  * "MFU+attn" adds the causal attention FLOPs (6 L S Q per token: QK^T and PV forward,
  * twice that backward, half masked).  Weights are random (a fast uniform fill with the
  * std of qrl_model_init_random): speed does not depend on their values.
- * Usage: train_step [--models 0.5b,1.5b] [--seqs 2048,8192] [--gpus 1,2] [--steps N]
- *                   [--recompute] [--out FILE]   (JSON, default bench/results/train_step-h200.json) */
+ * QAT (--qat off,nvfp4,kv; model_train_cuda.h's opts.qat): nvfp4 fake-quantizes the
+ * weights (once per step, after AdamW) and the linear inputs, kv also K and V, both with
+ * trace_guidance on and no records attached (nearest rounding; the record table is still
+ * uploaded and read); the table then prints each mode's tokens/s against off's.  Model
+ * qwen3-0.6b: 28 layers, D 1024, 16/8 heads of 128, F 3072, q/k norms, tied head.
+ * Usage: train_step [--models 0.5b,1.5b,qwen3-0.6b] [--seqs 2048,8192] [--gpus 1,2]
+ *                   [--steps N] [--recompute] [--qat off,nvfp4,kv] [--out FILE]
+ *                   (JSON, default bench/results/train_step-h200.json) */
 #include <stdio.h>
 
 #ifndef QRL_HAVE_CUDA
@@ -69,14 +75,19 @@ static double gemm_peak(void) {
 }
 
 static qrl_model *make_model(const char *name) {
-    bool big = !strcmp(name, "1.5b");
+    bool big = !strcmp(name, "1.5b"), q3 = !strcmp(name, "qwen3-0.6b");
     qrl_model_config c = {.arch = QRL_MODEL_ARCH_QWEN2, .dim = big ? 1536 : 896,
                           .hidden_dim = big ? 8960 : 4864, .n_layers = big ? 28 : 24,
                           .n_heads = big ? 12 : 14, .n_kv_heads = 2, .head_dim = big ? 128 : 64,
                           .vocab_size = 151936, .max_seq_len = 32768, .norm_eps = 1e-6f,
                           .qkv_bias = true, .tie_embeddings = true,
                           .rope = {.theta = 1e6, .layout = QRL_ROPE_LAYOUT_HALF}};
-    snprintf(c.model_type, sizeof c.model_type, "qwen2");
+    if (q3) {
+        c.arch = QRL_MODEL_ARCH_LLAMA, c.dim = 1024, c.hidden_dim = 3072, c.n_layers = 28;
+        c.n_heads = 16, c.n_kv_heads = 8, c.head_dim = 128, c.qkv_bias = false;
+        c.qk_norm = true;
+    }
+    snprintf(c.model_type, sizeof c.model_type, "%s", q3 ? "qwen3" : "qwen2");
     qrl_model *m;
     qrl_error err;
     if (qrl_model_new(&c, &m, &err)) die("model", &err);
@@ -143,15 +154,18 @@ static void *rank_main(void *p) {
     return NULL;
 }
 
+static const char *QAT_NAME[3] = {"off", "nvfp4", "kv"};
+
 typedef struct result {
-    char model[8];
+    char model[16];
+    int qat; /* 0 off, 1 nvfp4, 2 nvfp4 + K/V */
     int S, gpus, accum;
     bool recompute;
     double step_s, tok_s, mfu, mfu_attn, mem_gib, fwd_ms, bwd_ms, opt_ms;
 } result;
 
 static bool run(qrl_model *m, const char *name, int S, int gpus, bool recompute, int steps,
-                int accum, double peak, result *res) {
+                int accum, int qat, double peak, result *res) {
     rank r[2];
     ncclComm_t comms[2];
     int devs[2] = {0, 1};
@@ -160,7 +174,8 @@ static bool run(qrl_model *m, const char *name, int S, int gpus, bool recompute,
     for (int k = 0; k < gpus; k++) {
         memset(&r[k], 0, sizeof r[k]);
         qrl_model_train_cuda_opts o = {.max_tokens = S, .recompute_activations = recompute,
-                                       .device = k};
+                                       .device = k, .qat = qat ? QRL_QAT_NVFP4 : QRL_QAT_OFF,
+                                       .qat_kv = qat == 2, .trace_guidance = qat > 0};
         if (qrl_model_train_cuda_new(m, &o, &r[k].g, &r[k].err)) {
             fprintf(stderr, "train_step: %s S=%d gpus=%d: %s\n", name, S, gpus, r[k].err.msg);
             for (int j = 0; j < k; j++) qrl_model_train_cuda_destroy(r[j].g);
@@ -200,7 +215,7 @@ static bool run(qrl_model *m, const char *name, int S, int gpus, bool recompute,
     double tokens = (double)S * gpus * steps * accum, N = matmul_params(c);
     double attn = 6.0 * c->n_layers * (double)S * c->n_heads * c->head_dim; /* per token */
     snprintf(res->model, sizeof res->model, "%s", name);
-    res->S = S, res->gpus = gpus, res->recompute = recompute, res->accum = accum;
+    res->S = S, res->gpus = gpus, res->recompute = recompute, res->accum = accum, res->qat = qat;
     res->step_s = t / steps;
     res->fwd_ms = 1e3 * r[0].t_fwd / (steps * accum), res->bwd_ms = 1e3 * r[0].t_bwd / (steps * accum);
     res->opt_ms = 1e3 * r[0].t_opt / steps;
@@ -221,6 +236,7 @@ static int parse_list(const char *s, int *out, int max) {
 int main(int argc, char **argv) {
     const char *out = "bench/results/train_step-h200.json", *models = "0.5b,1.5b";
     int seqs[4] = {2048, 8192}, ns = 2, gl[2] = {1, 2}, ng = 2, steps = 5, accum = 1;
+    int qats[3] = {0}, nq = 1;
     bool recompute = false;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--out") && i + 1 < argc) out = argv[++i];
@@ -230,9 +246,22 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--accum") && i + 1 < argc) accum = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--recompute")) recompute = true;
-        else {
-            fprintf(stderr, "usage: %s [--models 0.5b,1.5b] [--seqs 2048,8192] [--gpus 1,2] "
-                            "[--steps N] [--accum N] [--recompute] [--out FILE]\n", argv[0]);
+        else if (!strcmp(argv[i], "--qat") && i + 1 < argc) {
+            nq = 0;
+            char ql[64];
+            snprintf(ql, sizeof ql, "%s", argv[++i]);
+            for (char *q = strtok(ql, ","); q && nq < 3; q = strtok(NULL, ",")) {
+                int k = !strcmp(q, "off") ? 0 : !strcmp(q, "nvfp4") ? 1 : !strcmp(q, "kv") ? 2 : -1;
+                if (k < 0) {
+                    fprintf(stderr, "train_step: --qat '%s': off, nvfp4 or kv\n", q);
+                    return 2;
+                }
+                qats[nq++] = k;
+            }
+        } else {
+            fprintf(stderr, "usage: %s [--models 0.5b,1.5b,qwen3-0.6b] [--seqs 2048,8192] "
+                            "[--gpus 1,2] [--steps N] [--accum N] [--recompute] "
+                            "[--qat off,nvfp4,kv] [--out FILE]\n", argv[0]);
             return 2;
         }
     }
@@ -255,8 +284,9 @@ int main(int argc, char **argv) {
     char mlist[64];
     snprintf(mlist, sizeof mlist, "%s", models);
     for (char *name = strtok(mlist, ","); name; name = strtok(NULL, ",")) {
-        if (strcmp(name, "0.5b") != 0 && strcmp(name, "1.5b") != 0) {
-            fprintf(stderr, "train_step: unknown model '%s' (0.5b or 1.5b)\n", name);
+        if (strcmp(name, "0.5b") != 0 && strcmp(name, "1.5b") != 0 &&
+            strcmp(name, "qwen3-0.6b") != 0) {
+            fprintf(stderr, "train_step: unknown model '%s' (0.5b, 1.5b or qwen3-0.6b)\n", name);
             return 2;
         }
         qrl_model *m = make_model(name);
@@ -264,31 +294,42 @@ int main(int argc, char **argv) {
                (double)(m->rope_inv_freq - m->arena) / 1e9, matmul_params(&m->cfg) / 1e9);
         for (int si = 0; si < ns; si++)
             for (int gi = 0; gi < ng; gi++) {
-                if (gl[gi] > ndev || gl[gi] < 1 || gl[gi] > 2 || nr == 32) continue;
-                if (run(m, name, seqs[si], gl[gi], recompute, steps, accum, peak, &res[nr])) nr++;
+                for (int qi = 0; qi < nq; qi++) {
+                    if (gl[gi] > ndev || gl[gi] < 1 || gl[gi] > 2 || nr == 32) continue;
+                    if (run(m, name, seqs[si], gl[gi], recompute, steps, accum, qats[qi], peak,
+                            &res[nr]))
+                        nr++;
+                }
             }
         qrl_model_free(m);
     }
     printf("\n%d micro-batch(es) of one sequence per GPU per optimizer step; fwd/bwd ms per "
            "micro-batch, opt ms per step (rank 0)\n", accum);
-    printf("%-6s %6s %5s %7s %9s %11s %7s %9s %8s %8s %8s %8s\n", "model", "seq", "gpus",
-           "recomp", "step s", "tokens/s", "MFU", "MFU+attn", "fwd ms", "bwd ms", "opt ms",
-           "mem GiB");
-    for (int i = 0; i < nr; i++)
-        printf("%-6s %6d %5d %7s %9.3f %11.0f %6.1f%% %8.1f%% %8.1f %8.1f %8.1f %8.1f\n",
+    printf("%-10s %6s %5s %7s %5s %9s %11s %7s %9s %8s %8s %8s %8s %7s\n", "model", "seq",
+           "gpus", "recomp", "qat", "step s", "tokens/s", "MFU", "MFU+attn", "fwd ms", "bwd ms",
+           "opt ms", "mem GiB", "vs off");
+    for (int i = 0; i < nr; i++) {
+        double base = 0; /* the same shape without QAT, when it ran */
+        for (int j = 0; j < nr; j++)
+            if (res[j].qat == 0 && !strcmp(res[j].model, res[i].model) && res[j].S == res[i].S &&
+                res[j].gpus == res[i].gpus)
+                base = res[j].tok_s;
+        printf("%-10s %6d %5d %7s %5s %9.3f %11.0f %6.1f%% %8.1f%% %8.1f %8.1f %8.1f %8.1f %6.3fx\n",
                res[i].model, res[i].S, res[i].gpus, res[i].recompute ? "yes" : "no",
-               res[i].step_s, res[i].tok_s, 100 * res[i].mfu, 100 * res[i].mfu_attn,
-               res[i].fwd_ms, res[i].bwd_ms, res[i].opt_ms, res[i].mem_gib);
+               QAT_NAME[res[i].qat], res[i].step_s, res[i].tok_s, 100 * res[i].mfu,
+               100 * res[i].mfu_attn, res[i].fwd_ms, res[i].bwd_ms, res[i].opt_ms,
+               res[i].mem_gib, base > 0 ? res[i].tok_s / base : 0.0);
+    }
     FILE *f = fopen(out, "w");
     if (!f) die(out, NULL);
     fprintf(f, "{\n  \"bench\": \"train_step\",\n  \"device\": \"%s\",\n  \"gemm_bf16_tflops\": %.1f,\n"
                "  \"steps\": %d,\n  \"results\": [", desc, peak, steps);
     for (int i = 0; i < nr; i++)
-        fprintf(f, "%s\n    {\"model\": \"%s\", \"seq\": %d, \"gpus\": %d, \"recompute\": %s, "
+        fprintf(f, "%s\n    {\"model\": \"%s\", \"qat\": \"%s\", \"seq\": %d, \"gpus\": %d, \"recompute\": %s, "
                    "\"accum\": %d, \"step_s\": %.4f, \"tokens_per_s\": %.0f, \"mfu\": %.4f, "
                    "\"mfu_with_attention\": %.4f, \"fwd_ms\": %.2f, \"bwd_ms\": %.2f, \"opt_ms\": %.2f, "
                    "\"device_mem_gib\": %.2f}",
-                i ? "," : "", res[i].model, res[i].S, res[i].gpus, res[i].recompute ? "true" : "false",
+                i ? "," : "", res[i].model, QAT_NAME[res[i].qat], res[i].S, res[i].gpus, res[i].recompute ? "true" : "false",
                 res[i].accum, res[i].step_s, res[i].tok_s, res[i].mfu, res[i].mfu_attn, res[i].fwd_ms,
                 res[i].bwd_ms, res[i].opt_ms, res[i].mem_gib);
     fprintf(f, "\n  ]\n}\n");

@@ -62,11 +62,27 @@ static const float *cpu_device_params(qrl_learner_engine *e, int *device) {
     *device = -1;
     return NULL;
 }
+static void cpu_qat_set_bf16(qrl_learner_engine *e, bool on) {
+    qrl_model_train_qat_set_bf16(e->policy, on);
+}
+static void cpu_qat_clear(qrl_learner_engine *e) { qrl_model_train_qat_clear(e->policy); }
+static qrl_status cpu_qat_attach(qrl_learner_engine *e, int seq_begin, int n_prompt,
+                                 int n_response, const qrl_trace_response *rec, qrl_error *err) {
+    return qrl_model_train_qat_attach(e->policy, seq_begin, n_prompt, n_response, rec, err);
+}
+static qrl_status cpu_qat_stats(qrl_learner_engine *e, qrl_qat_stats *out, bool reset,
+                                qrl_error *err) {
+    (void)err;
+    qrl_model_train_qat_stats(e->policy, out);
+    if (reset) qrl_model_train_qat_stats_reset(e->policy);
+    return QRL_OK;
+}
 static const qrl_learner_engine_backend CPU_BACKEND = {
     .name = "cpu", .open = cpu_open, .open_ref = cpu_open_ref, .destroy = cpu_destroy,
     .bytes = cpu_bytes, .forward = cpu_forward, .backward = cpu_backward,
     .zero_grad = cpu_zero_grad, .step = cpu_step, .flush = cpu_nothing,
-    .device_params = cpu_device_params, .sync_host = cpu_nothing, .sync_device = cpu_nothing};
+    .device_params = cpu_device_params, .sync_host = cpu_nothing, .sync_device = cpu_nothing,
+    .qat_set_bf16 = cpu_qat_set_bf16, .qat_clear = cpu_qat_clear, .qat_attach = cpu_qat_attach, .qat_stats = cpu_qat_stats};
 
 /* ---- the engine ------------------------------------------------------------------------ */
 qrl_status qrl_learner_engine_init(qrl_learner_engine *e, qrl_model *m,
@@ -77,10 +93,6 @@ qrl_status qrl_learner_engine_init(qrl_learner_engine *e, qrl_model *m,
     e->n_params = qrl_model_param_count(m);
     e->be = cfg->device >= 0 ? &qrl_learner_engine_cuda : &CPU_BACKEND;
     qrl_status st = QRL_OK;
-    if (cfg->qat != QRL_QAT_OFF && cfg->device >= 0)
-        return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
-                             "learner.qat with learner.device cuda: UNSUPPORTED (the QAT forward runs "
-                             "in the CPU training engine; use learner.device cpu)");
     e->qat = cfg->qat != QRL_QAT_OFF;
     QRL_TRY_GOTO(e->be->open(e, cfg, err), fail);
     /* GPU: the host optimizer holds the step count and, at checkpoints, the moments */
@@ -164,20 +176,22 @@ qrl_status qrl_learner_engine_sync_device(qrl_learner_engine *e, qrl_error *err)
     return e->be ? e->be->sync_device(e, err) : QRL_OK; /* freed: nothing to copy */
 }
 
-/* QAT runs on the CPU engine only (init refuses it on the GPU), so these reach
- * model_train.h directly. */
+/* QAT: the policy's backend (CPU or CUDA engine). */
+void qrl_learner_engine_qat_set_bf16(qrl_learner_engine *e, bool on) {
+    if (e->qat) e->be->qat_set_bf16(e, on);
+}
+
 void qrl_learner_engine_qat_clear(qrl_learner_engine *e) {
-    if (e->qat) qrl_model_train_qat_clear(e->policy);
+    if (e->qat) e->be->qat_clear(e);
 }
 
 qrl_status qrl_learner_engine_qat_attach(qrl_learner_engine *e, int seq_begin, int n_prompt, int n_response,
                                          const qrl_trace_response *rec, qrl_error *err) {
-    return e->qat ? qrl_model_train_qat_attach(e->policy, seq_begin, n_prompt, n_response, rec, err) : QRL_OK;
+    return e->qat ? e->be->qat_attach(e, seq_begin, n_prompt, n_response, rec, err) : QRL_OK;
 }
 
-void qrl_learner_engine_qat_stats(qrl_learner_engine *e, qrl_qat_stats *out, bool reset) {
+qrl_status qrl_learner_engine_qat_stats(qrl_learner_engine *e, qrl_qat_stats *out, bool reset,
+                                        qrl_error *err) {
     memset(out, 0, sizeof *out);
-    if (!e->qat) return;
-    qrl_model_train_qat_stats(e->policy, out);
-    if (reset) qrl_model_train_qat_stats_reset(e->policy);
+    return e->qat ? e->be->qat_stats(e, out, reset, err) : QRL_OK;
 }

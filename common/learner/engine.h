@@ -66,11 +66,16 @@ const float *qrl_learner_engine_device_params(qrl_learner_engine *e, int *device
  * one sequence's (packed at seq_begin: n_prompt + n_response - 1 tokens, the engine has
  * one token of capacity beyond cfg->max_tokens for the uncounted last one; rec NULL =
  * nearest rounding, counted) to the next policy forward; the counters and their reset
- * (train/model_train.h's qrl_model_train_qat_*).  Errors: OUT_OF_RANGE (positions). */
+ * (train/model_train.h's qrl_model_train_qat_*; CPU or CUDA engine).  Errors:
+ * OUT_OF_RANGE (positions), CUDA (stats: downloading the device counters). */
 void qrl_learner_engine_qat_clear(qrl_learner_engine *e);
+/* QAT: the next policy forwards' sequences came from a broadcast (BF16) version, not the
+ * F32 checkpoint (qrl_model_train_qat_set_bf16). */
+void qrl_learner_engine_qat_set_bf16(qrl_learner_engine *e, bool on);
 qrl_status qrl_learner_engine_qat_attach(qrl_learner_engine *e, int seq_begin, int n_prompt, int n_response,
                                          const qrl_trace_response *rec, qrl_error *err);
-void qrl_learner_engine_qat_stats(qrl_learner_engine *e, qrl_qat_stats *out, bool reset);
+qrl_status qrl_learner_engine_qat_stats(qrl_learner_engine *e, qrl_qat_stats *out, bool reset,
+                                        qrl_error *err);
 /* GPU: flush, and copy the AdamW state into the host optimizer (before a checkpoint). */
 qrl_status qrl_learner_engine_sync_host(qrl_learner_engine *e, qrl_error *err);
 /* GPU: upload m's weights and the host optimizer state (after a checkpoint was loaded). */
@@ -105,6 +110,13 @@ typedef struct qrl_learner_engine_backend {
     const float *(*device_params)(qrl_learner_engine *e, int *device);
     qrl_status (*sync_host)(qrl_learner_engine *e, qrl_error *err);
     qrl_status (*sync_device)(qrl_learner_engine *e, qrl_error *err);
+    /* QAT on e->policy (called only when e->qat): model_train.h's qrl_model_train_qat_* */
+    void (*qat_set_bf16)(qrl_learner_engine *e, bool on);
+    void (*qat_clear)(qrl_learner_engine *e);
+    qrl_status (*qat_attach)(qrl_learner_engine *e, int seq_begin, int n_prompt, int n_response,
+                             const qrl_trace_response *rec, qrl_error *err);
+    qrl_status (*qat_stats)(qrl_learner_engine *e, qrl_qat_stats *out, bool reset,
+                            qrl_error *err);
 } qrl_learner_engine_backend;
 
 /* The CUDA backend (engine_cuda.c; its open() fails UNSUPPORTED in a build without CUDA). */

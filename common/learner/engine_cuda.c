@@ -21,9 +21,15 @@ static qrl_status keyed(qrl_status st, int device, qrl_error *err) {
 
 static qrl_status gpu_open(qrl_learner_engine *e, const qrl_learner_config *cfg,
                            qrl_error *err) {
-    qrl_model_train_cuda_opts go = {.max_tokens = cfg->max_tokens, .device = cfg->device,
+    /* QAT as the CPU backend's (engine.c): the policy only, one spare token of capacity
+     * for attaching the last sequence of a full row */
+    qrl_model_train_cuda_opts go = {.max_tokens = cfg->max_tokens + (cfg->qat != QRL_QAT_OFF),
+                                    .device = cfg->device,
                                     .recompute_activations = cfg->activation_recompute,
-                                    .optimizer_state = true};
+                                    .optimizer_state = true, .qat = cfg->qat,
+                                    .qat_kv = cfg->qat_kv,
+                                    .trace_guidance = cfg->qat != QRL_QAT_OFF &&
+                                                      cfg->trace_guidance};
     qrl_model_train_cuda_t *tr = NULL;
     qrl_status st = keyed(qrl_model_train_cuda_new(e->m, &go, &tr, err), cfg->device, err);
     e->policy = tr;
@@ -89,13 +95,26 @@ static qrl_status gpu_sync_device(qrl_learner_engine *e, qrl_error *err) {
     e->dirty = false;
     return QRL_OK;
 }
+static void gpu_qat_set_bf16(qrl_learner_engine *e, bool on) {
+    qrl_model_train_cuda_qat_set_bf16(e->policy, on);
+}
+static void gpu_qat_clear(qrl_learner_engine *e) { qrl_model_train_cuda_qat_clear(e->policy); }
+static qrl_status gpu_qat_attach(qrl_learner_engine *e, int seq_begin, int n_prompt,
+                                 int n_response, const qrl_trace_response *rec, qrl_error *err) {
+    return qrl_model_train_cuda_qat_attach(e->policy, seq_begin, n_prompt, n_response, rec, err);
+}
+static qrl_status gpu_qat_stats(qrl_learner_engine *e, qrl_qat_stats *out, bool reset,
+                                qrl_error *err) {
+    return qrl_model_train_cuda_qat_stats(e->policy, out, reset, err);
+}
 
 const qrl_learner_engine_backend qrl_learner_engine_cuda = {
     .name = "cuda", .open = gpu_open, .open_ref = gpu_open_ref, .destroy = gpu_destroy,
     .bytes = gpu_bytes, .forward = gpu_forward, .backward = gpu_backward,
     .zero_grad = gpu_zero_grad, .step = gpu_step, .flush = gpu_flush,
     .device_params = gpu_device_params, .sync_host = gpu_sync_host,
-    .sync_device = gpu_sync_device};
+    .sync_device = gpu_sync_device, .qat_set_bf16 = gpu_qat_set_bf16,
+    .qat_clear = gpu_qat_clear, .qat_attach = gpu_qat_attach, .qat_stats = gpu_qat_stats};
 
 #else /* !QRL_HAVE_CUDA: init fails here, so nothing else of the table is reached */
 static qrl_status gpu_open(qrl_learner_engine *e, const qrl_learner_config *cfg,

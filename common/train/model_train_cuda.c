@@ -19,11 +19,17 @@
 #include "cuda/gemm.cuh"
 #include "cuda/train_attention.cuh"
 #include "cuda/train_ops.cuh"
+#include "cuda/train_qat.cuh"
+#include "train/model_train_cuda_qat.h"
 
 /* Saved activations of one layer (device).  With recompute only x_in is per layer. */
 typedef struct act {
     float *x_in, *x_mid, *rstd1, *rstd2, *rstd_q, *rstd_k, *lse;
     uint16_t *h1, *qp, *kp, *v, *qr, *kr, *att, *h2, *gate, *up, *hm;
+    /* QAT: the fake-quantized attention output (O's input; attention's backward reads the
+     * unquantized att); == att without activation QAT.  The other sites are quantized in
+     * place: h1, h2, hm feed only their GEMMs, kr and v only attention. */
+    uint16_t *attq;
 } act;
 
 /* One layer's weights: F32 master pointers (norms, biases), BF16 matrices, F32 gradients
@@ -46,10 +52,10 @@ struct qrl_model_train_cuda {
     void *comm;                /* ncclComm_t or NULL */
     float *params, *grads, *adam_m, *adam_v;
     uint16_t *pbf;
-    const float *emb, *final_norm;
+    const float *emb, *final_norm, *final_norm_r;
     const uint16_t *lm_head;
     float *g_emb, *g_final_norm, *g_lm_head;
-    layer_ptrs *lw;
+    layer_ptrs *lw, *lw_r;     /* lw_r: QAT set_bf16 (norms, biases rounded to BF16) */
     act *layers, shared;       /* shared: the recompute buffers (== layers[l] otherwise) */
     float *x_final, *rstdf, *logits, *lse_v, *ent, *logp, *cos_t, *sin_t;
     uint16_t *hf;
@@ -66,6 +72,11 @@ struct qrl_model_train_cuda {
     int T;                     /* tokens of the forward not yet consumed by a backward */
     bool has_dent;
     int64_t adam_step;
+    /* QAT (opts.qat): the records and counters; the BF16 projection weights (and with
+     * set_bf16 the rounded vectors) must be re-made from the master before the next
+     * forward; fw_bf16: the last forward's set_bf16 (its backward reads the same values) */
+    qrl_train_cuda_qat *qat;
+    bool qat_act, wq_stale, qat_bf16, fw_bf16;
 };
 
 static qrl_status cu(cudaError_t e, const char *what, qrl_error *err) {
@@ -89,7 +100,7 @@ static void *carve(char *base, size_t *off, size_t bytes) {
 }
 
 static void plan_act(act *a, char *b, size_t *off, size_t T, const qrl_model_config *c,
-                     bool x_in_only) {
+                     bool x_in_only, bool attq) {
     size_t D = c->dim, F = c->hidden_dim, H = c->n_heads, Hkv = c->n_kv_heads,
            Q = H * c->head_dim, KV = Hkv * c->head_dim;
     if (x_in_only) {
@@ -108,6 +119,7 @@ static void plan_act(act *a, char *b, size_t *off, size_t T, const qrl_model_con
     a->att = carve(b, off, T * Q * 2);
     a->gate = carve(b, off, T * F * 2), a->up = carve(b, off, T * F * 2);
     a->hm = carve(b, off, T * F * 2);
+    a->attq = attq ? carve(b, off, T * Q * 2) : a->att;
 }
 
 /* One walk for counting and pointing.  Returns the bytes; *act_bytes the saved part. */
@@ -118,12 +130,12 @@ static size_t plan(qrl_model_train_cuda_t *tr, char *b, size_t *act_bytes) {
            KV = Hkv * hd, off = 0, chunk = (size_t)tr->o.lm_head_chunk;
     for (int l = 0; l < c->n_layers; l++) {
         act tmp, *a = b ? &tr->layers[l] : &tmp;
-        plan_act(a, b, &off, T, c, true);
-        if (!tr->o.recompute_activations) plan_act(a, b, &off, T, c, false);
+        plan_act(a, b, &off, T, c, true, false);
+        if (!tr->o.recompute_activations) plan_act(a, b, &off, T, c, false, tr->qat_act);
     }
     if (tr->o.recompute_activations) {
         act tmp, *a = b ? &tr->shared : &tmp;
-        plan_act(a, b, &off, T, c, false);
+        plan_act(a, b, &off, T, c, false, tr->qat_act);
     }
     tr->x_final = carve(b, &off, T * D * 4), tr->hf = carve(b, &off, T * D * 2);
     tr->rstdf = carve(b, &off, T * 4), tr->logits = carve(b, &off, T * V * 4);
@@ -196,6 +208,37 @@ static qrl_status adam_alloc(qrl_model_train_cuda_t *tr, qrl_error *err) {
     return cu(cudaMemsetAsync(tr->adam_m, 0, n * 8, tr->s), "memset", err);
 }
 
+/* QAT set_bf16: lw_r = lw with the F32 vectors (norms, biases; and final_norm_r) at
+ * BF16-rounded copies (the CPU's set_bf16 rounds every parameter; the matrices and lm_head
+ * are already BF16 in pbf, the embedding is rounded after its gather). */
+static qrl_status qat_vecs(qrl_model_train_cuda_t *tr, qrl_error *err) {
+    const qrl_model_config *c = &tr->cfg;
+    const int L = c->n_layers, D = c->dim, hd = c->head_dim, Q = c->n_heads * hd,
+              KV = c->n_kv_heads * hd, n = 8 * L + 1;
+    const int len8[8] = {D, D, hd, hd, Q, KV, KV, D};
+    tr->lw_r = malloc((size_t)(L + 1) * sizeof *tr->lw_r);
+    const float ***v = malloc((size_t)n * sizeof *v);
+    int *len = malloc((size_t)n * sizeof *len);
+    qrl_status st = QRL_OK;
+    if (!tr->lw_r || !v || !len) {
+        st = qrl_error_set(err, QRL_STATUS_NOMEM, "cuda train: qat vectors");
+        goto done;
+    }
+    for (int l = 0; l < L; l++) {
+        layer_ptrs *p = &tr->lw_r[l];
+        *p = tr->lw[l];
+        const float **f[8] = {&p->attn_norm, &p->ffn_norm, &p->q_norm, &p->k_norm,
+                              &p->bq,        &p->bk,       &p->bv,     &p->bo};
+        for (int i = 0; i < 8; i++) v[8 * l + i] = f[i], len[8 * l + i] = len8[i];
+    }
+    tr->final_norm_r = tr->final_norm;
+    v[n - 1] = &tr->final_norm_r, len[n - 1] = D;
+    st = qrl_train_cuda_qat_vecs(tr->qat, (const float **const *)v, len, n, err);
+done:
+    free(v), free(len);
+    return st;
+}
+
 qrl_status qrl_model_train_cuda_new(const qrl_model *m, const qrl_model_train_cuda_opts *opts,
                                     qrl_model_train_cuda_t **out, qrl_error *err) {
     *out = NULL;
@@ -206,6 +249,13 @@ qrl_status qrl_model_train_cuda_new(const qrl_model *m, const qrl_model_train_cu
     if (c->head_dim % 2 || c->head_dim > 256)
         return qrl_error_set(err, QRL_STATUS_UNSUPPORTED, "cuda train: head_dim %d (even, "
                              "<= 256 supported)", c->head_dim);
+    if ((unsigned)opts->qat > QRL_QAT_NVFP4 ||
+        (opts->qat == QRL_QAT_OFF &&
+         (opts->trace_guidance || opts->qat_kv || opts->qat_weights_only)))
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "cuda train: qat %d with trace_guidance=%d qat_kv=%d "
+                             "qat_weights_only=%d (those need qat nvfp4)", (int)opts->qat,
+                             opts->trace_guidance, opts->qat_kv, opts->qat_weights_only);
     qrl_model_train_cuda_t *tr = calloc(1, sizeof *tr);
     if (!tr) return qrl_error_set(err, QRL_STATUS_NOMEM, "cuda train: engine struct");
     qrl_status st = QRL_OK;
@@ -214,6 +264,8 @@ qrl_status qrl_model_train_cuda_new(const qrl_model *m, const qrl_model_train_cu
     if (tr->o.lm_head_chunk <= 0) tr->o.lm_head_chunk = 1024;
     if (tr->o.lm_head_chunk > tr->o.max_tokens) tr->o.lm_head_chunk = tr->o.max_tokens;
     tr->n_params = qrl_model_param_count(m);
+    tr->qat_act = opts->qat != QRL_QAT_OFF && !opts->qat_weights_only;
+    tr->wq_stale = opts->qat != QRL_QAT_OFF;
     size_t T = (size_t)opts->max_tokens, half = (size_t)c->head_dim / 2;
     tr->lw = calloc((size_t)c->n_layers + 1, sizeof *tr->lw);
     tr->layers = calloc((size_t)c->n_layers + 1, sizeof *tr->layers);
@@ -269,6 +321,10 @@ qrl_status qrl_model_train_cuda_new(const qrl_model *m, const qrl_model_train_cu
     QRL_TRY_GOTO(qrl_cuda_f32_to_bf16(tr->params, tr->pbf, np, tr->s, err), fail);
     QRL_TRY_GOTO(cu(cudaMemsetAsync(tr->grads, 0, np * 4, tr->s), "memset", err), fail);
     if (opts->optimizer_state) QRL_TRY_GOTO(adam_alloc(tr, err), fail);
+    if (opts->qat != QRL_QAT_OFF)
+        QRL_TRY_GOTO(qrl_train_cuda_qat_new(c, opts->max_tokens, tr->qat_act, opts->qat_kv,
+                                            opts->trace_guidance, &tr->qat, err), fail);
+    if (tr->qat) QRL_TRY_GOTO(qat_vecs(tr, err), fail);
     QRL_TRY_GOTO(cu(cudaStreamSynchronize(tr->s), "init", err), fail);
     *out = tr;
     return QRL_OK;
@@ -284,13 +340,14 @@ void qrl_model_train_cuda_destroy(qrl_model_train_cuda_t *tr) {
     if (tr->cs) cudaStreamSynchronize(tr->cs);
     cudaFree(tr->params), cudaFree(tr->grads), cudaFree(tr->pbf), cudaFree(tr->block);
     cudaFree(tr->adam_m);
+    qrl_train_cuda_qat_free(tr->qat);
     qrl_cuda_gemm_free(tr->gemm);
     if (tr->ev)
         for (int l = 0; l <= tr->cfg.n_layers; l++)
             if (tr->ev[l]) cudaEventDestroy(tr->ev[l]);
     if (tr->s) cudaStreamDestroy(tr->s);
     if (tr->cs) cudaStreamDestroy(tr->cs);
-    free(tr->ev), free(tr->lw), free(tr->layers);
+    free(tr->ev), free(tr->lw), free(tr->lw_r), free(tr->layers);
     free(tr->h_cos), free(tr->h_sin), free(tr->h_inv_freq), free(tr->h_seg_start);
     free(tr->h_targets);
     free(tr);
@@ -298,7 +355,8 @@ void qrl_model_train_cuda_destroy(qrl_model_train_cuda_t *tr) {
 
 size_t qrl_model_train_cuda_bytes(const qrl_model_train_cuda_t *tr, size_t *activation_bytes) {
     if (activation_bytes) *activation_bytes = tr->act_bytes;
-    return tr->total_bytes + (tr->adam_m ? tr->n_params * 8 : 0);
+    return tr->total_bytes + (tr->adam_m ? tr->n_params * 8 : 0) +
+           (tr->qat ? qrl_train_cuda_qat_bytes(tr->qat) : 0);
 }
 
 void qrl_model_train_cuda_zero_grad(qrl_model_train_cuda_t *tr) {
@@ -312,18 +370,30 @@ void qrl_model_train_cuda_set_comm(qrl_model_train_cuda_t *tr, void *nccl_comm) 
 
 /* ---- forward ----------------------------------------------------------------------------- */
 
+/* QAT: fake-quantize site (l, kind) of T rows x -> y in place or into y (BF16), when that
+ * site is quantized (act: the linear inputs; else K and V with qat_kv); count in the
+ * forward, not in the backward's recomputation. */
+static qrl_status fq(qrl_model_train_cuda_t *tr, int l, qrl_trace_site_kind kind, bool act,
+                     const uint16_t *x, uint16_t *y, int T, int width, int heads, bool count,
+                     qrl_error *err) {
+    if (!tr->qat || !(act ? tr->qat_act : tr->o.qat_kv)) return QRL_OK;
+    return qrl_train_cuda_qat_site(tr->qat, l, kind, x, y, T, width, heads, count, tr->s, err);
+}
+
 /* Layer l's forward from a->x_in into a's buffers; x_out (next layer's input) when not NULL. */
 static qrl_status layer_forward(qrl_model_train_cuda_t *tr, int l, act *a, float *x_out, int T,
                                 qrl_error *err) {
     const qrl_model_config *c = &tr->cfg;
-    const layer_ptrs *w = &tr->lw[l];
+    const layer_ptrs *w = tr->fw_bf16 ? &tr->lw_r[l] : &tr->lw[l];
     const int D = c->dim, F = c->hidden_dim, H = c->n_heads, Hkv = c->n_kv_heads,
               hd = c->head_dim, Q = H * hd, KV = Hkv * hd;
     const int il = c->rope.layout == QRL_ROPE_LAYOUT_INTERLEAVED;
     qrl_cuda_gemm *g = tr->gemm;
     void *s = tr->s;
+    const bool cnt = x_out != NULL;
     QRL_TRY(qrl_cuda_train_rmsnorm_forward(a->h1, a->rstd1, a->x_in, a->x_in, NULL, NULL,
                                            w->attn_norm, T, D, c->norm_eps, s, err));
+    QRL_TRY(fq(tr, l, QRL_TRACE_SITE_ATTN_IN, true, a->h1, a->h1, T, D, 1, cnt, err));
     QRL_TRY(qrl_cuda_gemm_rm(g, QRL_GEMM_FWD, a->qp, 0, a->h1, w->wq, T, D, Q, 0.0f, s, err));
     QRL_TRY(qrl_cuda_gemm_rm(g, QRL_GEMM_FWD, a->kp, 0, a->h1, w->wk, T, D, KV, 0.0f, s, err));
     QRL_TRY(qrl_cuda_gemm_rm(g, QRL_GEMM_FWD, a->v, 0, a->h1, w->wv, T, D, KV, 0.0f, s, err));
@@ -332,19 +402,48 @@ static qrl_status layer_forward(qrl_model_train_cuda_t *tr, int l, act *a, float
     QRL_TRY(qrl_cuda_train_qk_forward(a->kr, a->kp, a->rstd_k, w->bk, w->k_norm, tr->cos_t,
                                       tr->sin_t, T, Hkv, hd, il, c->norm_eps, s, err));
     if (w->bv) QRL_TRY(qrl_cuda_train_bias_add(a->v, w->bv, T, KV, s, err));
+    QRL_TRY(fq(tr, l, QRL_TRACE_SITE_K, false, a->kr, a->kr, T, KV, Hkv, cnt, err));
+    QRL_TRY(fq(tr, l, QRL_TRACE_SITE_V, false, a->v, a->v, T, KV, Hkv, cnt, err));
     QRL_TRY(qrl_cuda_train_attention_forward(a->att, a->lse, a->qr, a->kr, a->v, tr->seg_start,
                                              T, H, Hkv, hd, s, err));
-    QRL_TRY(qrl_cuda_gemm_rm(g, QRL_GEMM_FWD, tr->ao, 1, a->att, w->wo, T, Q, D, 0.0f, s, err));
+    QRL_TRY(fq(tr, l, QRL_TRACE_SITE_ATTN_OUT, true, a->att, a->attq, T, Q, 1, cnt, err));
+    QRL_TRY(qrl_cuda_gemm_rm(g, QRL_GEMM_FWD, tr->ao, 1, a->attq, w->wo, T, Q, D, 0.0f, s, err));
     QRL_TRY(qrl_cuda_train_rmsnorm_forward(a->h2, a->rstd2, a->x_mid, a->x_in, tr->ao, w->bo,
                                            w->ffn_norm, T, D, c->norm_eps, s, err));
+    QRL_TRY(fq(tr, l, QRL_TRACE_SITE_MLP_IN, true, a->h2, a->h2, T, D, 1, cnt, err));
     QRL_TRY(qrl_cuda_gemm_rm(g, QRL_GEMM_FWD, a->gate, 0, a->h2, w->wg, T, D, F, 0.0f, s, err));
     QRL_TRY(qrl_cuda_gemm_rm(g, QRL_GEMM_FWD, a->up, 0, a->h2, w->wu, T, D, F, 0.0f, s, err));
     QRL_TRY(qrl_cuda_train_swiglu_forward(a->hm, a->gate, a->up, (int64_t)T * F, s, err));
+    QRL_TRY(fq(tr, l, QRL_TRACE_SITE_MLP_DOWN, true, a->hm, a->hm, T, F, 1, cnt, err));
     if (x_out) { /* x_out = x_mid + hm Wd^T: the GEMM accumulates onto a copy of x_mid */
         QRL_TRY(cu(cudaMemcpyAsync(x_out, a->x_mid, (size_t)T * D * 4, cudaMemcpyDeviceToDevice,
                                    tr->s), "residual copy", err));
         QRL_TRY(qrl_cuda_gemm_rm(g, QRL_GEMM_FWD, x_out, 1, a->hm, w->wd, T, F, D, 1.0f, s, err));
     }
+    return QRL_OK;
+}
+
+/* QAT: re-quantize every projection's BF16 GEMM copy from its F32 master (set_bf16: from
+ * bf16(master), and round the vectors) when a step, set_params, creation or a set_bf16
+ * change made the copy stale. */
+static qrl_status qat_weights(qrl_model_train_cuda_t *tr, qrl_error *err) {
+    tr->fw_bf16 = tr->qat_bf16;
+    if (!tr->wq_stale) return QRL_OK;
+    const qrl_model_config *c = &tr->cfg;
+    int D = c->dim, F = c->hidden_dim, Q = c->n_heads * c->head_dim,
+        KV = c->n_kv_heads * c->head_dim;
+    for (int l = 0; l < c->n_layers; l++) {
+        const layer_ptrs *w = &tr->lw[l];
+        const uint16_t *ws[7] = {w->wq, w->wk, w->wv, w->wo, w->wg, w->wu, w->wd};
+        int rows[7] = {Q, KV, KV, D, F, F, D}, cols[7] = {D, D, D, Q, D, D, F};
+        for (int i = 0; i < 7; i++) {
+            size_t off = (size_t)(ws[i] - tr->pbf);
+            QRL_TRY(qrl_train_cuda_qat_weight(tr->qat, tr->params + off, tr->qat_bf16, rows[i],
+                                              cols[i], tr->pbf + off, tr->s, err));
+        }
+    }
+    if (tr->qat_bf16) QRL_TRY(qrl_train_cuda_qat_round_vecs(tr->qat, tr->s, err));
+    tr->wq_stale = false;
     return QRL_OK;
 }
 
@@ -395,13 +494,19 @@ qrl_status qrl_model_train_cuda_forward(qrl_model_train_cuda_t *tr, const int32_
                err));
     QRL_TRY(cu(cudaMemcpyAsync(tr->sin_t, tr->h_sin, cs, cudaMemcpyHostToDevice, tr->s), "upload",
                err));
-    QRL_TRY(qrl_cuda_train_embedding_forward(L > 0 ? tr->layers[0].x_in : tr->x_final, tr->tokens,
-                                             tr->emb, T, D, tr->s, err));
+    if (tr->qat) {
+        QRL_TRY(qat_weights(tr, err));
+        QRL_TRY(qrl_train_cuda_qat_upload(tr->qat, T, tr->s, err));
+    }
+    float *x0 = L > 0 ? tr->layers[0].x_in : tr->x_final;
+    QRL_TRY(qrl_cuda_train_embedding_forward(x0, tr->tokens, tr->emb, T, D, tr->s, err));
+    if (tr->fw_bf16) QRL_TRY(qrl_cuda_bf16_round(x0, x0, (size_t)T * D, tr->s, err));
     for (int l = 0; l < L; l++)
         QRL_TRY(layer_forward(tr, l, layer_act(tr, l), l + 1 < L ? tr->layers[l + 1].x_in
                                                                  : tr->x_final, T, err));
     QRL_TRY(qrl_cuda_train_rmsnorm_forward(tr->hf, tr->rstdf, tr->x_final, tr->x_final, NULL,
-                                           NULL, tr->final_norm, T, D, c->norm_eps, tr->s, err));
+                                           NULL, tr->fw_bf16 ? tr->final_norm_r : tr->final_norm,
+                                           T, D, c->norm_eps, tr->s, err));
     QRL_TRY(qrl_cuda_gemm_rm(tr->gemm, QRL_GEMM_FWD, tr->logits, 1, tr->hf, tr->lm_head, T, D, V,
                              0.0f, tr->s, err));
     QRL_TRY(qrl_cuda_train_logprob_forward(tr->logp, tr->ent, tr->lse_v, tr->logits, tr->targets,
@@ -433,7 +538,7 @@ static qrl_status allreduce_range(qrl_model_train_cuda_t *tr, size_t b, size_t e
 static qrl_status layer_backward(qrl_model_train_cuda_t *tr, int l, const act *a, int T,
                                  qrl_error *err) {
     const qrl_model_config *c = &tr->cfg;
-    const layer_ptrs *w = &tr->lw[l];
+    const layer_ptrs *w = tr->fw_bf16 ? &tr->lw_r[l] : &tr->lw[l];
     const int D = c->dim, F = c->hidden_dim, H = c->n_heads, Hkv = c->n_kv_heads,
               hd = c->head_dim, Q = H * hd, KV = Hkv * hd;
     const int il = c->rope.layout == QRL_ROPE_LAYOUT_INTERLEAVED;
@@ -452,7 +557,7 @@ static qrl_status layer_backward(qrl_model_train_cuda_t *tr, int l, const act *a
                                             a->x_mid, w->ffn_norm, a->rstd2, T, D, s, err));
     /* attention: x_mid = x_in + o(attn(rope(norm(q)), rope(norm(k)), v)) (+ bo) */
     QRL_TRY(qrl_cuda_gemm_rm(g, QRL_GEMM_DX, tr->datt, 0, tr->dres_b, w->wo, T, Q, D, 0.0f, s, err));
-    QRL_TRY(qrl_cuda_gemm_rm(g, QRL_GEMM_DW, w->g_wo, 1, tr->dres_b, a->att, T, Q, D, 1.0f, s, err));
+    QRL_TRY(qrl_cuda_gemm_rm(g, QRL_GEMM_DW, w->g_wo, 1, tr->dres_b, a->attq, T, Q, D, 1.0f, s, err));
     if (w->g_bo) QRL_TRY(qrl_cuda_train_colsum(w->g_bo, tr->dres, 1, T, D, s, err));
     QRL_TRY(cu(cudaMemsetAsync(tr->dq, 0, (size_t)T * Q * 4, tr->s), "memset", err));
     QRL_TRY(cu(cudaMemsetAsync(tr->dk, 0, (size_t)T * KV * 4, tr->s), "memset", err));
@@ -507,7 +612,8 @@ qrl_status qrl_model_train_cuda_backward(qrl_model_train_cuda_t *tr, const float
     }
     QRL_TRY(cu(cudaMemsetAsync(tr->dres, 0, (size_t)T * D * 4, tr->s), "memset", err));
     QRL_TRY(qrl_cuda_train_rmsnorm_backward(tr->dres, tr->dres_b, tr->g_final_norm, tr->dh,
-                                            tr->x_final, tr->final_norm, tr->rstdf, T, D, s, err));
+                                            tr->x_final, tr->fw_bf16 ? tr->final_norm_r
+                                            : tr->final_norm, tr->rstdf, T, D, s, err));
     for (int l = L - 1; l >= 0; l--) {
         act *a = layer_act(tr, l);
         /* the top layer's buffers still hold its forward */
@@ -579,6 +685,7 @@ qrl_status qrl_model_train_cuda_adamw_step(qrl_model_train_cuda_t *tr,
         .step_size = (float)(lr / bc1), .bc2_sqrt = (float)sqrt(bc2), .eps = cfg->eps};
     QRL_TRY(qrl_cuda_train_adamw(tr->params, tr->pbf, tr->adam_m, tr->adam_v, tr->grads, n, &sc,
                                  tr->s, err));
+    tr->wq_stale = tr->qat != NULL; /* the step wrote bf16(master) into the GEMM copy */
     QRL_TRY(cu(cudaStreamSynchronize(tr->s), "adamw", err));
     tr->adam_step = t;
     if (info) info->clip_scale = scale, info->step = t;
@@ -615,6 +722,7 @@ qrl_status qrl_model_train_cuda_set_params(qrl_model_train_cuda_t *tr, const flo
     QRL_TRY(cu(cudaMemcpy(tr->params, host, tr->n_params * 4, cudaMemcpyHostToDevice), "upload",
                err));
     QRL_TRY(qrl_cuda_f32_to_bf16(tr->params, tr->pbf, tr->n_params, tr->s, err));
+    tr->wq_stale = tr->qat != NULL;
     return cu(cudaStreamSynchronize(tr->s), "set params", err);
 }
 
@@ -638,6 +746,33 @@ qrl_status qrl_model_train_cuda_adamw_state(qrl_model_train_cuda_t *tr, float *m
     QRL_TRY(cu(cudaMemcpy(tr->adam_v, v, bytes, cudaMemcpyHostToDevice), "upload", err));
     tr->adam_step = *steps;
     return QRL_OK;
+}
+
+/* ---- QAT (model_train_cuda_qat.h) -------------------------------------------------------- */
+
+void qrl_model_train_cuda_qat_set_bf16(qrl_model_train_cuda_t *tr, bool on) {
+    if (!tr->qat || on == tr->qat_bf16) return;
+    tr->qat_bf16 = on;
+    tr->wq_stale = true; /* the projections' copy and the vectors follow at the next forward */
+}
+
+void qrl_model_train_cuda_qat_clear(qrl_model_train_cuda_t *tr) {
+    if (tr->qat) qrl_train_cuda_qat_clear(tr->qat);
+}
+
+qrl_status qrl_model_train_cuda_qat_attach(qrl_model_train_cuda_t *tr, int seq_begin,
+                                           int n_prompt, int n_response,
+                                           const qrl_trace_response *rec, qrl_error *err) {
+    if (!tr->qat) return QRL_OK;
+    return qrl_train_cuda_qat_attach(tr->qat, seq_begin, n_prompt, n_response, rec, err);
+}
+
+qrl_status qrl_model_train_cuda_qat_stats(qrl_model_train_cuda_t *tr, qrl_qat_stats *out,
+                                          bool reset, qrl_error *err) {
+    memset(out, 0, sizeof *out);
+    if (!tr->qat) return QRL_OK;
+    QRL_TRY(cu(cudaSetDevice(tr->o.device), "cudaSetDevice", err));
+    return qrl_train_cuda_qat_stats(tr->qat, out, reset, tr->s, err);
 }
 
 qrl_status qrl_model_train_cuda_sync(qrl_model_train_cuda_t *tr, qrl_error *err) {

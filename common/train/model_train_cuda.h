@@ -31,6 +31,7 @@
 #include "core/status.h"
 #include "model/model.h"
 #include "train/adamw.h"
+#include "train/model_train.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -45,11 +46,21 @@ typedef struct qrl_model_train_cuda_opts {
     int lm_head_chunk;          /* rows of BF16 dlogits at a time; <= 0: 1024 */
     bool optimizer_state;       /* allocate the AdamW state (8 bytes per parameter) now,
                                    not at the first step (a trainer: fail at start) */
+    /* QAT, as qrl_model_train_opts (model_train.h) and at the same sites: weights
+     * fake-quantized from the F32 master into the BF16 GEMM copy at the first forward after
+     * creation, an AdamW step or set_params; the linear inputs (and with qat_kv K after
+     * RoPE and V) per row from their BF16 values, guided by the attached records' block
+     * scales and bits with S_enc from the row itself, else nearest; straight-through
+     * gradients into the F32 master.  Kernels: cuda/train_qat.cuh (bit-identical to the
+     * CPU's quantizer on the same F32 input). */
+    qrl_qat_mode qat;
+    bool qat_kv, qat_weights_only, trace_guidance;
 } qrl_model_train_cuda_opts;
 
 /* Create the engine on opts->device and upload m's F32 weights (m is read only here and
  * not kept).  *out is owned by the caller (qrl_model_train_cuda_destroy).
- * Errors: OUT_OF_RANGE (max_tokens <= 0), UNSUPPORTED (head_dim odd or > 256), CUDA (no
+ * Errors: OUT_OF_RANGE (max_tokens <= 0), INVALID_ARGUMENT (a QAT option without qat
+ * nvfp4, as the CPU engine), UNSUPPORTED (head_dim odd or > 256), CUDA (no
  * such device: names the ordinal and how many are visible; out of device memory: the
  * message says how many bytes), NOMEM. */
 qrl_status qrl_model_train_cuda_new(const qrl_model *m, const qrl_model_train_cuda_opts *opts,
@@ -108,6 +119,22 @@ qrl_status qrl_model_train_cuda_set_params(qrl_model_train_cuda_t *tr, const flo
  * (creating the device state if needed).  Errors: CUDA. */
 qrl_status qrl_model_train_cuda_adamw_state(qrl_model_train_cuda_t *tr, float *m, float *v,
                                             int64_t *steps, bool to_host, qrl_error *err);
+
+/* QAT with TRACE guidance (opts.qat; no-ops returning OK on an engine without it):
+ * as qrl_model_train_qat_clear / _attach (rec borrowed until the next forward, which
+ * copies its scales and bits to the device; same ranges and errors) and _stats (the
+ * counters since creation or the last reset; downloads them: synchronizes).  Errors of
+ * stats: CUDA. */
+void qrl_model_train_cuda_qat_clear(qrl_model_train_cuda_t *tr);
+/* As qrl_model_train_qat_set_bf16 (from the next forward on: every parameter the forward
+ * reads rounded to BF16 as the replicas received it, projections fake-quantized from
+ * that; gradients straight through to the F32 masters). */
+void qrl_model_train_cuda_qat_set_bf16(qrl_model_train_cuda_t *tr, bool on);
+qrl_status qrl_model_train_cuda_qat_attach(qrl_model_train_cuda_t *tr, int seq_begin,
+                                           int n_prompt, int n_response,
+                                           const qrl_trace_response *rec, qrl_error *err);
+qrl_status qrl_model_train_cuda_qat_stats(qrl_model_train_cuda_t *tr, qrl_qat_stats *out,
+                                          bool reset, qrl_error *err);
 
 /* Wait for the device; reports an asynchronous error.  Errors: CUDA. */
 qrl_status qrl_model_train_cuda_sync(qrl_model_train_cuda_t *tr, qrl_error *err);

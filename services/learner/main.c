@@ -71,7 +71,7 @@ static const qrl_config_entry CONFIG[] = {
      "GPU ordinal of the cuda training engine"),
     QRL_CFG_ENUM("learner.qat", S_, learner.qat, "none", "none|nvfp4", false,
      "quantization-aware training (SPEC §6, TRACE): nvfp4 = the policy's forward fake-quantizes weights and "
-     "linear inputs to NVFP4 as a w4a4-nvfp4 rollout does, straight-through gradients (learner.device cpu)"),
+     "linear inputs to NVFP4 as a w4a4-nvfp4 rollout does, straight-through gradients (learner.device cpu or cuda)"),
     QRL_CFG_BOOL("learner.qat_kv", S_, learner.qat_kv, "false", false,
      "learner.qat nvfp4: fake-quantize K and V too (the replicas run rollout.kv_cache fp4)"),
     QRL_CFG_BOOL("learner.trace_guidance", S_, learner.trace_guidance, "on", false,
