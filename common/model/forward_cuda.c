@@ -68,6 +68,28 @@ static void graphs_drop(qrl_cuda_forward *f) {
     memset(f->graphs, 0, sizeof f->graphs);
 }
 
+qrl_status qrl_cuda_forward_set_recorder(qrl_cuda_forward *f, qrl_cuda_trace_recorder *rec,
+                                         qrl_error *err) {
+    if (rec) {
+        bool lin = false;
+        for (int k = 0; k < QRL_TRACE_SITE_KIND_COUNT_; k++)
+            lin |= (QRL_TRACE_KINDS_LINEAR >> k & 1u) &&
+                   qrl_cuda_trace_recorder_has_kind(rec, (qrl_trace_site_kind)k);
+        bool kv = qrl_cuda_trace_recorder_has_kind(rec, QRL_TRACE_SITE_K) ||
+                  qrl_cuda_trace_recorder_has_kind(rec, QRL_TRACE_SITE_V);
+        if (lin && f->fuse_q)
+            return qrl_error_set(err, QRL_STATUS_UNSUPPORTED, "cuda forward: TRACE linear sites "
+                                 "on a fused w8a8 engine (no BF16 GEMM inputs to capture)");
+        if (kv && !f->quant)
+            return qrl_error_set(err, QRL_STATUS_UNSUPPORTED, "cuda forward: TRACE k / v sites "
+                                 "need a quantized KV cache (kv %s writes no F32 rows)",
+                                 qrl_kv_format_name(f->d.kv_format));
+    }
+    graphs_drop(f);
+    f->rec = rec;
+    return QRL_OK;
+}
+
 void qrl_cuda_forward_graph_stats(const qrl_cuda_forward *f, long *captures, long *replays) {
     *captures = f->graph_captures;
     *replays = f->graph_replays;
@@ -246,11 +268,17 @@ static qrl_status launch_rows(qrl_cuda_forward *f, int n, int max_len, int from,
     qrl_cuda_w8a8_act aq_d = act_q(f, D), aq_f = act_q(f, F);
     const qrl_cuda_w8a8_act *qd = fq ? &aq_d : NULL, *qf = fq ? &aq_f : NULL;
     uint16_t *xb = fq ? NULL : f->xb;
+    /* TRACE: the rows each site's quantizer reads, captured right after they are written
+     * (one NULL test per site when not recording) */
+#define CAPTURE(kind, src, bf16, stride)                                                    \
+    if (f->rec)                                                                             \
+    QRL_TRY(qrl_cuda_trace_recorder_capture(f->rec, l, kind, src, bf16, stride, n, err))
     for (int l = 0; l < c->n_layers; l++) {
         const layer_dev *w = &f->layers[l];
         uint16_t *kc = f->kv + (size_t)l * 2 * f->kv_layer_elems, *vc = kc + f->kv_layer_elems;
         QRL_TRY(qrl_cuda_rmsnorm_w8a8(xb, f->x, l ? f->proj : NULL, NULL, w->attn_norm, n, D,
                                       c->norm_eps, qd, s, err));
+        CAPTURE(QRL_TRACE_SITE_ATTN_IN, f->xb, true, D);
         QRL_TRY(project(f, f->proj, f->xb, w->wqkv, &w->qkv, n, D, Q + 2 * KV, fq, err));
         qrl_cuda_rope_kv_args ra = {
             .qkv = f->proj, .bias = w->bqkv, .q_norm = w->q_norm, .k_norm = w->k_norm,
@@ -261,6 +289,8 @@ static qrl_status launch_rows(qrl_cuda_forward *f, int n, int max_len, int from,
             .n_heads = H, .n_kv_heads = KVH, .head_dim = hd, .kv_out = f->quant ? f->kvf : NULL};
         QRL_TRY(qrl_cuda_rope_kv(&ra, s, err));
         if (f->quant) {
+            CAPTURE(QRL_TRACE_SITE_K, f->kvf, false, 2 * KV);
+            CAPTURE(QRL_TRACE_SITE_V, f->kvf + KV, false, 2 * KV);
             const qrl_cuda_kvq_layer *kq = &f->kvq[l];
             if (n_runs) QRL_TRY(qrl_cuda_kv_fp8_calibrate(kq, f->kvf, f->d_runs, n_runs, s, err));
             QRL_TRY(qrl_cuda_kv_store(kq, f->kvf, rseq, rpos, n, s, err));
@@ -276,13 +306,17 @@ static qrl_status launch_rows(qrl_cuda_forward *f, int n, int max_len, int from,
             .work_floats = f->work_floats};
         QRL_TRY(qrl_cuda_attention(&aa, s, err));
     post_attention:
+        CAPTURE(QRL_TRACE_SITE_ATTN_OUT, f->att, true, Q);
         QRL_TRY(project(f, f->proj, f->att, w->wo, &w->o, n, Q, D, false, err));
         QRL_TRY(qrl_cuda_rmsnorm_w8a8(xb, f->x, f->proj, w->bo, w->ffn_norm, n, D, c->norm_eps,
                                       qd, s, err));
+        CAPTURE(QRL_TRACE_SITE_MLP_IN, f->xb, true, D);
         QRL_TRY(project(f, f->proj, f->xb, w->wgu, &w->gu, n, D, 2 * F, fq, err));
         QRL_TRY(qrl_cuda_swiglu_w8a8(xb, f->proj, n, F, qf, s, err));
+        CAPTURE(QRL_TRACE_SITE_MLP_DOWN, f->xb, true, F);
         QRL_TRY(project(f, f->proj, f->xb, w->wdown, &w->down, n, F, D, fq, err));
     }
+#undef CAPTURE
     QRL_TRY(qrl_cuda_rmsnorm(f->xb, f->x, f->proj, NULL, f->final_norm, n, D, c->norm_eps, s, err));
     if (from < n)
         QRL_TRY(qrl_cuda_gemm_bf16(f->gemm, f->logits, f->xb + (size_t)from * D, f->lm_head,
@@ -402,6 +436,7 @@ qrl_status qrl_cuda_forward_prefill(qrl_cuda_forward *f, int seq, const int32_t 
             f->h_meta[R + r] = seq;
             f->h_meta[2 * R + r] = len + c0 + r;
         }
+        if (f->rec) QRL_TRY(qrl_cuda_trace_recorder_begin_pass(f->rec, c0, rows, f->h_meta + R, err));
         int from = rows;
         float *dst = NULL;
         if (logits && all_logits) from = 0, dst = logits + (size_t)c0 * V;
@@ -413,6 +448,7 @@ qrl_status qrl_cuda_forward_prefill(qrl_cuda_forward *f, int seq, const int32_t 
         QRL_TRY(cuda_st(cudaStreamSynchronize(f->stream), "prefill", err));
         f->seq_len[seq] = len + c0 + rows;
     }
+    if (f->rec) qrl_cuda_trace_recorder_end_call(f->rec); /* targets are for one call */
     return QRL_OK;
 }
 
@@ -457,6 +493,7 @@ static qrl_status decode_rows(qrl_cuda_forward *f, const int *seqs, const int32_
         f->h_meta[R + i] = f->pad_seq;
         f->h_meta[2 * R + i] = 0;
     }
+    if (f->rec) QRL_TRY(qrl_cuda_trace_recorder_begin_pass(f->rec, 0, rows, f->h_meta + R, err));
     int n_runs = 0;
     QRL_TRY(upload_rows(f, rows, &n_runs, err));
     cudaGraphExec_t exec = NULL;
@@ -493,6 +530,7 @@ qrl_status qrl_cuda_forward_decode(qrl_cuda_forward *f, const int *seqs, const i
                                         cudaMemcpyDeviceToHost, f->stream), "logits", err));
     QRL_TRY(cuda_st(cudaStreamSynchronize(f->stream), "decode", err));
     for (int i = 0; i < batch; i++) f->seq_len[seqs[i]]++;
+    if (f->rec) qrl_cuda_trace_recorder_end_call(f->rec); /* targets are for one call */
     return QRL_OK;
 }
 
@@ -519,6 +557,7 @@ qrl_status qrl_cuda_forward_decode_sample(qrl_cuda_forward *f, const int *seqs,
     QRL_TRY(cuda_st(cudaMemcpyAsync(f->h_sout, f->d_sout, (size_t)batch * sizeof *f->h_sout,
                                     cudaMemcpyDeviceToHost, f->stream), "samples", err));
     QRL_TRY(cuda_st(cudaStreamSynchronize(f->stream), "decode", err));
+    if (f->rec) qrl_cuda_trace_recorder_end_call(f->rec); /* targets are for one call */
     for (int i = 0; i < batch; i++) {
         f->seq_len[seqs[i]]++;
         const qrl_cuda_sample_out *o = &f->h_sout[i];
