@@ -4,7 +4,8 @@
  * record store (host launchers only, STYLE 7).
  *
  * Reference: qrl_trace_capture (kernels/cpu/trace.h) on the same F32 vector, bit for bit:
- * S_enc, every block scale and every LSB (tests/cuda/test_cuda_trace.c).  BF16 sources are
+ * S_enc, every block scale and every LSB (tests/cuda/test_cuda_trace.c).  The quantizer is
+ * the engine's shared one (nvfp4_dev.cuh).  BF16 sources are
  * widened exactly, so the reference input is the BF16 value as F32.
  *
  * Graph safety: the store, the optional tap store and the pass's row -> entry map are read
@@ -55,13 +56,6 @@ typedef struct qrl_cuda_trace_capture_args {
  * CUDA (launch). */
 qrl_status qrl_cuda_trace_capture(const qrl_cuda_trace_capture_args *a, void *stream,
                                   qrl_error *err);
-
-/* Tests of the quantizer seam: e2m1[i] = the E2M1 code's magnitude bits of x[i] and
- * e4m3[i] = the E4M3 code of |x[i]|, as the capture computes them (qrl_e2m1_encode(x) & 7 and
- * qrl_e4m3_encode(fabsf(x)) on the CPU; NaN excluded: the capture never encodes one).
- * Device pointers, n elements.  Errors: CUDA (launch). */
-qrl_status qrl_cuda_trace_codecs(const float *x, int n, uint8_t *e2m1, uint8_t *e4m3,
-                                 void *stream, qrl_error *err);
 
 #ifdef __cplusplus
 }
