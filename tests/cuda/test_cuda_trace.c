@@ -1,0 +1,495 @@
+/* TRACE recording on the GPU (model/trace_rec_cuda.h, kernels/cuda/trace_capture.cuh)
+ * against the CPU recorder's reference, qrl_trace_capture (kernels/cpu/trace.h).
+ *
+ * Tests:
+ *   - the capture kernel on fresh random vectors of the sites' lengths (stories260K's 8,
+ *     64, 172, Qwen3-1.7B's 128, 2048, 6144, and odd ones), F32 and BF16 sources, several
+ *     vectors per row (k / v heads), rows that are not targets, ordinary values, wide
+ *     block spreads, zeros, a NaN / Inf block, subnormal and huge rows: S_enc, every block
+ *     scale and every LSB bit for bit, the tap copy equal to the input, nothing else written;
+ *   - the recorder in the CUDA forward (stories260K, BF16 weights, int8 KV so K / V pass
+ *     through F32 rows; every site of the default spec), decode steps replayed as CUDA
+ *     graphs and eager, a 4-token device window so records go to the host in many batches:
+ *     every record equals qrl_trace_capture of the vector the tap saw, records number the
+ *     targeted tokens (prefill's last row, one per decode row), a truncation and re-prefill
+ *     mid-response keeps the kept tokens' records, and record k's layer-0 attn_in is
+ *     rmsnorm(embedding of the token fed) (alignment, within BF16 rounding);
+ *   - the scheduler on the CPU engine with the CPU recorder and on the CUDA engine with the
+ *     CUDA recorder (w4a4-nvfp4, kv fp4; skipped while the CUDA engine refuses them), with a
+ *     weight swap mid-run (re-prefill): the same layout and token counts, every record equal
+ *     to quantizing its own engine's tapped vector; the share of equal scales / LSBs between
+ *     the engines over the tokens both decoded alike is printed (their activations differ in
+ *     rounding, so it is an observation, not a bound). */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu/quant.h"
+#include "cpu/trace.h"
+#include "cuda/trace_capture.cuh"
+#include "cuda_test_util.h"
+#include "model/forward_cuda.h"
+#include "model/trace_rec_cuda.h"
+#include "rollout/scheduler.h"
+#include "unit/sched_test_util.h"
+
+/* ---- the capture kernel ----------------------------------------------------------------- */
+
+static int64_t site_bytes(int len) { return 4 + (len + 15) / 16 + (len + 7) / 8; }
+
+/* Value j of a vector under pattern `mode` (0 ordinary, 1 wide spread across blocks,
+ * 2 zeros and a non-finite block, 3 subnormal, 4 huge). */
+static float pattern(int mode, int v, int j, uint64_t *s) {
+    float u = rng_unif(s);
+    switch (mode) {
+    case 1: return u * ldexpf(1.0f, (int)((j / 16 * 7 + v * 3) % 41) - 20);
+    case 2:
+        if (v % 3 == 0) return 0.0f;
+        if (v % 3 == 1 && j == 5) return v % 2 ? NAN : -INFINITY;
+        return u;
+    case 3: return u * 1e-39f;
+    case 4: return u * 3e38f;
+    default: return u * 3.0f;
+    }
+}
+
+static void check_capture(int len, int n_vec, int n_rows, bool bf16, int mode, uint64_t seed) {
+    uint64_t s = seed;
+    int64_t step = site_bytes(len), slab_off = 12, stride = (int64_t)n_vec * len + 3;
+    int64_t slab = (slab_off + n_vec * step + 3) & ~3, entries = 2 * n_rows + 1;
+    int64_t tap_floats = (int64_t)n_vec * len + 5, tap_off = 5;
+    size_t nx = (size_t)n_rows * stride;
+    float *xf = calloc(nx, sizeof *xf);
+    uint16_t *xb = calloc(nx, sizeof *xb);
+    for (int r = 0; r < n_rows; r++)
+        for (int v = 0; v < n_vec; v++)
+            for (int j = 0; j < len; j++) {
+                size_t i = (size_t)r * stride + (size_t)v * len + j;
+                xf[i] = pattern(mode, v + r, j, &s);
+                if (bf16) xb[i] = qrl_cpu_bf16_store(xf[i]), xf[i] = qrl_cpu_bf16_load(xb[i]);
+            }
+    int64_t *dst = malloc((size_t)n_rows * sizeof *dst);
+    for (int r = 0; r < n_rows; r++) dst[r] = r % 3 == 1 ? -1 : (r * 7 + 3) % entries;
+    uint8_t *zero = calloc((size_t)(entries * slab), 1);
+    float *tz = calloc((size_t)(entries * tap_floats), sizeof(float));
+    qrl_cuda_trace_ctl ctl = {.store = dev_from(zero, entries * slab),
+                              .taps = dev_from(tz, entries * tap_floats * 4), .slab = slab,
+                              .tap_floats = tap_floats};
+    qrl_cuda_trace_capture_args a = {
+        .ctl = dev_from(&ctl, sizeof ctl), .dst = dev_from(dst, (size_t)n_rows * 8),
+        .src = bf16 ? dev_from(xb, nx * 2) : dev_from(xf, nx * 4), .src_bf16 = bf16,
+        .row_stride = stride, .n_rows = n_rows, .n_vec = n_vec, .len = len,
+        .slab_off = slab_off, .slab_step = step, .tap_off = tap_off};
+    qrl_error err;
+    cr_assert_eq(qrl_cuda_trace_capture(&a, NULL, &err), QRL_OK, "%s", err.msg);
+    cr_assert_eq(qrl_cuda_synchronize(&err), QRL_OK, "%s", err.msg);
+    uint8_t *store = malloc((size_t)(entries * slab));
+    float *taps = malloc((size_t)(entries * tap_floats) * 4);
+    cr_assert_eq(qrl_cuda_copy_to_host(store, ctl.store, entries * slab, &err), QRL_OK);
+    cr_assert_eq(qrl_cuda_copy_to_host(taps, ctl.taps, entries * tap_floats * 4, &err), QRL_OK);
+    uint8_t *written = calloc((size_t)entries, 1), codes[4096], sc[1024], bits[2048];
+    for (int r = 0; r < n_rows; r++) {
+        if (dst[r] < 0) continue;
+        written[dst[r]] = 1;
+        for (int v = 0; v < n_vec; v++) {
+            const float *x = xf + (size_t)r * stride + (size_t)v * len;
+            float genc;
+            qrl_trace_capture(x, (uint32_t)len, codes, sc, bits, &genc);
+            const uint8_t *e = store + dst[r] * slab + slab_off + v * step;
+            const char *what = bf16 ? "bf16" : "f32";
+            cr_assert_eq(memcmp(e, &genc, 4), 0, "len %d mode %d %s row %d vec %d: S_enc", len,
+                         mode, what, r, v);
+            cr_assert_eq(memcmp(e + 4, sc, (len + 15) / 16), 0,
+                         "len %d mode %d %s row %d vec %d: block scales", len, mode, what, r, v);
+            cr_assert_eq(memcmp(e + 4 + (len + 15) / 16, bits, (len + 7) / 8), 0,
+                         "len %d mode %d %s row %d vec %d: LSBs", len, mode, what, r, v);
+            cr_assert_eq(memcmp(taps + dst[r] * tap_floats + tap_off + (int64_t)v * len, x,
+                                (size_t)len * 4), 0, "tap of row %d vec %d", r, v);
+        }
+        /* the slab's bytes outside the site stay as they were */
+        const uint8_t *e = store + dst[r] * slab;
+        for (int64_t b = 0; b < slab; b++)
+            if (b < slab_off || b >= slab_off + n_vec * step)
+                cr_assert_eq(e[b], 0, "byte %lld of entry %lld written", (long long)b,
+                             (long long)dst[r]);
+    }
+    for (int64_t i = 0; i < entries; i++)
+        if (!written[i])
+            for (int64_t b = 0; b < slab; b++)
+                cr_assert_eq(store[i * slab + b], 0, "entry %lld (no target) written", (long long)i);
+    qrl_cuda_free(ctl.store); qrl_cuda_free(ctl.taps); qrl_cuda_free((void *)a.ctl);
+    qrl_cuda_free((void *)a.dst); qrl_cuda_free((void *)a.src);
+    free(xf); free(xb); free(dst); free(zero); free(tz); free(store); free(taps); free(written);
+}
+
+Test(cuda_trace, capture_kernel_equals_qrl_trace_capture) {
+    require_gpu();
+    static const int LENS[] = {8, 64, 172, 128, 2048, 6144, 5, 17, 33};
+    uint64_t seed = 11;
+    for (size_t i = 0; i < sizeof LENS / sizeof *LENS; i++)
+        for (int mode = 0; mode < 5; mode++)
+            for (int bf16 = 0; bf16 < 2; bf16++) {
+                int len = LENS[i], n_vec = len <= 128 ? 4 : 1, rows = len >= 2048 ? 5 : 9;
+                check_capture(len, n_vec, rows, bf16, mode, seed++);
+            }
+}
+
+/* ---- the recorder in the CUDA forward ------------------------------------------------------ */
+
+typedef struct tap_rec {
+    const qrl_trace_buf *buf;
+    uint32_t token, site, n;
+    float *x;
+} tap_rec;
+
+typedef struct tap_log {
+    tap_rec *r;
+    size_t n, cap;
+} tap_log;
+
+static void on_tap(void *ctx, const qrl_trace_buf *buf, uint32_t token, uint32_t site,
+                   const float *x, uint32_t n) {
+    tap_log *t = ctx;
+    if (t->n == t->cap) {
+        t->cap = t->cap ? 2 * t->cap : 4096;
+        t->r = realloc(t->r, t->cap * sizeof *t->r);
+    }
+    t->r[t->n++] = (tap_rec){buf, token, site, n, st_dup(x, n * sizeof *x)};
+}
+
+static void tap_log_free(tap_log *t) {
+    for (size_t i = 0; i < t->n; i++) free(t->r[i].x);
+    free(t->r);
+    memset(t, 0, sizeof *t);
+}
+
+/* The vector last tapped for (buf, token, site) (a rewrite replaces the earlier one). */
+static const tap_rec *tap_find(const tap_log *t, const qrl_trace_buf *buf, uint32_t k, uint32_t s) {
+    for (size_t i = t->n; i-- > 0;)
+        if (t->r[i].buf == buf && t->r[i].token == k && t->r[i].site == s) return &t->r[i];
+    return NULL;
+}
+
+/* Every record of buf [0, n) equals qrl_trace_capture of its tapped vector; returns the
+ * entries checked. */
+static int check_buf(const tap_log *t, const qrl_trace_buf *buf, uint32_t n, const char *what) {
+    cr_assert_eq(qrl_trace_buf_n_tokens(buf), n, "%s: %u records, expected %u", what,
+                 qrl_trace_buf_n_tokens(buf), n);
+    uint32_t ns = qrl_trace_layout_n_sites(qrl_trace_buf_layout(buf));
+    int checked = 0;
+    for (uint32_t k = 0; k < n; k++)
+        for (uint32_t s = 0; s < ns; s++) {
+            const tap_rec *h = tap_find(t, buf, k, s);
+            cr_assert_not_null(h, "%s: no vector tapped for token %u site %u", what, k, s);
+            qrl_trace_entry e;
+            qrl_error err;
+            cr_assert_eq(qrl_trace_buf_entry(buf, k, s, &e, &err), QRL_OK, "%s", err.msg);
+            cr_assert_eq(e.len, h->n);
+            uint8_t codes[4096], sc[1024], bits[2048];
+            float genc;
+            qrl_trace_capture(h->x, h->n, codes, sc, bits, &genc);
+            cr_assert_eq(memcmp(&genc, &e.global_enc, 4), 0, "%s token %u site %u S_enc", what, k, s);
+            cr_assert_eq(memcmp(sc, e.scales, qrl_nvfp4_blocks(h->n)), 0,
+                         "%s token %u site %u scales", what, k, s);
+            cr_assert_eq(memcmp(bits, e.bits, (h->n + 7) / 8), 0, "%s token %u site %u LSBs",
+                         what, k, s);
+            checked++;
+        }
+    return checked;
+}
+
+/* Record k's layer-0 attn_in is the BF16 rmsnorm of the embedding of `fed` (within BF16
+ * rounding and the GPU's summation order). */
+static void check_aligned(const qrl_model *m, const tap_log *t, const qrl_trace_buf *buf,
+                          uint32_t k, int32_t fed) {
+    int s0 = qrl_trace_layout_find(qrl_trace_buf_layout(buf), 0, QRL_TRACE_SITE_ATTN_IN, 0);
+    const tap_rec *h = tap_find(t, buf, k, (uint32_t)s0);
+    cr_assert_not_null(h);
+    int D = m->cfg.dim;
+    float ref[1024];
+    qrl_cpu_rmsnorm(ref, m->tok_embedding + (size_t)fed * D, m->layers[0].attn_norm, 1, D,
+                    m->cfg.norm_eps);
+    double md = 0, mx = 0;
+    for (int i = 0; i < D; i++) md = fmax(md, fabs(h->x[i] - ref[i])), mx = fmax(mx, fabs(ref[i]));
+    cr_assert_lt(md, 0.02 * mx, "record %u is not the row fed token %d (diff %.3g of %.3g)", k,
+                 fed, md, mx);
+}
+
+#define NSEQ 3
+#define MAXTOK 40
+
+static void forward_recording(bool eager) {
+    require_gpu();
+    qrl_model *m = st_load_model();
+    const qrl_model_config *c = &m->cfg;
+    qrl_cuda_forward_desc d = {.max_rows = 16, .max_ctx = c->max_seq_len, .block_size = 16,
+                               .n_blocks = 64, .max_seqs = 8, .kv_format = QRL_KV_FORMAT_INT8,
+                               .eager = eager};
+    qrl_cuda_forward *f;
+    qrl_error err;
+    cr_assert_eq(qrl_cuda_forward_new(c, &d, &f, &err), QRL_OK, "%s", err.msg);
+    cr_assert_eq(qrl_cuda_forward_upload(f, m, &err), QRL_OK, "%s", err.msg);
+    qrl_trace_sites sites;
+    qrl_trace_sites_default(&sites);
+    qrl_trace_layout *l;
+    cr_assert_eq(qrl_trace_layout_new(&sites, c, true, true, &l, &err), QRL_OK, "%s", err.msg);
+    cr_assert_eq(qrl_trace_layout_n_sites(l), 5 * 4 + 3 * 8);
+    qrl_cuda_trace_recorder *rec;
+    cr_assert_eq(qrl_cuda_trace_recorder_new(l, c, 8, 16, 4, qrl_cuda_forward_stream(f), &rec,
+                                             &err), QRL_OK, "%s", err.msg);
+    tap_log taps = {0};
+    cr_assert_eq(qrl_cuda_trace_recorder_set_tap(rec, on_tap, &taps, &err), QRL_OK, "%s", err.msg);
+    cr_assert_eq(qrl_cuda_forward_set_recorder(f, rec, &err), QRL_OK, "%s", err.msg);
+
+    int seq[NSEQ], n_ids[NSEQ];
+    int32_t ids[NSEQ][64];
+    qrl_trace_buf *buf[NSEQ];
+    static const int PLEN[NSEQ] = {5, 20, 9}; /* 20 > max_rows: two prefill passes */
+    for (int i = 0; i < NSEQ; i++) {
+        cr_assert_eq(qrl_cuda_forward_seq_new(f, &seq[i], &err), QRL_OK);
+        cr_assert_eq(qrl_trace_buf_new(l, MAXTOK, &buf[i], &err), QRL_OK);
+        for (int j = 0; j < PLEN[i]; j++) ids[i][j] = 1 + (37 * j + 101 * i) % 500;
+        n_ids[i] = PLEN[i];
+        qrl_cuda_trace_recorder_clear(rec);
+        qrl_cuda_trace_recorder_target(rec, PLEN[i] - 1, buf[i], 0);
+        float *lg = malloc((size_t)c->vocab_size * 4);
+        cr_assert_eq(qrl_cuda_forward_prefill(f, seq[i], ids[i], PLEN[i], lg, false, &err), QRL_OK,
+                     "%s", err.msg);
+        ids[i][n_ids[i]++] = qrl_cpu_argmax(lg, c->vocab_size);
+        free(lg);
+    }
+    /* decode steps: row b records token n_gen of its sequence; sequence 1 joins late */
+    for (int step = 0; step < 14; step++) {
+        int seqs[NSEQ], rows = 0, which[NSEQ];
+        int32_t in[NSEQ], out[NSEQ];
+        qrl_cuda_trace_recorder_clear(rec);
+        for (int i = 0; i < NSEQ; i++) {
+            if (i == 1 && step < 3) continue;
+            which[rows] = i;
+            seqs[rows] = seq[i];
+            in[rows] = ids[i][n_ids[i] - 1];
+            qrl_cuda_trace_recorder_target(rec, rows, buf[i], (uint32_t)(n_ids[i] - PLEN[i]));
+            rows++;
+        }
+        cr_assert_eq(qrl_cuda_forward_decode(f, seqs, in, rows, NULL, out, NULL, &err), QRL_OK,
+                     "%s", err.msg);
+        for (int r = 0; r < rows; r++) ids[which[r]][n_ids[which[r]]++] = out[r];
+        if (step == 8) {
+            /* sequence 2: keep 6 tokens and re-prefill (the sync-boundary rule): the kept
+             * tokens keep their records (some still on the device), record 6 is the
+             * re-prefill's last row */
+            int keep = 6;
+            n_ids[2] = PLEN[2] + keep;
+            qrl_trace_buf_truncate(buf[2], (uint32_t)keep);
+            qrl_cuda_forward_seq_clear(f, seq[2]);
+            cr_assert_eq(qrl_cuda_forward_seq_reserve(f, seq[2], n_ids[2] + 20, &err), QRL_OK);
+            qrl_cuda_trace_recorder_clear(rec);
+            qrl_cuda_trace_recorder_target(rec, n_ids[2] - 1, buf[2], (uint32_t)keep);
+            int32_t tok;
+            float *lg = malloc((size_t)c->vocab_size * 4);
+            cr_assert_eq(qrl_cuda_forward_prefill(f, seq[2], ids[2], n_ids[2], lg, false, &err),
+                         QRL_OK, "%s", err.msg);
+            tok = qrl_cpu_argmax(lg, c->vocab_size);
+            ids[2][n_ids[2]++] = tok;
+            free(lg);
+        }
+    }
+    for (int i = 0; i < NSEQ; i++) qrl_cuda_trace_recorder_release(rec, seq[i]);
+    cr_assert_eq(qrl_cuda_trace_recorder_sync(rec, &err), QRL_OK, "%s", err.msg);
+    int checked = 0;
+    for (int i = 0; i < NSEQ; i++) {
+        uint32_t n = (uint32_t)(n_ids[i] - PLEN[i]); /* tokens generated = records */
+        char what[32];
+        snprintf(what, sizeof what, "sequence %d", i);
+        checked += check_buf(&taps, buf[i], n, what);
+        for (uint32_t k = 0; k < n; k++) check_aligned(m, &taps, buf[i], k, ids[i][PLEN[i] + k - 1]);
+    }
+    cr_assert_gt(checked, 30 * 44);
+    long caps, reps;
+    qrl_cuda_forward_graph_stats(f, &caps, &reps);
+    if (!eager) cr_assert_gt(reps, 5, "decode steps replayed graphs (%ld)", reps);
+    printf("cuda trace forward (%s): %d entries equal, graphs captured %ld replayed %ld, host %.0f us\n",
+           eager ? "eager" : "graphs", checked, caps, reps,
+           qrl_cuda_trace_recorder_host_ns(rec) / 1e3);
+    qrl_cuda_forward_set_recorder(f, NULL, &err);
+    qrl_cuda_trace_recorder_free(rec);
+    for (int i = 0; i < NSEQ; i++) qrl_trace_buf_free(buf[i]);
+    qrl_trace_layout_free(l);
+    qrl_cuda_forward_free(f);
+    tap_log_free(&taps);
+    qrl_model_free(m);
+}
+
+Test(cuda_trace, forward_records_equal_requantized_inputs_graphs) { forward_recording(false); }
+Test(cuda_trace, forward_records_equal_requantized_inputs_eager) { forward_recording(true); }
+
+Test(cuda_trace, attach_refuses_sites_the_engine_has_no_vectors_for) {
+    require_gpu();
+    qrl_model *m = st_load_model();
+    qrl_cuda_forward_desc d = {.max_rows = 8, .max_ctx = 64, .block_size = 16, .n_blocks = 8,
+                               .max_seqs = 2, .kv_format = QRL_KV_FORMAT_BF16};
+    qrl_cuda_forward *f;
+    qrl_error err;
+    cr_assert_eq(qrl_cuda_forward_new(&m->cfg, &d, &f, &err), QRL_OK, "%s", err.msg);
+    qrl_trace_sites sites;
+    cr_assert_eq(qrl_trace_sites_parse("layers=deep,sites=k,v", &sites, &err), QRL_OK);
+    qrl_trace_layout *l;
+    cr_assert_eq(qrl_trace_layout_new(&sites, &m->cfg, false, true, &l, &err), QRL_OK);
+    qrl_cuda_trace_recorder *rec;
+    cr_assert_eq(qrl_cuda_trace_recorder_new(l, &m->cfg, 2, 8, 4, qrl_cuda_forward_stream(f), &rec,
+                                             &err), QRL_OK, "%s", err.msg);
+    cr_assert_eq(qrl_cuda_forward_set_recorder(f, rec, &err), QRL_STATUS_UNSUPPORTED);
+    cr_assert(strstr(err.msg, "k / v sites") != NULL, "%s", err.msg);
+    qrl_cuda_trace_recorder_free(rec);
+    qrl_trace_layout_free(l);
+    qrl_cuda_forward_free(f);
+    qrl_model_free(m);
+}
+
+/* ---- the scheduler: CPU recorder vs CUDA recorder --------------------------------------- */
+
+#define MAX_RESP 8
+
+typedef struct sched_run {
+    tap_log taps;
+    int n_resp, checked;
+    struct {
+        uint64_t group;
+        uint32_t r, n;
+        int32_t tok[64];
+        uint8_t *slabs; /* [n][record bytes per token]: S_enc, scales, bits per site */
+    } resp[MAX_RESP];
+} sched_run;
+
+static void on_group(const qrl_scheduler_group_result *res, void *ctx) {
+    sched_run *sr = ctx;
+    for (uint32_t r = 0; r < res->group_size; r++) {
+        const qrl_scheduler_response *o = &res->responses[r];
+        cr_assert_not_null(o->trace);
+        sr->checked += check_buf(&sr->taps, o->trace, (uint32_t)o->n_tokens, "scheduler response");
+        cr_assert_lt(sr->n_resp, MAX_RESP);
+        const qrl_trace_layout *l = qrl_trace_buf_layout(o->trace);
+        size_t per = qrl_trace_layout_record_bytes_per_token(l);
+        int i = sr->n_resp++;
+        sr->resp[i].group = res->group_id;
+        sr->resp[i].r = r;
+        sr->resp[i].n = (uint32_t)o->n_tokens;
+        memcpy(sr->resp[i].tok, o->tokens, (size_t)o->n_tokens * 4);
+        sr->resp[i].slabs = malloc(per * (size_t)o->n_tokens + 1);
+        uint8_t *p = sr->resp[i].slabs;
+        for (uint32_t k = 0; k < (uint32_t)o->n_tokens; k++)
+            for (uint32_t s = 0; s < qrl_trace_layout_n_sites(l); s++) {
+                qrl_trace_entry e;
+                cr_assert_eq(qrl_trace_buf_entry(o->trace, k, s, &e, NULL), QRL_OK);
+                memcpy(p, &e.global_enc, 4), p += 4;
+                memcpy(p, e.scales, qrl_nvfp4_blocks(e.len)), p += qrl_nvfp4_blocks(e.len);
+                memcpy(p, e.bits, (e.len + 7) / 8), p += (e.len + 7) / 8;
+            }
+        /* the records pack and decode as the daemon sends them */
+        qrl_trace_pack pk;
+        qrl_error err;
+        cr_assert_eq(qrl_trace_buf_pack(o->trace, (uint32_t)o->n_tokens, 1 << 16, &pk, &err), QRL_OK,
+                     "%s", err.msg);
+        cr_assert_eq(pk.n_tokens, (uint32_t)o->n_tokens);
+        qrl_trace_pack_free(&pk);
+    }
+}
+
+static const int32_t P1[] = {1, 403, 407, 261, 378, 488, 34, 90};
+static const int32_t P2[] = {1, 22};
+
+static void run_sched(const qrl_model *m, const qrl_model *m2, int device, sched_run *sr,
+                      uint32_t *n_sites) {
+    qrl_scheduler_config c;
+    qrl_scheduler_config_default(&c);
+    c.max_slots = 3;
+    c.kv_format = QRL_KV_FORMAT_FP4;
+    c.prefill_chunk = 5;
+    c.trace_record = true;
+    c.max_staleness = 4;
+    c.device = device;
+    qrl_scheduler *s = NULL;
+    qrl_error e;
+    cr_assert_eq(qrl_scheduler_new(m, NULL, &c, on_group, sr, &s, &e), QRL_OK, "%s", e.msg);
+    qrl_scheduler_trace_set_tap(s, on_tap, &sr->taps);
+    const qrl_trace_layout *l = qrl_scheduler_trace_layout(s);
+    *n_sites = qrl_trace_layout_n_sites(l);
+    static uint32_t ids[2][1024];
+    memcpy(ids[device >= 0], qrl_trace_layout_site_ids(l), *n_sites * 4);
+    for (uint64_t g = 1; g <= 2; g++) {
+        qrl_scheduler_group_desc d = {.group_id = g, .group_size = 2, .prompt = g == 1 ? P1 : P2,
+                                      .n_prompt = g == 1 ? 8 : 2, .max_new_tokens = g == 1 ? 14 : 22,
+                                      .sampling = {.temperature = 0.0f, .top_p = 1.0f, .seed = 7}};
+        cr_assert_eq(qrl_scheduler_submit(s, &d, &e), QRL_OK, "%s", e.msg);
+    }
+    st_step(s, 6);
+    cr_assert_eq(qrl_scheduler_swap_weights(s, m2, 1, &e), QRL_OK, "%s", e.msg);
+    st_run(s);
+    qrl_scheduler_free(s);
+    if (device >= 0)
+        cr_assert_eq(memcmp(ids[0], ids[1], *n_sites * 4), 0, "CPU and CUDA layouts differ");
+}
+
+Test(cuda_trace, scheduler_cpu_and_cuda_recorders_agree_on_layout_counts_and_codes) {
+    require_gpu();
+    qrl_model *m = st_load_model(), *m2 = st_load_model();
+    qrl_error e;
+    st_perturb(m2, 0.02);
+    cr_assert_eq(qrl_model_quantize(m, QRL_PRECISION_W4A4_NVFP4, &e), QRL_OK, "%s", e.msg);
+    cr_assert_eq(qrl_model_quantize(m2, QRL_PRECISION_W4A4_NVFP4, &e), QRL_OK, "%s", e.msg);
+    qrl_scheduler_config probe;
+    qrl_scheduler_config_default(&probe);
+    probe.device = 0;
+    probe.kv_format = QRL_KV_FORMAT_FP4;
+    if (qrl_scheduler_check_device(&probe, QRL_PRECISION_W4A4_NVFP4, &e) != QRL_OK)
+        cr_skip_test("the CUDA engine has no w4a4-nvfp4 / fp4 KV yet: %s", e.msg);
+    static sched_run cpu, gpu;
+    uint32_t ns_cpu, ns_gpu;
+    run_sched(m, m2, -1, &cpu, &ns_cpu);
+    run_sched(m, m2, 0, &gpu, &ns_gpu);
+    cr_assert_eq(ns_cpu, ns_gpu);
+    cr_assert_eq(cpu.n_resp, 4);
+    cr_assert_eq(gpu.n_resp, 4);
+    /* same responses, same token counts; equal-history tokens compared field by field */
+    uint64_t same_sc = 0, all_sc = 0, same_bits = 0, all_bits = 0, same_genc = 0, all_genc = 0;
+    int common = 0;
+    for (int i = 0; i < 4; i++) {
+        int j = 0;
+        while (j < 4 && (gpu.resp[j].group != cpu.resp[i].group || gpu.resp[j].r != cpu.resp[i].r)) j++;
+        cr_assert_lt(j, 4, "response missing on the GPU");
+        cr_assert_eq(cpu.resp[i].n, gpu.resp[j].n, "token counts differ");
+        const uint8_t *a = cpu.resp[i].slabs, *b = gpu.resp[j].slabs;
+        for (uint32_t k = 0; k < cpu.resp[i].n; k++) {
+            if (k > 0 && cpu.resp[i].tok[k - 1] != gpu.resp[j].tok[k - 1]) break; /* histories part */
+            common++;
+            /* walk the sites of the default layout through the byte runs */
+            qrl_trace_sites sites;
+            qrl_trace_sites_default(&sites);
+            qrl_trace_layout *l;
+            cr_assert_eq(qrl_trace_layout_new(&sites, &m->cfg, true, true, &l, &e), QRL_OK);
+            for (uint32_t s = 0; s < ns_cpu; s++) {
+                uint32_t len = qrl_trace_layout_site_lens(l)[s];
+                same_genc += memcmp(a, b, 4) == 0, all_genc++;
+                a += 4, b += 4;
+                for (int x = 0; x < qrl_nvfp4_blocks(len); x++) same_sc += a[x] == b[x], all_sc++;
+                a += qrl_nvfp4_blocks(len), b += qrl_nvfp4_blocks(len);
+                for (uint32_t x = 0; x < len; x++)
+                    same_bits += ((a[x / 8] ^ b[x / 8]) >> (x % 8) & 1) == 0, all_bits++;
+                a += (len + 7) / 8, b += (len + 7) / 8;
+            }
+            qrl_trace_layout_free(l);
+        }
+    }
+    printf("cuda trace scheduler: CPU %d / CUDA %d entries equal to their own vectors; over %d "
+           "tokens decoded alike: S_enc equal %.4f, block scales %.4f, LSBs %.4f\n",
+           cpu.checked, gpu.checked, common, (double)same_genc / fmax(1, all_genc),
+           (double)same_sc / fmax(1, all_sc), (double)same_bits / fmax(1, all_bits));
+    cr_assert_gt(common, 4);
+    for (int i = 0; i < 4; i++) free(cpu.resp[i].slabs), free(gpu.resp[i].slabs);
+    tap_log_free(&cpu.taps);
+    tap_log_free(&gpu.taps);
+    qrl_model_free(m);
+    qrl_model_free(m2);
+}
