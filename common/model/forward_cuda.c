@@ -1,4 +1,4 @@
-/* CUDA forward pass: BF16, W8A8 (INT8, FP8) or W4A16 (NVFP4, MXFP4) weights, BF16 or quantized paged KV (see
+/* CUDA forward pass: BF16, W8A8 (INT8, FP8), W4A16 (NVFP4, MXFP4) or W4A4 NVFP4 weights, BF16 or quantized paged KV (see
  * forward_cuda.h). */
 #ifdef QRL_HAVE_CUDA
 #include "model/forward_cuda_internal.h"
@@ -190,13 +190,15 @@ qrl_status qrl_cuda_forward_seq_set_len_unwritten(qrl_cuda_forward *f, int seq, 
 
 /* y [n, m] F32 = a projection of x [n, k] (BF16): the BF16 GEMM, w8a8 (per-token INT8
  * or E4M3 quantization of x, the W8A8 GEMM with its epilogue and the F32 bias) or w4a16
- * (the FP4 GEMM on x as it is, row scale and F32 bias).  xq_ready: w8a8 only, x's codes
+ * (the FP4 GEMM on x as it is, row scale and F32 bias; w4a4: x is already the NVFP4
+ * values of the activations and f->a4_sdec their per-token 1 / S_enc).  xq_ready: w8a8 only, x's codes
  * are already in f->xq / f->sx (written by the norm or SwiGLU, act_q) and x is unused. */
 static qrl_status project(qrl_cuda_forward *f, float *y, const uint16_t *x, const uint16_t *w,
                           const qlin_dev *q, int n, int k, int m, bool xq_ready, qrl_error *err) {
     if (f->prec->proj == PROJ_FP4) {
         qrl_cuda_fp4_gemm_args a = {.y = y, .x = x, .codes = q->codes, .scales = q->bscales,
-                                    .row_scale = q->scales, .bias = q->bias, .T = n, .N = m,
+                                    .row_scale = q->scales, .x_scale = f->a4_sdec,
+                                    .bias = q->bias, .T = n, .N = m,
                                     .K = k, .mx = f->prec->mx, .kernel = QRL_CUDA_FP4_AUTO,
                                     .work = f->fp4_work, .work_elems = f->fp4_work_elems,
                                     .blas = f->gemm};
@@ -273,12 +275,22 @@ static qrl_status launch_rows(qrl_cuda_forward *f, int n, int max_len, int from,
 #define CAPTURE(kind, src, bf16, stride)                                                    \
     if (f->rec)                                                                             \
     QRL_TRY(qrl_cuda_trace_recorder_capture(f->rec, l, kind, src, bf16, stride, n, err))
+    /* w4a4-nvfp4: the four projection inputs quantized per token into xb / a4_sdec, fused
+     * into the norms and SwiGLU (one block per row already: the row absmax is one more
+     * block reduction); the attention output by a separate kernel (its row spans heads
+     * computed by different blocks, a split-K merge: no single block sees the row) */
+    bool a4 = f->prec->a4;
+    qrl_cuda_nvfp4_act a4q = {.xq = f->xb, .s_dec = f->a4_sdec};
     for (int l = 0; l < c->n_layers; l++) {
         const layer_dev *w = &f->layers[l];
         uint16_t *kc = f->kv + (size_t)l * 2 * f->kv_layer_elems, *vc = kc + f->kv_layer_elems;
-        QRL_TRY(qrl_cuda_rmsnorm_w8a8(xb, f->x, l ? f->proj : NULL, NULL, w->attn_norm, n, D,
-                                      c->norm_eps, qd, s, err));
-        CAPTURE(QRL_TRACE_SITE_ATTN_IN, f->xb, true, D);
+        if (a4)
+            QRL_TRY(qrl_cuda_rmsnorm_nvfp4(NULL, f->x, l ? f->proj : NULL, NULL, w->attn_norm, n,
+                                           D, c->norm_eps, &a4q, s, err));
+        else
+            QRL_TRY(qrl_cuda_rmsnorm_w8a8(xb, f->x, l ? f->proj : NULL, NULL, w->attn_norm, n, D,
+                                          c->norm_eps, qd, s, err));
+        if (!a4) CAPTURE(QRL_TRACE_SITE_ATTN_IN, f->xb, true, D);
         QRL_TRY(project(f, f->proj, f->xb, w->wqkv, &w->qkv, n, D, Q + 2 * KV, fq, err));
         qrl_cuda_rope_kv_args ra = {
             .qkv = f->proj, .bias = w->bqkv, .q_norm = w->q_norm, .k_norm = w->k_norm,
@@ -306,14 +318,20 @@ static qrl_status launch_rows(qrl_cuda_forward *f, int n, int max_len, int from,
             .work_floats = f->work_floats};
         QRL_TRY(qrl_cuda_attention(&aa, s, err));
     post_attention:
-        CAPTURE(QRL_TRACE_SITE_ATTN_OUT, f->att, true, Q);
-        QRL_TRY(project(f, f->proj, f->att, w->wo, &w->o, n, Q, D, false, err));
-        QRL_TRY(qrl_cuda_rmsnorm_w8a8(xb, f->x, f->proj, w->bo, w->ffn_norm, n, D, c->norm_eps,
-                                      qd, s, err));
-        CAPTURE(QRL_TRACE_SITE_MLP_IN, f->xb, true, D);
+        if (!a4) CAPTURE(QRL_TRACE_SITE_ATTN_OUT, f->att, true, Q);
+        if (a4) QRL_TRY(qrl_cuda_nvfp4_quantize_rows(&a4q, f->att, true, n, Q, s, err));
+        QRL_TRY(project(f, f->proj, a4 ? f->xb : f->att, w->wo, &w->o, n, Q, D, false, err));
+        if (a4)
+            QRL_TRY(qrl_cuda_rmsnorm_nvfp4(NULL, f->x, f->proj, w->bo, w->ffn_norm, n, D,
+                                           c->norm_eps, &a4q, s, err));
+        else
+            QRL_TRY(qrl_cuda_rmsnorm_w8a8(xb, f->x, f->proj, w->bo, w->ffn_norm, n, D,
+                                          c->norm_eps, qd, s, err));
+        if (!a4) CAPTURE(QRL_TRACE_SITE_MLP_IN, f->xb, true, D);
         QRL_TRY(project(f, f->proj, f->xb, w->wgu, &w->gu, n, D, 2 * F, fq, err));
-        QRL_TRY(qrl_cuda_swiglu_w8a8(xb, f->proj, n, F, qf, s, err));
-        CAPTURE(QRL_TRACE_SITE_MLP_DOWN, f->xb, true, F);
+        if (a4) QRL_TRY(qrl_cuda_swiglu_nvfp4(NULL, f->proj, n, F, &a4q, s, err));
+        else QRL_TRY(qrl_cuda_swiglu_w8a8(xb, f->proj, n, F, qf, s, err));
+        if (!a4) CAPTURE(QRL_TRACE_SITE_MLP_DOWN, f->xb, true, F);
         QRL_TRY(project(f, f->proj, f->xb, w->wdown, &w->down, n, F, D, fq, err));
     }
 #undef CAPTURE

@@ -44,8 +44,9 @@ typedef struct qrl_cuda_forward_desc {
     qrl_kv_format kv_format;
     int protected_sink, protected_recent; /* int4-protected, as qrl_kv_cache_desc */
     /* Weight precision: f32 (0) or bf16 run BF16 weights; w8a8-int8 / w8a8-fp8 run INT8 /
-     * E4M3 projections, w4a16-nvfp4 / w4a16-mxfp4 FP4 projections (the model given to
-     * _upload must be quantized to it); w4a4-nvfp4 is UNSUPPORTED. */
+     * E4M3 projections, w4a16-nvfp4 / w4a16-mxfp4 FP4 projections, w4a4-nvfp4 FP4
+     * projections whose inputs are NVFP4-quantized per token as the CPU's linear does
+     * (the model given to _upload must be quantized to it). */
     qrl_precision precision;
     /* Decode steps run their kernels one launch at a time (vLLM's enforce_eager) instead of
      * replaying a CUDA graph captured per (padded batch, context bucket); false (what a

@@ -18,6 +18,7 @@
 #include "cuda/gemm_w8a8.cuh"
 #include "cuda/kv_quant.cuh"
 #include "cuda/norm.cuh"
+#include "cuda/nvfp4_quant.cuh"
 #include "cuda/pointwise.cuh"
 #include "cuda/rope_kv.cuh"
 #include "cuda/sample.cuh"
@@ -51,6 +52,9 @@ typedef struct cuda_precision {
     proj_path proj;
     bool fp8;                       /* PROJ_W8A8: E4M3 codes and activations (else INT8) */
     bool mx;                        /* PROJ_FP4: MXFP4 block scales (else NVFP4) */
+    bool a4;                        /* PROJ_FP4, w4a4-nvfp4: every projection's input is
+                                     * NVFP4-quantized per token (xb holds its exact
+                                     * e2m1 * E4M3 values, a4_sdec its 1 / S_enc) */
 } cuda_precision;
 
 /* One captured decode step (CUDA graph), for a padded row count and a context bucket. */
@@ -88,6 +92,7 @@ struct qrl_cuda_forward {
     uint8_t *xq;                    /* [max_rows, ld of the widest input] activation codes */
     float *sx;                      /* [max_rows] activation scales */
     float *gwork;                   /* split-K partial sums (qrl_cuda_w8a8_work_floats) */
+    float *a4_sdec;                 /* w4a4: [max_rows] the activations' 1 / S_enc */
     size_t gwork_floats;
     layer_dev *layers;
     uint16_t *embed, *final_norm, *lm_head;

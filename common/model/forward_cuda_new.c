@@ -9,12 +9,17 @@
 
 /* How each weight precision runs.  f32 weights run as BF16. */
 static const cuda_precision precisions[] = {
-    {QRL_PRECISION_F32, QRL_PRECISION_BF16, PROJ_BF16, false, false},
-    {QRL_PRECISION_BF16, QRL_PRECISION_BF16, PROJ_BF16, false, false},
-    {QRL_PRECISION_W8A8_INT8, QRL_PRECISION_W8A8_INT8, PROJ_W8A8, false, false},
-    {QRL_PRECISION_W8A8_FP8, QRL_PRECISION_W8A8_FP8, PROJ_W8A8, true, false},
-    {QRL_PRECISION_W4A16_NVFP4, QRL_PRECISION_W4A16_NVFP4, PROJ_FP4, false, false},
-    {QRL_PRECISION_W4A16_MXFP4, QRL_PRECISION_W4A16_MXFP4, PROJ_FP4, false, true},
+    {QRL_PRECISION_F32, QRL_PRECISION_BF16, PROJ_BF16, false, false, false},
+    {QRL_PRECISION_BF16, QRL_PRECISION_BF16, PROJ_BF16, false, false, false},
+    {QRL_PRECISION_W8A8_INT8, QRL_PRECISION_W8A8_INT8, PROJ_W8A8, false, false, false},
+    {QRL_PRECISION_W8A8_FP8, QRL_PRECISION_W8A8_FP8, PROJ_W8A8, true, false, false},
+    {QRL_PRECISION_W4A16_NVFP4, QRL_PRECISION_W4A16_NVFP4, PROJ_FP4, false, false, false},
+    {QRL_PRECISION_W4A16_MXFP4, QRL_PRECISION_W4A16_MXFP4, PROJ_FP4, false, true, false},
+    /* Hopper has no FP4 tensor cores: the activations are quantized per token to NVFP4 as
+     * the CPU does (qrl_cuda_nvfp4_quantize_rows' codes), kept as their exact BF16 values
+     * e2m1 * E4M3 block scale, and fed to the w4a16 GEMM with 1 / S_enc as a per-token
+     * factor in its epilogue (gemm_fp4.cuh x_scale) */
+    {QRL_PRECISION_W4A4_NVFP4, QRL_PRECISION_W4A4_NVFP4, PROJ_FP4, false, false, true},
 };
 
 /* Sizes the steps share that have no field in the engine. */
@@ -54,7 +59,8 @@ static qrl_status find_precision(qrl_precision p, const cuda_precision **out, qr
         }
     return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
                          "cuda forward: weight precision '%s' (supported: f32 as bf16, bf16, "
-                         "w8a8-int8, w8a8-fp8, w4a16-nvfp4, w4a16-mxfp4)", qrl_precision_name(p));
+                         "w8a8-int8, w8a8-fp8, w4a16-nvfp4, w4a16-mxfp4, w4a4-nvfp4)",
+                         qrl_precision_name(p));
 }
 
 /* Whether projection i (0 qkv, 1 o, 2 gate+up, 3 down) has a bias. */
@@ -121,6 +127,14 @@ static void size_weights(qrl_cuda_forward *f, layout *lo) {
     f->warena_elems = V * D + D + (cfg->tie_embeddings ? 0 : V * D) + L * per_layer;
 }
 
+/* Elements per row of xb: the norms' and SwiGLU's BF16 outputs; w4a4: also the attention
+ * output's quantized values (Q wide). */
+static size_t xb_elems(const qrl_cuda_forward *f) {
+    const qrl_model_config *c = &f->cfg;
+    size_t n = max_sz(c->dim, c->hidden_dim);
+    return f->prec->a4 ? max_sz(n, (size_t)c->n_heads * c->head_dim) : n;
+}
+
 /* The KV format (f32 runs as bf16) and its pool (kv_pool_bytes: BF16 K and V per layer,
  * or per layer K and V codes, F32 fields, fp8 scales and the side cache), the attention's
  * workspace and the activations.  Errors: UNSUPPORTED (a format the device does not
@@ -162,8 +176,8 @@ static qrl_status size_kv_scratch(qrl_cuda_forward *f, layout *lo, qrl_error *er
     }
     f->kv_pool_bytes = f->quant ? L * q_layer : L * 2 * f->kv_layer_elems * 2;
     lo->act_floats = R * D + R * max_sz(max_sz(W, 2 * F), D) + R * Q + R * V + f->work_floats +
-                     R + R * 2 * KV;
-    lo->act_bf16 = R * max_sz(D, F) + R * Q;
+                     R + R * 2 * KV + (f->prec->a4 ? R : 0);
+    lo->act_bf16 = R * xb_elems(f) + R * Q;
     return QRL_OK;
 }
 
@@ -231,10 +245,11 @@ static void carve_scratch(qrl_cuda_forward *f) {
     f->work = f->logits + R * V;
     f->d_lp = f->work + f->work_floats;
     f->kvf = f->d_lp + R;
+    if (f->prec->a4) f->a4_sdec = f->kvf + R * 2 * KV;
     f->d_runs = f->d_meta + 4 * R;
     f->d_sout = (qrl_cuda_sample_out *)(f->d_sreq + R);
     f->h_sout = (qrl_cuda_sample_out *)(f->h_sreq + R);
-    f->att = f->xb + R * max_sz(D, F);
+    f->att = f->xb + R * xb_elems(f);
 }
 
 /* The quantized KV arena, layer by layer (the order size_kv_scratch counts). */

@@ -42,11 +42,12 @@ static qrl_status put_qlin(const qlin_dev *g, int row0, const qrl_linear *l, uin
     return QRL_OK;
 }
 
-/* Rows [row0, row0 + l->n_out) of a device projection from a w4a16 linear: codes and block
+/* Rows [row0, row0 + l->n_out) of a device projection from a w4a16 / w4a4 linear: codes and block
  * scales byte for byte, the row factor 1 / S_enc (NVFP4, the CPU's F32 division) or 1. */
 static qrl_status put_fp4lin(const qlin_dev *g, int row0, const qrl_linear *l, bool mx,
                              float *stage, qrl_error *err) {
-    QRL_CHECK(l->fmt == (mx ? QRL_PRECISION_W4A16_MXFP4 : QRL_PRECISION_W4A16_NVFP4));
+    QRL_CHECK(mx ? l->fmt == QRL_PRECISION_W4A16_MXFP4
+                 : l->fmt == QRL_PRECISION_W4A16_NVFP4 || l->fmt == QRL_PRECISION_W4A4_NVFP4);
     size_t N = l->n_out, cb = qrl_cuda_fp4_code_bytes(l->n_in),
            nb = qrl_cuda_fp4_scale_bytes(l->n_in, mx);
     QRL_TRY(cuda_st(cudaMemcpy(g->codes + (size_t)row0 * cb, l->codes, N * cb,

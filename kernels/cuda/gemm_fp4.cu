@@ -85,6 +85,7 @@ typedef struct fp4_params {
     const uint8_t *codes, *scales;
     const float *rs, *bias;
     int T, N, K, cb, nb;
+    const float *xs; /* per-token factor (w4a4: the activations' 1 / S_enc) or NULL */
 } fp4_params;
 
 /* Thread (g = lane / 4, c = lane % 4) of a warp owns, in each 64-element chunk, the 16
@@ -261,6 +262,7 @@ fp4_skinny_kernel(fp4_params p) {
                 float v = acc[m][f][i];
                 if (FAST && !MX) v = __fmul_rn(v, 128.0f); /* fp4_pair's 2^-7 */
                 if (p.rs) v = __fmul_rn(v, p.rs[r]);
+                if (p.xs) v = __fmul_rn(v, p.xs[t]);
                 if (p.bias) v = __fadd_rn(v, p.bias[r]);
                 p.y[(size_t)t * p.N + r] = v;
             }
@@ -361,11 +363,13 @@ static __device__ __forceinline__ void fp4_mma_sc(float (&acc)[NF][4], const fp4
         }
 }
 
-/* Output value: the sums times 2^7 (NVFP4, fp4_pair), the row scale, the bias. */
+/* Output value: the sums times 2^7 (NVFP4, fp4_pair), the row scale, the token factor,
+ * the bias. */
 template <bool MX>
-static __device__ __forceinline__ float fp4_out(float v, const fp4_params &p, int r) {
+static __device__ __forceinline__ float fp4_out(float v, const fp4_params &p, int r, int t) {
     if (!MX) v = __fmul_rn(v, 128.0f);
     if (p.rs) v = __fmul_rn(v, p.rs[r]);
+    if (p.xs) v = __fmul_rn(v, p.xs[t]);
     if (p.bias) v = __fadd_rn(v, p.bias[r]);
     return v;
 }
@@ -417,7 +421,7 @@ fp4_splitk_kernel(fp4_params p, int scs) {
 #pragma unroll
             for (int i = 0; i < 4; i++) {
                 int r = row0 + g + 8 * (i >> 1), t = tok0 + 8 * f + 2 * c + (i & 1);
-                if (r < p.N && t < p.T) p.y[(size_t)t * p.N + r] = fp4_out<MX>(acc[f][i], p, r);
+                if (r < p.N && t < p.T) p.y[(size_t)t * p.N + r] = fp4_out<MX>(acc[f][i], p, r, t);
             }
         return;
     }
@@ -439,7 +443,7 @@ fp4_splitk_kernel(fp4_params p, int scs) {
         if (r >= p.N || t >= p.T) continue;
         float s = *cl.map_shared_rank(part + e, 0);
         for (int q = 1; q < S; q++) s = __fadd_rn(s, *cl.map_shared_rank(part + e, q));
-        p.y[(size_t)t * p.N + r] = fp4_out<MX>(s, p, r);
+        p.y[(size_t)t * p.N + r] = fp4_out<MX>(s, p, r, t);
     }
     cl.sync(); /* the other blocks' reads of this block's sums are done */
 }
@@ -458,13 +462,15 @@ static __global__ void fp4_dequant_kernel(uint16_t *w, const uint8_t *codes, con
     if (k + 1 < K) wr[k + 1] = (uint16_t)(v >> 16);
 }
 
-/* y[t, n] = y[t, n] * rs[n] (+ bias[n]), as the skinny kernel's epilogue. */
-static __global__ void fp4_epilogue_kernel(float *y, const float *rs, const float *bias, int T, int N) {
+/* y[t, n] = y[t, n] * rs[n] * xs[t] (+ bias[n]), as the skinny kernel's epilogue. */
+static __global__ void fp4_epilogue_kernel(float *y, const float *rs, const float *xs,
+                                           const float *bias, int T, int N) {
     size_t i = (size_t)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (size_t)T * N) return;
     int n = (int)(i % N);
     float v = y[i];
     if (rs) v = __fmul_rn(v, rs[n]);
+    if (xs) v = __fmul_rn(v, xs[i / N]);
     if (bias) v = __fadd_rn(v, bias[n]);
     y[i] = v;
 }
@@ -620,7 +626,8 @@ extern "C" qrl_status qrl_cuda_fp4_gemm(const qrl_cuda_fp4_gemm_args *a, void *s
     if (a->ran) *a->ran = k;
     cudaStream_t s = (cudaStream_t)stream;
     fp4_params p = {a->y, a->x, a->codes, a->scales, a->row_scale, a->bias, a->T, a->N, a->K,
-                    qrl_cuda_fp4_code_bytes(a->K), qrl_cuda_fp4_scale_bytes(a->K, a->mx)};
+                    qrl_cuda_fp4_code_bytes(a->K), qrl_cuda_fp4_scale_bytes(a->K, a->mx),
+                    a->x_scale};
     if (k == QRL_CUDA_FP4_SPLITK) {
         int rw = a->warps, S = a->splits;
         qrl_cuda_fp4_splitk_plan(a->T, a->N, a->K, &rw, &S);
@@ -649,9 +656,9 @@ extern "C" qrl_status qrl_cuda_fp4_gemm(const qrl_cuda_fp4_gemm_args *a, void *s
     }
     QRL_TRY(qrl_cuda_fp4_dequantize(a->work, a->codes, a->scales, a->N, a->K, a->mx, stream, err));
     QRL_TRY(qrl_cuda_gemm_bf16(a->blas, a->y, a->x, a->work, a->T, a->K, a->N, stream, err));
-    if (!a->row_scale && !a->bias) return QRL_OK;
+    if (!a->row_scale && !a->x_scale && !a->bias) return QRL_OK;
     size_t n = (size_t)a->T * a->N;
-    fp4_epilogue_kernel<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(a->y, a->row_scale, a->bias,
-                                                                   a->T, a->N);
+    fp4_epilogue_kernel<<<(unsigned)((n + 255) / 256), 256, 0, s>>>(a->y, a->row_scale, a->x_scale,
+                                                                   a->bias, a->T, a->N);
     return qrl_cuda_launch_status_("fp4 epilogue", err);
 }

@@ -12,7 +12,8 @@
  *
  * Numerics: e2m1 * block scale is exact in BF16 (at most 5 significant bits; E8M0 scales
  * down to 2^-126 stay normal), so each kernel computes
- *   y[t, n] = (sum_k x[t, k] * (e2m1[n, k] * blockscale[n, k / B])) * row_scale[n] (+ bias[n])
+ *   y[t, n] = (sum_k x[t, k] * (e2m1[n, k] * blockscale[n, k / B])) * row_scale[n]
+ *             (* x_scale[t]) (+ bias[n])
  * with exact products and F32 sums; the CPU computes e2m1 * (blockscale * row_scale) per
  * element and sums in double: the two differ by F32 rounding of the sums (bound in
  * tests/cuda/test_cuda_fp4.c).  NaN block scales give NaN outputs on both sides. */
@@ -68,6 +69,9 @@ typedef struct qrl_cuda_fp4_gemm_args {
     const uint8_t *codes;      /* [N, qrl_cuda_fp4_code_bytes(K)] */
     const uint8_t *scales;     /* [N, qrl_cuda_fp4_scale_bytes(K, mx)] E4M3 or E8M0 */
     const float *row_scale;    /* [N] or NULL (1) */
+    const float *x_scale;      /* [T] per-token factor or NULL (1): w4a4-nvfp4, where x holds
+                                * the activations' exact e2m1 * E4M3 block scale values
+                                * (nvfp4_quant.cuh's xq) and x_scale their 1 / S_enc */
     const float *bias;         /* [N] F32 or NULL */
     int T, N, K;
     bool mx;                   /* MXFP4 (E8M0 scales, 32-blocks); else NVFP4 */

@@ -3,6 +3,7 @@
 #include <cuda_bf16.h>
 
 #include "cuda/launch.cuh"
+#include "cuda/nvfp4_dev.cuh"
 #include "cuda/w8a8_dev.cuh"
 
 /* The residual add (in place, when add != NULL) and 1 / rms of row xr; every thread gets
@@ -24,8 +25,11 @@ static __device__ __forceinline__ float rms_inv(float *xr, const float *addr, co
     return rsqrtf(ss / (float)d + eps);
 }
 
+static __device__ __forceinline__ float normed_f32(float x, float inv, uint16_t w) {
+    return __fmul_rn(__fmul_rn(x, inv), qrl_bf16_ld_(w));
+}
 static __device__ __forceinline__ uint16_t normed(float x, float inv, uint16_t w) {
-    return qrl_bf16_st_(x * inv * qrl_bf16_ld_(w));
+    return qrl_bf16_st_(normed_f32(x, inv, w));
 }
 
 /* One block per row; the row is read twice (sum of squares, then scale) from L1/L2. */
@@ -67,6 +71,34 @@ static __global__ void rmsnorm_q_kernel(uint16_t *out, float *x, const float *ad
     qrl_w8a8_quantize_row_<FP8, 0>(src, d, ld, blockDim.x, q + r * ld, scales + r, sh);
 }
 
+/* The normed value i of a row in F32 (before the BF16 rounding) as qrl_nvfp4_quantize_row_'s
+ * source; stores its BF16 rounding in outr (when given) on the first call. */
+struct norm_src_f32 {
+    const float *xr;
+    const uint16_t *weight;
+    uint16_t *outr;
+    float inv;
+    __device__ __forceinline__ float operator()(int i, bool first) const {
+        float v = normed_f32(xr[i], inv, weight[i]);
+        if (first && outr) outr[i] = qrl_bf16_st_(v);
+        return v;
+    }
+};
+
+/* rmsnorm_kernel, then the NVFP4 quantization of its F32 outputs by the same block (the
+ * residual writes of rms_inv are visible to every thread after its block reduction). */
+template <int JB>
+static __global__ void rmsnorm_nvfp4_kernel(uint16_t *out, float *x, const float *add,
+                                            const uint16_t *bias, const uint16_t *weight, int d,
+                                            float eps, qrl_cuda_nvfp4_act q) {
+    __shared__ float sh[32];
+    size_t r = blockIdx.x;
+    float *xr = x + r * d;
+    float inv = rms_inv(xr, add ? add + r * d : NULL, bias, d, eps, sh);
+    norm_src_f32 src = {xr, weight, out ? out + r * d : NULL, inv};
+    qrl_nvfp4_quantize_row_<JB>(src, d, blockDim.x, qrl_nvfp4_row_out_of_(q, r, d), sh);
+}
+
 static int norm_threads(int d) { return d >= 1024 ? 1024 : ((d + 31) / 32) * 32; }
 
 qrl_status qrl_cuda_rmsnorm(uint16_t *out, float *x, const float *add, const uint16_t *bias,
@@ -101,4 +133,20 @@ qrl_status qrl_cuda_rmsnorm_w8a8(uint16_t *out, float *x, const float *add, cons
         rmsnorm_q_kernel<false><<<rows, norm_threads(d), 0, s>>>(out, x, add, bias, weight, d, eps,
                                                                  qc, q->scales, q->ld);
     return qrl_cuda_launch_status_("rmsnorm w8a8", err);
+}
+
+qrl_status qrl_cuda_rmsnorm_nvfp4(uint16_t *out, float *x, const float *add, const uint16_t *bias,
+                                  const uint16_t *weight, int rows, int d, float eps,
+                                  const qrl_cuda_nvfp4_act *q, void *stream, qrl_error *err) {
+    if (rows <= 0 || d <= 0 || !q)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "rmsnorm nvfp4: rows=%d d=%d q=%p (need rows, d > 0 and q)", rows, d,
+                             (const void *)q);
+    int nt = norm_threads(d); /* rms_inv's sums depend on it: the same as qrl_cuda_rmsnorm */
+    cudaStream_t s = (cudaStream_t)stream;
+    if (nt * 16 >= d)
+        rmsnorm_nvfp4_kernel<1><<<rows, nt, 0, s>>>(out, x, add, bias, weight, d, eps, *q);
+    else
+        rmsnorm_nvfp4_kernel<0><<<rows, nt, 0, s>>>(out, x, add, bias, weight, d, eps, *q);
+    return qrl_cuda_launch_status_("rmsnorm nvfp4", err);
 }

@@ -9,6 +9,7 @@
 
 #include "base/status.h"
 #include "cuda/gemm_w8a8.cuh"
+#include "cuda/nvfp4_quant.cuh"
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,6 +35,18 @@ qrl_status qrl_cuda_rmsnorm(uint16_t *out, float *x, const float *add, const uin
 qrl_status qrl_cuda_rmsnorm_w8a8(uint16_t *out, float *x, const float *add, const uint16_t *bias,
                                  const uint16_t *weight, int rows, int d, float eps,
                                  const qrl_cuda_w8a8_act *q, void *stream, qrl_error *err);
+
+/* qrl_cuda_rmsnorm (out may be NULL), and the per-token NVFP4 quantization of its F32
+ * outputs, before their BF16 rounding, into *q (w4a4-nvfp4): byte for byte what
+ * qrl_cuda_nvfp4_quantize_rows writes for those F32 values (q->x_out, when given; out is
+ * their BF16 rounding).  Fused for the reason of qrl_cuda_rmsnorm_w8a8 (one launch, no BF16
+ * round trip; the row is already in one block, so its absmax is one more block reduction);
+ * quantizing the F32 values as the CPU's linear does keeps the codes those of the CPU
+ * engine's (up to the last-bit differences of the norm's sums) where BF16 rounding would
+ * move about 1% of them one E2M1 step.  Errors: INVALID_ARGUMENT (rows or d <= 0, q NULL), CUDA (launch). */
+qrl_status qrl_cuda_rmsnorm_nvfp4(uint16_t *out, float *x, const float *add, const uint16_t *bias,
+                                  const uint16_t *weight, int rows, int d, float eps,
+                                  const qrl_cuda_nvfp4_act *q, void *stream, qrl_error *err);
 
 #ifdef __cplusplus
 }

@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "cpu/quant.h"
+#include "cuda/nvfp4_quant.cuh"
 
 /* qrl_nvfp4_global_enc: S_enc = 2688 / amax, FLT_MAX if that overflows, 1 if amax is 0. */
 static __device__ __forceinline__ float qrl_nvfp4_s_enc_(float amax) {
@@ -116,12 +117,26 @@ static __device__ __forceinline__ void qrl_nvfp4_block_bf16_(uint64_t codes, uin
 
 /* Where one row's results go (any pointer NULL: not written).  codes: ceil(n/2) bytes;
  * scales: ceil(n/16) bytes; xq: n BF16 values e2m1 * decode(scale); s_enc, s_dec: one F32
- * (S_enc and 1 / S_enc, IEEE division, as qrl_nvfp4_block_dequant_scale's factor). */
+ * (S_enc and 1 / S_enc, IEEE division, as qrl_nvfp4_block_dequant_scale's factor); x_out:
+ * the n F32 values quantized (what src gave). */
 struct qrl_nvfp4_row_out_ {
     uint8_t *codes, *scales;
     uint16_t *xq;
-    float *s_enc, *s_dec;
+    float *s_enc, *s_dec, *x_out;
 };
+
+/* Row r's slice of the outputs a of rows of n values. */
+static __device__ __forceinline__ qrl_nvfp4_row_out_ qrl_nvfp4_row_out_of_(const qrl_cuda_nvfp4_act &a,
+                                                                          size_t r, int n) {
+    qrl_nvfp4_row_out_ o;
+    o.codes = a.codes ? a.codes + r * ((n + 1) / 2) : NULL;
+    o.scales = a.scales ? a.scales + r * ((n + 15) / 16) : NULL;
+    o.xq = a.xq ? a.xq + r * n : NULL;
+    o.s_enc = a.s_enc ? a.s_enc + r : NULL;
+    o.s_dec = a.s_dec ? a.s_dec + r : NULL;
+    o.x_out = a.x_out ? a.x_out + r * n : NULL;
+    return o;
+}
 
 /* Store block b (elements [16b, 16b + len)) of a row of n. */
 static __device__ __forceinline__ void qrl_nvfp4_store_block_(const qrl_nvfp4_row_out_ &o, int b,
@@ -172,13 +187,15 @@ static __device__ __forceinline__ void qrl_nvfp4_quantize_row_(const Src &src, i
             for (int e = 0; e < B; e++) {
                 int i = B * b + e;
                 v[j][e] = b < nb && i < n ? src(i, true) : 0.0f;
+                if (o.x_out && b < nb && i < n) o.x_out[i] = v[j][e];
                 if (isfinite(v[j][e])) m = fmaxf(m, fabsf(v[j][e]));
             }
         }
     } else {
         for (int b = tid; b < nb; b += nt)
             for (int i = B * b; i < B * b + B && i < n; i++) {
-                float a = fabsf(src(i, true));
+                float xi = src(i, true), a = fabsf(xi);
+                if (o.x_out) o.x_out[i] = xi;
                 if (isfinite(a)) m = fmaxf(m, a);
             }
     }

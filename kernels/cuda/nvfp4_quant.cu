@@ -12,18 +12,6 @@ template <bool BF16> struct row_src {
     }
 };
 
-/* Row r's slice of the outputs. */
-static __device__ __forceinline__ qrl_nvfp4_row_out_ row_out(const qrl_cuda_nvfp4_act &a, size_t r,
-                                                             int n) {
-    qrl_nvfp4_row_out_ o;
-    o.codes = a.codes ? a.codes + r * ((n + 1) / 2) : NULL;
-    o.scales = a.scales ? a.scales + r * ((n + 15) / 16) : NULL;
-    o.xq = a.xq ? a.xq + r * n : NULL;
-    o.s_enc = a.s_enc ? a.s_enc + r : NULL;
-    o.s_dec = a.s_dec ? a.s_dec + r : NULL;
-    return o;
-}
-
 template <bool BF16, int JB, int NT>
 static __global__ void __launch_bounds__(NT) nvfp4_rows_kernel(qrl_cuda_nvfp4_act a, const void *x,
                                                                int n) {
@@ -32,7 +20,7 @@ static __global__ void __launch_bounds__(NT) nvfp4_rows_kernel(qrl_cuda_nvfp4_ac
     const void *xr = BF16 ? (const void *)((const uint16_t *)x + r * n)
                           : (const void *)((const float *)x + r * n);
     row_src<BF16> src = {xr};
-    qrl_nvfp4_quantize_row_<JB>(src, n, NT, row_out(a, r, n), sh);
+    qrl_nvfp4_quantize_row_<JB>(src, n, NT, qrl_nvfp4_row_out_of_(a, r, n), sh);
 }
 
 template <bool BF16>
@@ -52,7 +40,7 @@ extern "C" qrl_status qrl_cuda_nvfp4_quantize_rows(const qrl_cuda_nvfp4_act *out
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "nvfp4 quantize rows: rows=%d n=%d x=%p (need rows, n > 0 and x)",
                              rows, n, x);
-    if (!out->codes && !out->scales && !out->s_enc && !out->xq && !out->s_dec)
+    if (!out->codes && !out->scales && !out->s_enc && !out->xq && !out->s_dec && !out->x_out)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "nvfp4 quantize rows: no output");
     cudaStream_t s = (cudaStream_t)stream;
     if (x_bf16) launch_rows<true>(*out, x, rows, n, s);

@@ -27,12 +27,16 @@ extern "C" {
  *   xq     [rows, n]          BF16 e2m1(code) * decode(scale): exact, so that
  *                             xq * s_dec is the CPU's dequantized row up to one F32 rounding
  *   s_dec  [rows]             1 / S_enc (IEEE division)
- * These are what qrl_nvfp4_quantize_row (codes, scales, s_enc) gives per row. */
+ *   x_out  [rows, n]          the F32 values that were quantized (a fused producer's outputs
+ *                             before any BF16 rounding; tests and the recorder check codes
+ *                             against qrl_nvfp4_quantize_row on exactly these)
+ * codes, scales, s_enc are what qrl_nvfp4_quantize_row gives for each row of x_out. */
 typedef struct qrl_cuda_nvfp4_act {
     uint8_t *codes, *scales;
     float *s_enc;
     uint16_t *xq;
     float *s_dec;
+    float *x_out;
 } qrl_cuda_nvfp4_act;
 
 static inline int qrl_cuda_nvfp4_code_bytes(int n) { return (n + 1) / 2; }

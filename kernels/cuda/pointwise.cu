@@ -4,6 +4,7 @@
 #include <math.h>
 
 #include "cuda/launch.cuh"
+#include "cuda/nvfp4_dev.cuh"
 #include "cuda/w8a8_dev.cuh"
 
 static __global__ void embed_kernel(float *x, const uint16_t *table, const int32_t *tokens,
@@ -21,8 +22,11 @@ qrl_status qrl_cuda_embed(float *x, const uint16_t *table, const int32_t *tokens
     return qrl_cuda_launch_status_("embed", err);
 }
 
+static __device__ __forceinline__ float silu_mul_f32(float g, float u) {
+    return g / (1.0f + expf(-g)) * u; /* the expression qrl_cuda_swiglu has always rounded */
+}
 static __device__ __forceinline__ uint16_t silu_mul(float g, float u) {
-    return qrl_bf16_st_(g / (1.0f + expf(-g)) * u);
+    return qrl_bf16_st_(silu_mul_f32(g, u));
 }
 
 static __global__ void swiglu_kernel(uint16_t *out, const float *gu, int f) {
@@ -90,6 +94,43 @@ qrl_status qrl_cuda_swiglu_w8a8(uint16_t *out, const float *gu, int n, int f,
     if (q->fp8) launch_swiglu_q<true>(out, gu, n, f, (uint8_t *)q->q, q->scales, q->ld, s);
     else launch_swiglu_q<false>(out, gu, n, f, (uint8_t *)q->q, q->scales, q->ld, s);
     return qrl_cuda_launch_status_("swiglu w8a8", err);
+}
+
+/* Output j of a SwiGLU row in F32 (before the BF16 rounding) as qrl_nvfp4_quantize_row_'s
+ * source; stores its BF16 rounding in outr (when given) on the first call. */
+struct swiglu_src_f32 {
+    const float *gur;
+    uint16_t *outr;
+    int f;
+    __device__ __forceinline__ float operator()(int j, bool first) const {
+        float v = silu_mul_f32(gur[j], gur[f + j]);
+        if (first && outr) outr[j] = qrl_bf16_st_(v);
+        return v;
+    }
+};
+
+template <int JB, int QB>
+static __global__ void __launch_bounds__(QB)
+swiglu_nvfp4_kernel(uint16_t *out, const float *gu, int f, qrl_cuda_nvfp4_act q) {
+    __shared__ float sh[32];
+    size_t r = blockIdx.x;
+    swiglu_src_f32 src = {gu + r * 2 * f, out ? out + r * f : NULL, f};
+    qrl_nvfp4_quantize_row_<JB>(src, f, QB, qrl_nvfp4_row_out_of_(q, r, f), sh);
+}
+
+qrl_status qrl_cuda_swiglu_nvfp4(uint16_t *out, const float *gu, int n, int f,
+                                 const qrl_cuda_nvfp4_act *q, void *stream, qrl_error *err) {
+    if (n <= 0 || f <= 0 || !q)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "swiglu nvfp4: n=%d f=%d q=%p (need n, f > 0 and q)", n, f,
+                             (const void *)q);
+    cudaStream_t s = (cudaStream_t)stream;
+    /* nvfp4_quant.cu's (JB, threads) table */
+    if (f <= 128 * 16) swiglu_nvfp4_kernel<1, 128><<<n, 128, 0, s>>>(out, gu, f, *q);
+    else if (f <= 256 * 16 * 2) swiglu_nvfp4_kernel<2, 256><<<n, 256, 0, s>>>(out, gu, f, *q);
+    else if (f <= 1024 * 16 * 2) swiglu_nvfp4_kernel<2, 1024><<<n, 1024, 0, s>>>(out, gu, f, *q);
+    else swiglu_nvfp4_kernel<0, 1024><<<n, 1024, 0, s>>>(out, gu, f, *q);
+    return qrl_cuda_launch_status_("swiglu nvfp4", err);
 }
 
 /* (value, index) with the CPU's order: larger value wins, equal values the lower index,

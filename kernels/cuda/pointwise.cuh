@@ -8,6 +8,7 @@
 
 #include "base/status.h"
 #include "cuda/gemm_w8a8.cuh"
+#include "cuda/nvfp4_quant.cuh"
 
 #ifdef __cplusplus
 extern "C" {
@@ -31,6 +32,15 @@ qrl_status qrl_cuda_swiglu(uint16_t *out, const float *gu, int n, int f, void *s
  * NULL), CUDA (launch). */
 qrl_status qrl_cuda_swiglu_w8a8(uint16_t *out, const float *gu, int n, int f,
                                 const qrl_cuda_w8a8_act *q, void *stream, qrl_error *err);
+
+/* qrl_cuda_swiglu (out may be NULL), and the per-token NVFP4 quantization of its F32
+ * outputs, before their BF16 rounding, into *q (w4a4-nvfp4, before the down projection):
+ * byte for byte what qrl_cuda_nvfp4_quantize_rows writes for those values (q->x_out, when
+ * given; qrl_cuda_rmsnorm_nvfp4 says why F32), one block per row (the outputs stay in
+ * registers between the absmax and the codes up to f = 32768).
+ * Errors: INVALID_ARGUMENT (n or f <= 0, q NULL), CUDA (launch). */
+qrl_status qrl_cuda_swiglu_nvfp4(uint16_t *out, const float *gu, int n, int f,
+                                 const qrl_cuda_nvfp4_act *q, void *stream, qrl_error *err);
 
 /* Greedy choice at T = 1 over logits [n, vocab] F32: tokens[r] = argmax (first index on
  * ties, NaN never wins) and logprob[r] = logits[r, tok] - logsumexp(logits[r, :]) (the

@@ -41,8 +41,8 @@ static const qrl_config_entry CONFIG[] = {
                  "KV-cache format (SPEC §3); with rollout.device cuda, f32 runs as bf16 (fp4: CPU engine only)"),
     QRL_CFG_ENUM("rollout.device", S_, device, "cpu", "cpu|cuda", false,
                  "engine: cpu (the CPU forward) or cuda (the CUDA forward: rollout.precision f32 or bf16 "
-                 "(BF16 weights), w8a8-int8, w8a8-fp8, w4a16-nvfp4 or w4a16-mxfp4; KV on the GPU; decode "
-                 "rows sampled on the GPU with the CPU sampler's keyed draws)"),
+                 "(BF16 weights), w8a8-int8, w8a8-fp8, w4a16-nvfp4, w4a16-mxfp4 or w4a4-nvfp4; KV on "
+                 "the GPU; decode rows sampled on the GPU with the CPU sampler's keyed draws)"),
     QRL_CFG_INT("rollout.cuda_device", S_, cuda_device, "0", 0, 64, false,
                 "CUDA device ordinal of the engine with rollout.device cuda"),
     QRL_CFG_DOUBLE("rollout.gpu_memory_utilization", S_, gpu_memory_utilization, "0", 0, 1, false,
@@ -186,12 +186,6 @@ int main(int argc, char **argv) {
         if (qrl_rollout_gpu_check(S.cuda_device, NULL, 0, NULL, &err) == QRL_STATUS_UNSUPPORTED)
             qrl_die("rollout.device cuda: UNSUPPORTED: this build has no CUDA (nvcc was not found when it "
                     "was built)");
-        /* the GPU forward has BF16, W8A8 (INT8, FP8) and W4A16 (NVFP4, MXFP4) weight GEMMs
-         * (model/forward_cuda.h); w4a4-nvfp4 would run as w4a16 */
-        if (prec == QRL_PRECISION_W4A4_NVFP4)
-            qrl_die("rollout.precision %s with rollout.device cuda: UNSUPPORTED: the CUDA engine runs "
-                    "BF16, w8a8-int8, w8a8-fp8, w4a16-nvfp4 or w4a16-mxfp4 weights (use one of those "
-                    "or f32)", qrl_precision_name(prec));
         if (kvf == QRL_KV_FORMAT_FP4)
             qrl_die("rollout.kv_cache fp4 with rollout.device cuda: UNSUPPORTED (no CUDA kernels)");
     }

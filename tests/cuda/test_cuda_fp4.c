@@ -317,8 +317,9 @@ Test(cuda_fp4, kernel_errors) {
 
 /* max_rows 80: prefill chunks above 64 rows take the dequant + cuBLAS GEMMs */
 static const qrl_precision OTHERS[] = {QRL_PRECISION_BF16, QRL_PRECISION_W8A8_INT8,
-                                       QRL_PRECISION_W4A16_NVFP4, QRL_PRECISION_W4A16_MXFP4};
-static const qf_case FWD = {80, 10, LOGIT_TOL, OTHERS, 4};
+                                       QRL_PRECISION_W4A16_NVFP4, QRL_PRECISION_W4A16_MXFP4,
+                                       QRL_PRECISION_W4A4_NVFP4};
+static const qf_case FWD = {80, 10, LOGIT_TOL, OTHERS, 5};
 
 static void forward_stories260k(qrl_precision prec) { qf_stories260k(prec, &FWD); }
 static void forward_random_hd128(qrl_precision prec) { qf_random_hd128(prec, 90, &FWD); }
@@ -338,17 +339,4 @@ Test(cuda_fp4, forward_mxfp4_stories260k) {
 Test(cuda_fp4, forward_mxfp4_random_hd128) {
     require_gpu();
     forward_random_hd128(QRL_PRECISION_W4A16_MXFP4);
-}
-
-Test(cuda_fp4, engine_refuses_w4a4) {
-    require_gpu();
-    qrl_model_config c = {.dim = 64, .hidden_dim = 96, .n_layers = 1, .n_heads = 2, .n_kv_heads = 2,
-                          .head_dim = 32, .vocab_size = 50, .max_seq_len = 32, .norm_eps = 1e-5f};
-    qrl_cuda_forward_desc d = {.max_rows = 4, .max_ctx = 32, .block_size = 8, .n_blocks = 8,
-                               .max_seqs = 2, .precision = QRL_PRECISION_W4A4_NVFP4};
-    qrl_cuda_forward *f = NULL;
-    qrl_error err;
-    cr_assert_eq(qrl_cuda_forward_new(&c, &d, &f, &err), QRL_STATUS_UNSUPPORTED);
-    cr_assert(strstr(err.msg, "w4a4-nvfp4"), "%s", err.msg);
-    cr_assert_null(f);
 }
