@@ -271,10 +271,14 @@ static qrl_status launch_rows(qrl_cuda_forward *f, int n, int max_len, int from,
     const qrl_cuda_w8a8_act *qd = fq ? &aq_d : NULL, *qf = fq ? &aq_f : NULL;
     uint16_t *xb = fq ? NULL : f->xb;
     /* TRACE: the rows each site's quantizer reads, captured right after they are written
-     * (one NULL test per site when not recording) */
+     * (one NULL test per site when not recording); in w4a4 the activation quantizers write
+     * the linear sites' records themselves (SINK: the F32 values they quantize are never in
+     * memory, xb holds the codes' values) */
 #define CAPTURE(kind, src, bf16, stride)                                                    \
     if (f->rec)                                                                             \
     QRL_TRY(qrl_cuda_trace_recorder_capture(f->rec, l, kind, src, bf16, stride, n, err))
+#define SINK(kind, len)                                                                     \
+    if (f->rec) qrl_cuda_trace_recorder_sink(f->rec, l, kind, len, &a4q)
     /* w4a4-nvfp4: the four projection inputs quantized per token into xb / a4_sdec, fused
      * into the norms and SwiGLU (one block per row already: the row absmax is one more
      * block reduction); the attention output by a separate kernel (its row spans heads
@@ -284,13 +288,15 @@ static qrl_status launch_rows(qrl_cuda_forward *f, int n, int max_len, int from,
     for (int l = 0; l < c->n_layers; l++) {
         const layer_dev *w = &f->layers[l];
         uint16_t *kc = f->kv + (size_t)l * 2 * f->kv_layer_elems, *vc = kc + f->kv_layer_elems;
-        if (a4)
+        if (a4) {
+            SINK(QRL_TRACE_SITE_ATTN_IN, D);
             QRL_TRY(qrl_cuda_rmsnorm_nvfp4(NULL, f->x, l ? f->proj : NULL, NULL, w->attn_norm, n,
                                            D, c->norm_eps, &a4q, s, err));
-        else
+        } else {
             QRL_TRY(qrl_cuda_rmsnorm_w8a8(xb, f->x, l ? f->proj : NULL, NULL, w->attn_norm, n, D,
                                           c->norm_eps, qd, s, err));
-        if (!a4) CAPTURE(QRL_TRACE_SITE_ATTN_IN, f->xb, true, D);
+            CAPTURE(QRL_TRACE_SITE_ATTN_IN, f->xb, true, D);
+        }
         QRL_TRY(project(f, f->proj, f->xb, w->wqkv, &w->qkv, n, D, Q + 2 * KV, fq, err));
         qrl_cuda_rope_kv_args ra = {
             .qkv = f->proj, .bias = w->bqkv, .q_norm = w->q_norm, .k_norm = w->k_norm,
@@ -318,23 +324,34 @@ static qrl_status launch_rows(qrl_cuda_forward *f, int n, int max_len, int from,
             .work_floats = f->work_floats};
         QRL_TRY(qrl_cuda_attention(&aa, s, err));
     post_attention:
-        if (!a4) CAPTURE(QRL_TRACE_SITE_ATTN_OUT, f->att, true, Q);
-        if (a4) QRL_TRY(qrl_cuda_nvfp4_quantize_rows(&a4q, f->att, true, n, Q, s, err));
+        if (a4) {
+            SINK(QRL_TRACE_SITE_ATTN_OUT, Q);
+            QRL_TRY(qrl_cuda_nvfp4_quantize_rows(&a4q, f->att, true, n, Q, s, err));
+        } else {
+            CAPTURE(QRL_TRACE_SITE_ATTN_OUT, f->att, true, Q);
+        }
         QRL_TRY(project(f, f->proj, a4 ? f->xb : f->att, w->wo, &w->o, n, Q, D, false, err));
-        if (a4)
+        if (a4) {
+            SINK(QRL_TRACE_SITE_MLP_IN, D);
             QRL_TRY(qrl_cuda_rmsnorm_nvfp4(NULL, f->x, f->proj, w->bo, w->ffn_norm, n, D,
                                            c->norm_eps, &a4q, s, err));
-        else
+        } else {
             QRL_TRY(qrl_cuda_rmsnorm_w8a8(xb, f->x, f->proj, w->bo, w->ffn_norm, n, D,
                                           c->norm_eps, qd, s, err));
-        if (!a4) CAPTURE(QRL_TRACE_SITE_MLP_IN, f->xb, true, D);
+            CAPTURE(QRL_TRACE_SITE_MLP_IN, f->xb, true, D);
+        }
         QRL_TRY(project(f, f->proj, f->xb, w->wgu, &w->gu, n, D, 2 * F, fq, err));
-        if (a4) QRL_TRY(qrl_cuda_swiglu_nvfp4(NULL, f->proj, n, F, &a4q, s, err));
-        else QRL_TRY(qrl_cuda_swiglu_w8a8(xb, f->proj, n, F, qf, s, err));
-        if (!a4) CAPTURE(QRL_TRACE_SITE_MLP_DOWN, f->xb, true, F);
+        if (a4) {
+            SINK(QRL_TRACE_SITE_MLP_DOWN, F);
+            QRL_TRY(qrl_cuda_swiglu_nvfp4(NULL, f->proj, n, F, &a4q, s, err));
+        } else {
+            QRL_TRY(qrl_cuda_swiglu_w8a8(xb, f->proj, n, F, qf, s, err));
+            CAPTURE(QRL_TRACE_SITE_MLP_DOWN, f->xb, true, F);
+        }
         QRL_TRY(project(f, f->proj, f->xb, w->wdown, &w->down, n, F, D, fq, err));
     }
 #undef CAPTURE
+#undef SINK
     QRL_TRY(qrl_cuda_rmsnorm(f->xb, f->x, f->proj, NULL, f->final_norm, n, D, c->norm_eps, s, err));
     if (from < n)
         QRL_TRY(qrl_cuda_gemm_bf16(f->gemm, f->logits, f->xb + (size_t)from * D, f->lm_head,

@@ -362,6 +362,21 @@ qrl_status qrl_cuda_trace_recorder_capture(qrl_cuda_trace_recorder *r, int layer
     return qrl_cuda_trace_capture(&a, r->stream, err);
 }
 
+void qrl_cuda_trace_recorder_sink(const qrl_cuda_trace_recorder *r, int layer,
+                                  qrl_trace_site_kind kind, int n, qrl_cuda_nvfp4_act *q) {
+    const plan *p = &r->plans[layer * QRL_TRACE_SITE_KIND_COUNT_ + kind];
+    if (p->n_vec == 0) {
+        q->trace_ctl = NULL;
+        q->trace_dst = NULL;
+        return;
+    }
+    QRL_CHECK(p->n_vec == 1 && p->len == n); /* a linear site: one vector, the whole row */
+    q->trace_ctl = (const qrl_cuda_trace_ctl *)r->d_ctl;
+    q->trace_dst = (const int64_t *)(r->d_ctl + sizeof(qrl_cuda_trace_ctl));
+    q->trace_off = p->slab_off;
+    q->trace_tap_off = p->tap_off;
+}
+
 void qrl_cuda_trace_recorder_end_call(qrl_cuda_trace_recorder *r) {
     uint64_t t0 = now_ns();
     commit(r);

@@ -8,7 +8,9 @@
  *   - at each captured site the forward launches kernels/cuda/trace_capture.cuh's kernel,
  *     which quantizes the target rows' vectors and writes their (S_enc, scales, LSBs) into
  *     a device store of `window` token slabs per engine sequence (token t of a sequence at
- *     slot t % window);
+ *     slot t % window); in w4a4-nvfp4 the linear sites' records come from the engine's own
+ *     activation quantizers instead (qrl_cuda_trace_recorder_sink: the F32 values they
+ *     quantize are never in memory, the BF16 GEMM input holds the codes' values);
  *   - per pass the host uploads the row -> store entry map with one async copy (no host
  *     round trip per token; CUDA-graph replays read it from the same device address);
  *   - a sequence's records come to its qrl_trace_buf in batches: when its window is full
@@ -31,6 +33,7 @@
 #include <stdint.h>
 
 #include "core/status.h"
+#include "cuda/nvfp4_quant.cuh"
 #include "model/config.h"
 #include "model/trace_rec.h"
 
@@ -84,6 +87,14 @@ qrl_status qrl_cuda_trace_recorder_begin_pass(qrl_cuda_trace_recorder *r, int ro
 qrl_status qrl_cuda_trace_recorder_capture(qrl_cuda_trace_recorder *r, int layer,
                                            qrl_trace_site_kind kind, const void *src, bool bf16,
                                            int64_t row_stride, int n, qrl_error *err);
+/* w4a4-nvfp4: the linear site (layer, kind) (attn_in, attn_out, mlp_in, mlp_down) has its
+ * GEMM input quantized per row of n values by the engine's own NVFP4 quantizer (the fused
+ * RMSNorm / SwiGLU, or qrl_cuda_nvfp4_quantize_rows): point q's TRACE sink at the site's
+ * records in the store, so that the quantizer writes the target rows' (S_enc, scales, LSBs)
+ * of the codes the GEMM reads, or clear it when the site is not captured.  n must be the
+ * site's length.  No launch, no copy. */
+void qrl_cuda_trace_recorder_sink(const qrl_cuda_trace_recorder *r, int layer,
+                                  qrl_trace_site_kind kind, int n, qrl_cuda_nvfp4_act *q);
 /* The forward call has finished and synchronized: bring the drains it queued into their
  * buffers and drop the call's targets. */
 void qrl_cuda_trace_recorder_end_call(qrl_cuda_trace_recorder *r);

@@ -23,6 +23,7 @@
 
 #include "cpu/quant.h"
 #include "cuda/nvfp4_quant.cuh"
+#include "cuda/trace_capture.cuh"
 
 /* qrl_nvfp4_global_enc: S_enc = 2688 / amax, FLT_MAX if that overflows, 1 if amax is 0. */
 static __device__ __forceinline__ float qrl_nvfp4_s_enc_(float amax) {
@@ -118,11 +119,15 @@ static __device__ __forceinline__ void qrl_nvfp4_block_bf16_(uint64_t codes, uin
 /* Where one row's results go (any pointer NULL: not written).  codes: ceil(n/2) bytes;
  * scales: ceil(n/16) bytes; xq: n BF16 values e2m1 * decode(scale); s_enc, s_dec: one F32
  * (S_enc and 1 / S_enc, IEEE division, as qrl_nvfp4_block_dequant_scale's factor); x_out:
- * the n F32 values quantized (what src gave). */
+ * the n F32 values quantized (what src gave).  rec: the row's TRACE record (4 bytes S_enc,
+ * ceil(n/16) scales, ceil(n/8) bytes of code LSBs: trace_capture.cuh), rec_bits its LSBs;
+ * tap: the n F32 values for the recorder's tap. */
 struct qrl_nvfp4_row_out_ {
     uint8_t *codes, *scales;
     uint16_t *xq;
     float *s_enc, *s_dec, *x_out;
+    uint8_t *rec, *rec_bits;
+    float *tap;
 };
 
 /* Row r's slice of the outputs a of rows of n values. */
@@ -135,6 +140,17 @@ static __device__ __forceinline__ qrl_nvfp4_row_out_ qrl_nvfp4_row_out_of_(const
     o.s_enc = a.s_enc ? a.s_enc + r : NULL;
     o.s_dec = a.s_dec ? a.s_dec + r : NULL;
     o.x_out = a.x_out ? a.x_out + r * n : NULL;
+    o.rec = o.rec_bits = NULL;
+    o.tap = NULL;
+    if (a.trace_ctl) { /* the pass's row map and store, as the host left them for this pass */
+        int64_t e = a.trace_dst[r];
+        if (e >= 0) {
+            const qrl_cuda_trace_ctl c = *a.trace_ctl;
+            o.rec = c.store + e * c.slab + a.trace_off;
+            o.rec_bits = o.rec + 4 + (n + 15) / 16;
+            if (c.taps) o.tap = c.taps + e * c.tap_floats + a.trace_tap_off;
+        }
+    }
     return o;
 }
 
@@ -142,6 +158,14 @@ static __device__ __forceinline__ qrl_nvfp4_row_out_ qrl_nvfp4_row_out_of_(const
 static __device__ __forceinline__ void qrl_nvfp4_store_block_(const qrl_nvfp4_row_out_ &o, int b,
                                                               int len, uint8_t s, uint64_t c) {
     if (o.scales) o.scales[b] = s;
+    if (o.rec) { /* the record: the scale, and the LSB of each code (bit 4j of c) */
+        o.rec[4 + b] = s;
+        unsigned lsb = 0;
+#pragma unroll
+        for (int j = 0; j < QRL_NVFP4_BLOCK; j++) lsb |= (unsigned)(c >> (4 * j) & 1u) << j;
+        o.rec_bits[2 * b] = (uint8_t)lsb;
+        if (len > 8) o.rec_bits[2 * b + 1] = (uint8_t)(lsb >> 8);
+    }
     if (o.codes) {
         uint8_t *cp = o.codes + 8 * b;
         if (len == QRL_NVFP4_BLOCK && ((uintptr_t)cp & 7) == 0) {
@@ -188,6 +212,7 @@ static __device__ __forceinline__ void qrl_nvfp4_quantize_row_(const Src &src, i
                 int i = B * b + e;
                 v[j][e] = b < nb && i < n ? src(i, true) : 0.0f;
                 if (o.x_out && b < nb && i < n) o.x_out[i] = v[j][e];
+                if (o.tap && b < nb && i < n) o.tap[i] = v[j][e];
                 if (isfinite(v[j][e])) m = fmaxf(m, fabsf(v[j][e]));
             }
         }
@@ -196,6 +221,7 @@ static __device__ __forceinline__ void qrl_nvfp4_quantize_row_(const Src &src, i
             for (int i = B * b; i < B * b + B && i < n; i++) {
                 float xi = src(i, true), a = fabsf(xi);
                 if (o.x_out) o.x_out[i] = xi;
+                if (o.tap) o.tap[i] = xi;
                 if (isfinite(a)) m = fmaxf(m, a);
             }
     }
@@ -211,6 +237,7 @@ static __device__ __forceinline__ void qrl_nvfp4_quantize_row_(const Src &src, i
         if (o.s_enc) *o.s_enc = s_enc;
         if (o.s_dec) *o.s_dec = __fdiv_rn(1.0f, s_enc);
     }
+    if (o.rec && tid < 4) o.rec[tid] = (uint8_t)(__float_as_uint(s_enc) >> (8 * tid)); /* LE */
     if (JB > 0) {
 #pragma unroll
         for (int j = 0; j < (JB > 0 ? JB : 1); j++) {
