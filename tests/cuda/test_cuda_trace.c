@@ -7,19 +7,27 @@
  *     vectors per row (k / v heads), rows that are not targets, ordinary values, wide
  *     block spreads, zeros, a NaN / Inf block, subnormal and huge rows: S_enc, every block
  *     scale and every LSB bit for bit, the tap copy equal to the input, nothing else written;
- *   - the recorder in the CUDA forward (stories260K, BF16 weights, int8 KV so K / V pass
- *     through F32 rows; every site of the default spec), decode steps replayed as CUDA
- *     graphs and eager, a 4-token device window so records go to the host in many batches:
- *     every record equals qrl_trace_capture of the vector the tap saw, records number the
- *     targeted tokens (prefill's last row, one per decode row), a truncation and re-prefill
- *     mid-response keeps the kept tokens' records, and record k's layer-0 attn_in is
- *     rmsnorm(embedding of the token fed) (alignment, within BF16 rounding);
+ *   - the w4a4 activation quantizers' TRACE sink (fused RMSNorm, fused SwiGLU, the row
+ *     quantizer on F32 and BF16 rows; widths of both launch shapes, registers and two
+ *     passes): each target row's record equals qrl_trace_capture of the F32 values the
+ *     producer quantized (its x_out) bit for bit, and is the record of the codes, scales and
+ *     S_enc it wrote; the tap is x_out; no other byte of the store changes; the producer's
+ *     outputs do not change with the sink; a sink without its row map is refused;
+ *   - the recorder in the CUDA forward (stories260K, int8 KV so K / V pass through F32
+ *     rows; every site of the default spec), BF16 weights and w4a4-nvfp4 (there the linear
+ *     sites' records are written by the engine's own quantizers), decode steps replayed as
+ *     CUDA graphs and eager, a 4-token device window so records go to the host in many
+ *     batches: every record equals qrl_trace_capture of the vector the tap saw, records
+ *     number the targeted tokens (prefill's last row, one per decode row), a truncation and
+ *     re-prefill mid-response keeps the kept tokens' records, and record k's layer-0 attn_in
+ *     is rmsnorm(embedding of the token fed) (alignment: within BF16 rounding for BF16;
+ *     within 1e-5 of the max for w4a4, i.e. the F32 vector the engine quantized, not xb);
  *   - the scheduler on the CPU engine with the CPU recorder and on the CUDA engine with the
- *     CUDA recorder (w4a4-nvfp4, kv fp4; skipped while the CUDA engine refuses them), with a
- *     weight swap mid-run (re-prefill): the same layout and token counts, every record equal
- *     to quantizing its own engine's tapped vector; the share of equal scales / LSBs between
- *     the engines over the tokens both decoded alike is printed (their activations differ in
- *     rounding, so it is an observation, not a bound). */
+ *     CUDA recorder (w4a4-nvfp4; kv fp4 once the CUDA engine has it, int8 until then), with
+ *     a weight swap mid-run (re-prefill): the same layout and token counts, every record
+ *     equal to quantizing its own engine's tapped vector; the share of equal scales / LSBs
+ *     between the engines over the tokens both decoded alike is printed (their activations
+ *     differ in rounding, so it is an observation, not a bound). */
 #include <criterion/criterion.h>
 #include <math.h>
 #include <stdio.h>
@@ -28,6 +36,9 @@
 
 #include "cpu/quant.h"
 #include "cpu/trace.h"
+#include "cuda/norm.cuh"
+#include "cuda/nvfp4_quant.cuh"
+#include "cuda/pointwise.cuh"
 #include "cuda/trace_capture.cuh"
 #include "cuda_test_util.h"
 #include "model/forward_cuda.h"
@@ -136,6 +147,164 @@ Test(cuda_trace, capture_kernel_equals_qrl_trace_capture) {
             }
 }
 
+/* ---- the w4a4 quantizers' TRACE sink ----------------------------------------------------- */
+
+/* The producers of the w4a4 forward's linear inputs: fused RMSNorm, fused SwiGLU, the
+ * standalone quantizer on F32 and on BF16 rows (the attention output). */
+enum { P_NORM, P_SWIGLU, P_ROWS_F32, P_ROWS_BF16, P_COUNT };
+static const char *const P_NAME[] = {"rmsnorm_nvfp4", "swiglu_nvfp4", "quantize_rows f32",
+                                     "quantize_rows bf16"};
+
+/* Run producer p on fresh inputs (rows of n) into a (codes, scales, s_enc, x_out on the
+ * device); the inputs are made from seed, so two runs see the same values. */
+static void run_producer(int p, int rows, int n, uint64_t seed, const qrl_cuda_nvfp4_act *a) {
+    uint64_t s = seed;
+    size_t tot = (size_t)rows * n;
+    qrl_error err;
+    qrl_status st;
+    if (p == P_NORM) {
+        float *x = malloc(tot * 4), *add = malloc(tot * 4);
+        uint16_t *w = malloc((size_t)n * 2);
+        rand_f32(x, tot, 3.0f, &s);
+        rand_f32(add, tot, 1.0f, &s);
+        rand_bf16(w, NULL, (size_t)n, 1.0f, 0.5f, &s);
+        for (size_t i = 0; i < tot; i += 97) x[i] *= 50.0f;
+        float *dx = dev_from(x, tot * 4), *dadd = dev_from(add, tot * 4);
+        uint16_t *dw = dev_from(w, (size_t)n * 2);
+        st = qrl_cuda_rmsnorm_nvfp4(NULL, dx, dadd, NULL, dw, rows, n, 1e-5f, a, NULL, &err);
+        cr_assert_eq(qrl_cuda_synchronize(NULL), QRL_OK);
+        qrl_cuda_free(dx), qrl_cuda_free(dadd), qrl_cuda_free(dw);
+        free(x), free(add), free(w);
+    } else if (p == P_SWIGLU) {
+        float *gu = malloc(2 * tot * 4);
+        rand_f32(gu, 2 * tot, 4.0f, &s);
+        for (size_t i = 0; i < 2 * tot; i += 131) gu[i] *= 30.0f;
+        float *dgu = dev_from(gu, 2 * tot * 4);
+        st = qrl_cuda_swiglu_nvfp4(NULL, dgu, rows, n, a, NULL, &err);
+        cr_assert_eq(qrl_cuda_synchronize(NULL), QRL_OK);
+        qrl_cuda_free(dgu), free(gu);
+    } else {
+        float *x = malloc(tot * 4);
+        uint16_t *xb = malloc(tot * 2);
+        rand_f32(x, tot, 2.0f, &s);
+        for (size_t i = 0; i < tot; i += 61) x[i] *= 40.0f;
+        for (size_t i = 0; i < tot; i++) xb[i] = qrl_cpu_bf16_store(x[i]);
+        void *dx = p == P_ROWS_BF16 ? dev_from(xb, tot * 2) : dev_from(x, tot * 4);
+        st = qrl_cuda_nvfp4_quantize_rows(a, dx, p == P_ROWS_BF16, rows, n, NULL, &err);
+        cr_assert_eq(qrl_cuda_synchronize(NULL), QRL_OK);
+        qrl_cuda_free(dx), free(x), free(xb);
+    }
+    cr_assert_eq(st, QRL_OK, "%s: %s", P_NAME[p], err.msg);
+}
+
+/* Producer p with a TRACE sink (targets: some rows, a record at an odd slab offset, taps):
+ * each target's record equals qrl_trace_capture of the F32 values the producer quantized
+ * (x_out), and is the record of the codes it wrote (S_enc, scales, code LSBs); the tap is
+ * x_out; nothing else in the store is written; the producer's outputs are those of a run
+ * without the sink. */
+static void check_sink(int p, int rows, int n, uint64_t seed) {
+    int cb = qrl_cuda_nvfp4_code_bytes(n), nb = qrl_cuda_nvfp4_blocks(n), nbits = (n + 7) / 8;
+    int64_t step = site_bytes(n), off = 7, slab = (off + step + 5 + 3) & ~3, entries = 2 * rows + 1;
+    int64_t tap_floats = n + 3, tap_off = 3;
+    size_t tot = (size_t)rows * n;
+    uint8_t *zero = calloc((size_t)(entries * slab), 1), *z = calloc(tot * 4, 1);
+    float *tz = calloc((size_t)(entries * tap_floats), 4);
+    int64_t *dst = malloc((size_t)rows * 8);
+    for (int r = 0; r < rows; r++) dst[r] = r % 3 == 1 ? -1 : (r * 5 + 2) % entries;
+    qrl_cuda_trace_ctl ctl = {.store = dev_from(zero, entries * slab),
+                              .taps = dev_from(tz, entries * tap_floats * 4), .slab = slab,
+                              .tap_floats = tap_floats};
+    qrl_cuda_nvfp4_act a[2];
+    uint8_t *hc[2], *hs[2];
+    float *he[2], *hx[2];
+    for (int k = 0; k < 2; k++) {
+        a[k] = (qrl_cuda_nvfp4_act){.codes = dev_from(z, (size_t)rows * cb),
+                                    .scales = dev_from(z, (size_t)rows * nb),
+                                    .s_enc = dev_from(z, (size_t)rows * 4), .x_out = dev_from(z, tot * 4)};
+        if (k) {
+            a[k].trace_ctl = dev_from(&ctl, sizeof ctl);
+            a[k].trace_dst = dev_from(dst, (size_t)rows * 8);
+            a[k].trace_off = off;
+            a[k].trace_tap_off = tap_off;
+        }
+        run_producer(p, rows, n, seed, &a[k]);
+        hc[k] = malloc((size_t)rows * cb), hs[k] = malloc((size_t)rows * nb);
+        he[k] = malloc((size_t)rows * 4), hx[k] = malloc(tot * 4);
+        cr_assert_eq(qrl_cuda_copy_to_host(hc[k], a[k].codes, (size_t)rows * cb, NULL), QRL_OK);
+        cr_assert_eq(qrl_cuda_copy_to_host(hs[k], a[k].scales, (size_t)rows * nb, NULL), QRL_OK);
+        cr_assert_eq(qrl_cuda_copy_to_host(he[k], a[k].s_enc, (size_t)rows * 4, NULL), QRL_OK);
+        cr_assert_eq(qrl_cuda_copy_to_host(hx[k], a[k].x_out, tot * 4, NULL), QRL_OK);
+    }
+    const char *what = P_NAME[p];
+    cr_assert(memcmp(hc[0], hc[1], (size_t)rows * cb) == 0 && memcmp(hs[0], hs[1], (size_t)rows * nb) == 0 &&
+              memcmp(he[0], he[1], (size_t)rows * 4) == 0 && memcmp(hx[0], hx[1], tot * 4) == 0,
+              "%s n=%d: outputs change with the TRACE sink", what, n);
+    uint8_t *store = malloc((size_t)(entries * slab)), *written = calloc((size_t)entries, 1);
+    float *taps = malloc((size_t)(entries * tap_floats) * 4);
+    cr_assert_eq(qrl_cuda_copy_to_host(store, ctl.store, entries * slab, NULL), QRL_OK);
+    cr_assert_eq(qrl_cuda_copy_to_host(taps, ctl.taps, entries * tap_floats * 4, NULL), QRL_OK);
+    uint8_t *codes = malloc((size_t)cb), *sc = malloc((size_t)nb), *bits = malloc((size_t)nbits);
+    for (int r = 0; r < rows; r++) {
+        if (dst[r] < 0) continue;
+        written[dst[r]] = 1;
+        const float *x = hx[1] + (size_t)r * n;
+        float genc;
+        qrl_trace_capture(x, (uint32_t)n, codes, sc, bits, &genc);
+        const uint8_t *e = store + dst[r] * slab + off;
+        cr_assert_eq(memcmp(e, &genc, 4), 0, "%s n=%d row %d: S_enc", what, n, r);
+        cr_assert_eq(memcmp(e + 4, sc, (size_t)nb), 0, "%s n=%d row %d: block scales", what, n, r);
+        cr_assert_eq(memcmp(e + 4 + nb, bits, (size_t)nbits), 0, "%s n=%d row %d: LSBs", what, n, r);
+        /* the record of the codes the producer wrote */
+        cr_assert_eq(memcmp(e, &he[1][r], 4), 0, "%s row %d: S_enc not the engine's", what, r);
+        cr_assert_eq(memcmp(e + 4, hs[1] + (size_t)r * nb, (size_t)nb), 0, "%s row %d: scales", what, r);
+        for (int j = 0; j < n; j++)
+            cr_assert_eq(e[4 + nb + j / 8] >> (j % 8) & 1,
+                         qrl_nibble_get(hc[1] + (size_t)r * cb, j) & 1, "%s row %d: LSB %d not the "
+                         "engine's code's", what, r, j);
+        cr_assert_eq(memcmp(taps + dst[r] * tap_floats + tap_off, x, (size_t)n * 4), 0,
+                     "%s row %d: tap", what, r);
+        for (int64_t b = 0; b < slab; b++)
+            if (b < off || b >= off + step)
+                cr_assert_eq(store[dst[r] * slab + b], 0, "%s: byte %lld of entry %lld written", what,
+                             (long long)b, (long long)dst[r]);
+    }
+    for (int64_t i = 0; i < entries; i++)
+        if (!written[i])
+            for (int64_t b = 0; b < slab; b++)
+                cr_assert_eq(store[i * slab + b], 0, "%s: entry %lld (no target) written", what,
+                             (long long)i);
+    for (int k = 0; k < 2; k++) {
+        qrl_cuda_free(a[k].codes), qrl_cuda_free(a[k].scales), qrl_cuda_free(a[k].s_enc);
+        qrl_cuda_free(a[k].x_out);
+        free(hc[k]), free(hs[k]), free(he[k]), free(hx[k]);
+    }
+    qrl_cuda_free((void *)a[1].trace_ctl), qrl_cuda_free((void *)a[1].trace_dst);
+    qrl_cuda_free(ctl.store), qrl_cuda_free(ctl.taps);
+    free(zero), free(z), free(tz), free(dst), free(store), free(written), free(taps), free(codes), free(sc),
+        free(bits);
+}
+
+Test(cuda_trace, w4a4_quantizers_write_the_records_of_their_codes) {
+    require_gpu();
+    /* stories260K's 64 / 172, Qwen3-1.7B's 2048 / 6144, odd ones, and widths past every
+     * launch shape's registers (two passes over the values) */
+    static const int LENS[] = {64, 172, 2048, 6144, 100, 17, 9000, 40000};
+    uint64_t seed = 301;
+    for (int p = 0; p < P_COUNT; p++)
+        for (size_t i = 0; i < sizeof LENS / sizeof *LENS; i++) {
+            check_sink(p, LENS[i] >= 9000 ? 3 : 7, LENS[i], seed++);
+        }
+    qrl_error err;
+    float *d = dev_from((float[4]){1, 2, 3, 4}, 16);
+    qrl_cuda_nvfp4_act a = {.trace_ctl = (const qrl_cuda_trace_ctl *)d};
+    cr_assert_eq(qrl_cuda_nvfp4_quantize_rows(&a, d, false, 1, 4, NULL, &err), QRL_STATUS_INVALID_ARGUMENT);
+    cr_assert(strstr(err.msg, "row map") != NULL, "%s", err.msg);
+    cr_assert_eq(qrl_cuda_rmsnorm_nvfp4(NULL, d, NULL, NULL, (uint16_t *)d, 1, 4, 1e-5f, &a, NULL, &err),
+                 QRL_STATUS_INVALID_ARGUMENT);
+    cr_assert_eq(qrl_cuda_swiglu_nvfp4(NULL, d, 1, 2, &a, NULL, &err), QRL_STATUS_INVALID_ARGUMENT);
+    qrl_cuda_free(d);
+}
+
 /* ---- the recorder in the CUDA forward ------------------------------------------------------ */
 
 typedef struct tap_rec {
@@ -200,10 +369,12 @@ static int check_buf(const tap_log *t, const qrl_trace_buf *buf, uint32_t n, con
     return checked;
 }
 
-/* Record k's layer-0 attn_in is the BF16 rmsnorm of the embedding of `fed` (within BF16
- * rounding and the GPU's summation order). */
+/* Record k's layer-0 attn_in is the rmsnorm of the embedding of `fed`: within BF16
+ * rounding and the GPU's summation order (tol 0.02 of the max), or, for the F32 vector a
+ * w4a4 engine quantizes, within F32 rounding (tol 1e-5: a BF16 rounding of it, or the
+ * codes' values the GEMM reads, are 1e-3 .. 1e-1 away). */
 static void check_aligned(const qrl_model *m, const tap_log *t, const qrl_trace_buf *buf,
-                          uint32_t k, int32_t fed) {
+                          uint32_t k, int32_t fed, double tol) {
     int s0 = qrl_trace_layout_find(qrl_trace_buf_layout(buf), 0, QRL_TRACE_SITE_ATTN_IN, 0);
     const tap_rec *h = tap_find(t, buf, k, (uint32_t)s0);
     cr_assert_not_null(h);
@@ -213,22 +384,27 @@ static void check_aligned(const qrl_model *m, const tap_log *t, const qrl_trace_
                     m->cfg.norm_eps);
     double md = 0, mx = 0;
     for (int i = 0; i < D; i++) md = fmax(md, fabs(h->x[i] - ref[i])), mx = fmax(mx, fabs(ref[i]));
-    cr_assert_lt(md, 0.02 * mx, "record %u is not the row fed token %d (diff %.3g of %.3g)", k,
+    cr_assert_lt(md, tol * mx, "record %u is not the row fed token %d (diff %.3g of %.3g)", k,
                  fed, md, mx);
 }
 
 #define NSEQ 3
 #define MAXTOK 40
 
-static void forward_recording(bool eager) {
+static void forward_recording(bool eager, bool a4) {
     require_gpu();
     qrl_model *m = st_load_model();
     const qrl_model_config *c = &m->cfg;
+    qrl_error err;
+    if (a4) {
+        qrl_model_round_bf16(m);
+        cr_assert_eq(qrl_model_quantize(m, QRL_PRECISION_W4A4_NVFP4, &err), QRL_OK, "%s", err.msg);
+    }
     qrl_cuda_forward_desc d = {.max_rows = 16, .max_ctx = c->max_seq_len, .block_size = 16,
                                .n_blocks = 64, .max_seqs = 8, .kv_format = QRL_KV_FORMAT_INT8,
                                .eager = eager};
+    if (a4) d.precision = QRL_PRECISION_W4A4_NVFP4;
     qrl_cuda_forward *f;
-    qrl_error err;
     cr_assert_eq(qrl_cuda_forward_new(c, &d, &f, &err), QRL_OK, "%s", err.msg);
     cr_assert_eq(qrl_cuda_forward_upload(f, m, &err), QRL_OK, "%s", err.msg);
     qrl_trace_sites sites;
@@ -304,14 +480,15 @@ static void forward_recording(bool eager) {
         char what[32];
         snprintf(what, sizeof what, "sequence %d", i);
         checked += check_buf(&taps, buf[i], n, what);
-        for (uint32_t k = 0; k < n; k++) check_aligned(m, &taps, buf[i], k, ids[i][PLEN[i] + k - 1]);
+        for (uint32_t k = 0; k < n; k++)
+            check_aligned(m, &taps, buf[i], k, ids[i][PLEN[i] + k - 1], a4 ? 1e-5 : 0.02);
     }
     cr_assert_gt(checked, 30 * 44);
     long caps, reps;
     qrl_cuda_forward_graph_stats(f, &caps, &reps);
     if (!eager) cr_assert_gt(reps, 5, "decode steps replayed graphs (%ld)", reps);
-    printf("cuda trace forward (%s): %d entries equal, graphs captured %ld replayed %ld, host %.0f us\n",
-           eager ? "eager" : "graphs", checked, caps, reps,
+    printf("cuda trace forward (%s, %s): %d entries equal, graphs captured %ld replayed %ld, host "
+           "%.0f us\n", a4 ? "w4a4-nvfp4" : "bf16", eager ? "eager" : "graphs", checked, caps, reps,
            qrl_cuda_trace_recorder_host_ns(rec) / 1e3);
     qrl_cuda_forward_set_recorder(f, NULL, &err);
     qrl_cuda_trace_recorder_free(rec);
@@ -322,8 +499,12 @@ static void forward_recording(bool eager) {
     qrl_model_free(m);
 }
 
-Test(cuda_trace, forward_records_equal_requantized_inputs_graphs) { forward_recording(false); }
-Test(cuda_trace, forward_records_equal_requantized_inputs_eager) { forward_recording(true); }
+Test(cuda_trace, forward_records_equal_requantized_inputs_graphs) { forward_recording(false, false); }
+Test(cuda_trace, forward_records_equal_requantized_inputs_eager) { forward_recording(true, false); }
+/* w4a4-nvfp4: the linear sites' records come from the engine's quantizers; the tap is the
+ * F32 vector they quantized (check_aligned's 1e-5 says it is the F32 norm output, not xb) */
+Test(cuda_trace, forward_w4a4_records_are_the_engines_codes_graphs) { forward_recording(false, true); }
+Test(cuda_trace, forward_w4a4_records_are_the_engines_codes_eager) { forward_recording(true, true); }
 
 Test(cuda_trace, attach_refuses_sites_the_engine_has_no_vectors_for) {
     require_gpu();
@@ -400,12 +581,12 @@ static void on_group(const qrl_scheduler_group_result *res, void *ctx) {
 static const int32_t P1[] = {1, 403, 407, 261, 378, 488, 34, 90};
 static const int32_t P2[] = {1, 22};
 
-static void run_sched(const qrl_model *m, const qrl_model *m2, int device, sched_run *sr,
-                      uint32_t *n_sites) {
+static void run_sched(const qrl_model *m, const qrl_model *m2, qrl_kv_format kvf, int device,
+                      sched_run *sr, uint32_t *n_sites) {
     qrl_scheduler_config c;
     qrl_scheduler_config_default(&c);
     c.max_slots = 3;
-    c.kv_format = QRL_KV_FORMAT_FP4;
+    c.kv_format = kvf;
     c.prefill_chunk = 5;
     c.trace_record = true;
     c.max_staleness = 4;
@@ -439,16 +620,22 @@ Test(cuda_trace, scheduler_cpu_and_cuda_recorders_agree_on_layout_counts_and_cod
     st_perturb(m2, 0.02);
     cr_assert_eq(qrl_model_quantize(m, QRL_PRECISION_W4A4_NVFP4, &e), QRL_OK, "%s", e.msg);
     cr_assert_eq(qrl_model_quantize(m2, QRL_PRECISION_W4A4_NVFP4, &e), QRL_OK, "%s", e.msg);
+    /* fp4 KV (k / v sites too) once the CUDA engine has it; until then int8 KV, whose
+     * layout has the linear sites only */
     qrl_scheduler_config probe;
     qrl_scheduler_config_default(&probe);
     probe.device = 0;
     probe.kv_format = QRL_KV_FORMAT_FP4;
-    if (qrl_scheduler_check_device(&probe, QRL_PRECISION_W4A4_NVFP4, &e) != QRL_OK)
-        cr_skip_test("the CUDA engine has no w4a4-nvfp4 / fp4 KV yet: %s", e.msg);
+    qrl_kv_format kvf = QRL_KV_FORMAT_FP4;
+    if (qrl_scheduler_check_device(&probe, QRL_PRECISION_W4A4_NVFP4, &e) != QRL_OK) {
+        kvf = probe.kv_format = QRL_KV_FORMAT_INT8;
+        cr_assert_eq(qrl_scheduler_check_device(&probe, QRL_PRECISION_W4A4_NVFP4, &e), QRL_OK,
+                     "the CUDA engine refuses w4a4-nvfp4: %s", e.msg);
+    }
     static sched_run cpu, gpu;
     uint32_t ns_cpu, ns_gpu;
-    run_sched(m, m2, -1, &cpu, &ns_cpu);
-    run_sched(m, m2, 0, &gpu, &ns_gpu);
+    run_sched(m, m2, kvf, -1, &cpu, &ns_cpu);
+    run_sched(m, m2, kvf, 0, &gpu, &ns_gpu);
     cr_assert_eq(ns_cpu, ns_gpu);
     cr_assert_eq(cpu.n_resp, 4);
     cr_assert_eq(gpu.n_resp, 4);
@@ -468,7 +655,8 @@ Test(cuda_trace, scheduler_cpu_and_cuda_recorders_agree_on_layout_counts_and_cod
             qrl_trace_sites sites;
             qrl_trace_sites_default(&sites);
             qrl_trace_layout *l;
-            cr_assert_eq(qrl_trace_layout_new(&sites, &m->cfg, true, true, &l, &e), QRL_OK);
+            cr_assert_eq(qrl_trace_layout_new(&sites, &m->cfg, true, kvf == QRL_KV_FORMAT_FP4, &l, &e),
+                         QRL_OK);
             for (uint32_t s = 0; s < ns_cpu; s++) {
                 uint32_t len = qrl_trace_layout_site_lens(l)[s];
                 same_genc += memcmp(a, b, 4) == 0, all_genc++;
@@ -482,9 +670,9 @@ Test(cuda_trace, scheduler_cpu_and_cuda_recorders_agree_on_layout_counts_and_cod
             qrl_trace_layout_free(l);
         }
     }
-    printf("cuda trace scheduler: CPU %d / CUDA %d entries equal to their own vectors; over %d "
-           "tokens decoded alike: S_enc equal %.4f, block scales %.4f, LSBs %.4f\n",
-           cpu.checked, gpu.checked, common, (double)same_genc / fmax(1, all_genc),
+    printf("cuda trace scheduler (w4a4-nvfp4, kv %s): CPU %d / CUDA %d entries equal to their own "
+           "vectors; over %d tokens decoded alike: S_enc equal %.4f, block scales %.4f, LSBs %.4f\n",
+           qrl_kv_format_name(kvf), cpu.checked, gpu.checked, common, (double)same_genc / fmax(1, all_genc),
            (double)same_sc / fmax(1, all_sc), (double)same_bits / fmax(1, all_bits));
     cr_assert_gt(common, 4);
     for (int i = 0; i < 4; i++) free(cpu.resp[i].slabs), free(gpu.resp[i].slabs);
