@@ -1,5 +1,5 @@
 /* Quantized paged KV cache on the GPU (host launchers only, STYLE 7): the write of K/V in
- * the fp8, int8, int4 and int4-protected formats (SPEC §3 "KV cache precisions") and
+ * the fp8, int8, int4, fp4 (NVFP4) and int4-protected formats (SPEC §3 "KV cache precisions") and
  * decode/prefill attention that dequantizes in registers.  References: the codecs of
  * kernels/cpu/quant_kv.c and qrl_kv_cache_write / qrl_kv_cache_gather (model/kv_cache.h),
  * and the two-partial merge of qrl_attention_merge (int4-protected).
@@ -13,6 +13,13 @@
  *               nibbles, element 2i in the low nibble)
  *   scales[kv]  [records][sf] F32: int8 sf = 1 (absmax/127); int4 sf = 2*ceil(hd/32): the
  *               group scales then the group zeros (asymmetric, group 32); fp8 none
+ *               fp4: sf = 4 * ceil((8 + ceil(hd/16)) / 16) (4 for head_dim <= 128): float 0 =
+ *               S_enc (the CPU record's F32, bit-identical), float 1 = the dequantization
+ *               factor 1 / S_enc (IEEE division, qrl_nvfp4_block_dequant_scale's; 0 for a
+ *               vector with no finite nonzero element, whose codes and scales are 0 or
+ *               NaN anyway), bytes [8, 8 + ceil(hd/16)) the E4M3 block scales (block b =
+ *               elements [16b, 16b + 16)), the rest zero.  fp4 codes: cb = head_dim/2
+ *               packed E2M1 (element 2i in the low nibble), the CPU record's code bytes.
  *   fp8_scale   [max_seqs][n_kv_heads][2] F32 (K, V): power-of-two per-head scale set by the
  *               sequence's first pass (qrl_cuda_kv_fp8_calibrate), as qrl_kv_cache_calibrate
  *   int4-protected side cache: side_codes[kv] [max_seqs][sink + ring][n_kv_heads][head_dim]
@@ -40,6 +47,7 @@ extern "C" {
 #define QRL_CUDA_KVQ_FP8 2
 #define QRL_CUDA_KVQ_INT8 3
 #define QRL_CUDA_KVQ_INT4 4
+#define QRL_CUDA_KVQ_FP4 5
 #define QRL_CUDA_KVQ_INT4_PROTECTED 6
 #define QRL_CUDA_KV_RING_SLACK 64
 
@@ -78,6 +86,24 @@ qrl_status qrl_cuda_kv_fp8_calibrate(const qrl_cuda_kvq_layer *c, const float *k
 qrl_status qrl_cuda_kv_store(const qrl_cuda_kvq_layer *c, const float *kv, const int32_t *row_seq,
                              const int32_t *row_pos, int n, void *stream, qrl_error *err);
 
+/* fp4 KV store (NVFP4 per token-head vector, qrl_kv_cache_write's QRL_KV_FORMAT_FP4 record
+ * bit for bit: S_enc = qrl_nvfp4_global_enc(absmax over finite elements), E4M3 block scales
+ * over 16, E2M1 codes; a block with NaN/Inf gets scale 0x7F and codes 0) with an optional
+ * copy for the TRACE recorder: as qrl_cuda_kv_store, and when fp4_copy is not NULL (device
+ * memory, fp4 only) it also receives every vector written, as the CPU cache record:
+ *   fp4_copy [n][2 (K, V)][n_kv_heads][qrl_cuda_kvq_fp4_copy_bytes(head_dim)] bytes,
+ *   record = F32 S_enc (4 bytes), E4M3 block scales [ceil(hd/16)], packed E2M1 codes
+ *   [hd/2] (element 2i low nibble), zero padding to a multiple of 4
+ * (= model/kv_cache.h qrl_kv_cache_vector_bytes(QRL_KV_FORMAT_FP4, hd) and its layout), the
+ * very bytes the store holds (the store's own arrangement is in the layout above: codes
+ * at codes[w] + rec * hd/2, S_enc at scales[w][rec * sf], block scales from byte 8 of the
+ * record's fields).  fp4_copy must be 4-byte aligned.  Errors: INVALID_ARGUMENT (as
+ * qrl_cuda_kv_store; fp4_copy with another format), CUDA. */
+size_t qrl_cuda_kvq_fp4_copy_bytes(int head_dim);
+qrl_status qrl_cuda_kv_store_copy(const qrl_cuda_kvq_layer *c, const float *kv,
+                                  const int32_t *row_seq, const int32_t *row_pos, int n,
+                                  uint8_t *fp4_copy, void *stream, qrl_error *err);
+
 /* Attention of n rows over the quantized cache: row r's n_heads query heads (q [n, n_heads *
  * head_dim] F32, rotated) over positions [0, row_pos[r]] of row_seq[r]; out [n, n_heads *
  * head_dim] BF16.  scale: usually 1/sqrt(head_dim); max_len: bound on row_pos + 1.
@@ -92,7 +118,8 @@ qrl_status qrl_cuda_kv_store(const qrl_cuda_kvq_layer *c, const float *kv, const
  * work: qrl_cuda_attention_q_work_floats floats.  Errors: UNSUPPORTED (head_dim, GQA group
  * > 8), INVALID_ARGUMENT, CUDA. */
 /* Benchmarks: fill a layer with valid random records (codes uniform; fp8 codes without
- * the NaN exponent; int8 scales 0.02, int4 scale 0.1 / zero -0.75, fp8 head scales 1/64)
+ * the NaN exponent; int8 scales 0.02, int4 scale 0.1 / zero -0.75, fp8 head scales 1/64,
+ * fp4 S_enc 64 and block scales 1.0)
  * for n_recs main-store records and side_recs side records (per K/V), n_seqs fp8 rows. */
 qrl_status qrl_cuda_kvq_fill_random(const qrl_cuda_kvq_layer *c, size_t n_recs, size_t side_recs,
                                     int n_seqs, uint64_t seed, void *stream, qrl_error *err);
