@@ -307,11 +307,18 @@ static qrl_status launch_rows(qrl_cuda_forward *f, int n, int max_len, int from,
             .n_heads = H, .n_kv_heads = KVH, .head_dim = hd, .kv_out = f->quant ? f->kvf : NULL};
         QRL_TRY(qrl_cuda_rope_kv(&ra, s, err));
         if (f->quant) {
-            CAPTURE(QRL_TRACE_SITE_K, f->kvf, false, 2 * KV);
-            CAPTURE(QRL_TRACE_SITE_V, f->kvf + KV, false, 2 * KV);
             const qrl_cuda_kvq_layer *kq = &f->kvq[l];
+            /* fp4 KV: k / v records are the cache's own (S_enc, scales, codes), copied by
+             * the store; the other formats: NVFP4 of the F32 rows the store quantizes */
+            bool kv4 = kq->format == QRL_CUDA_KVQ_FP4;
+            uint8_t *kv4_copy = kv4 && f->rec ? qrl_cuda_trace_recorder_kv_copy(f->rec, l) : NULL;
+            if (!kv4) {
+                CAPTURE(QRL_TRACE_SITE_K, f->kvf, false, 2 * KV);
+                CAPTURE(QRL_TRACE_SITE_V, f->kvf + KV, false, 2 * KV);
+            }
             if (n_runs) QRL_TRY(qrl_cuda_kv_fp8_calibrate(kq, f->kvf, f->d_runs, n_runs, s, err));
-            QRL_TRY(qrl_cuda_kv_store(kq, f->kvf, rseq, rpos, n, s, err));
+            QRL_TRY(qrl_cuda_kv_store_copy(kq, f->kvf, rseq, rpos, n, kv4_copy, s, err));
+            if (kv4_copy) QRL_TRY(qrl_cuda_trace_recorder_capture_kv_fp4(f->rec, l, f->kvf, n, err));
             QRL_TRY(qrl_cuda_attention_q(kq, f->att, f->q, rseq, rpos, n, H, 1.0f / sqrtf((float)hd),
                                          max_len, f->work, f->work_floats, s, err));
             goto post_attention;

@@ -10,6 +10,7 @@
 
 #include "core/log.h"
 #include "cpu/quant.h"
+#include "cuda/kv_quant.cuh"
 #include "cuda/trace_capture.cuh"
 #include "model/trace_rec_internal.h"
 
@@ -47,6 +48,9 @@ struct qrl_cuda_trace_recorder {
     uint8_t *d_store, *h_stage;     /* [entries][slab]: device store, pinned staging */
     float *d_taps, *h_taps;         /* [entries][tap_floats] or NULL */
     unsigned char *d_ctl, *h_ctl;   /* qrl_cuda_trace_ctl then int64 dst[max_rows] */
+    uint8_t *d_kv4;                 /* fp4 KV: the pass's K/V records, [max_rows][2][kvh][kv4_bytes] */
+    int64_t kv4_bytes;
+    int n_kv_heads;
     bind *binds;                    /* [max_seqs] */
     target *t;                      /* [max_targets] */
     long pass_id;
@@ -126,6 +130,8 @@ qrl_status qrl_cuda_trace_recorder_new(const qrl_trace_layout *l, const qrl_mode
     r->stream = (cudaStream_t)stream;
     r->slab = qrl_trace_layout_slab_bytes_(l);
     r->entries = (size_t)max_seqs * (size_t)window;
+    r->n_kv_heads = cfg->n_kv_heads;
+    r->kv4_bytes = (int64_t)qrl_cuda_kvq_fp4_copy_bytes(cfg->head_dim);
     r->plans = calloc((size_t)cfg->n_layers * QRL_TRACE_SITE_KIND_COUNT_, sizeof *r->plans);
     r->tap_off = calloc(qrl_trace_layout_n_sites(l) + 1, sizeof *r->tap_off);
     r->binds = calloc((size_t)max_seqs, sizeof *r->binds);
@@ -148,6 +154,15 @@ qrl_status qrl_cuda_trace_recorder_new(const qrl_trace_layout *l, const qrl_mode
                            "bytes)", bytes, max_seqs, window, r->slab);
         goto fail;
     }
+    if (r->kinds >> QRL_TRACE_SITE_K & 1u || r->kinds >> QRL_TRACE_SITE_V & 1u) {
+        size_t kb = (size_t)max_rows * 2 * cfg->n_kv_heads * (size_t)r->kv4_bytes;
+        if (cudaMalloc((void **)&r->d_kv4, kb) != cudaSuccess) {
+            cudaGetLastError();
+            st = qrl_error_set(err, QRL_STATUS_CUDA, "cuda trace recorder: cannot allocate %zu "
+                               "bytes of fp4 KV record copies", kb);
+            goto fail;
+        }
+    }
     QRL_TRY_GOTO(cst(cudaMemsetAsync(r->d_store, 0, bytes, r->stream), "store clear", err), fail);
     memset(r->h_ctl, 0, ctl);
     *out = r;
@@ -165,6 +180,7 @@ void qrl_cuda_trace_recorder_free(qrl_cuda_trace_recorder *r) {
     cudaFreeHost(r->h_taps);
     cudaFree(r->d_ctl);
     cudaFreeHost(r->h_ctl);
+    cudaFree(r->d_kv4);
     free(r->plans);
     free(r->tap_off);
     free(r->binds);
@@ -180,6 +196,11 @@ uint64_t qrl_cuda_trace_recorder_host_ns(const qrl_cuda_trace_recorder *r) { ret
 
 size_t qrl_cuda_trace_recorder_store_bytes(const qrl_cuda_trace_recorder *r) {
     return r->entries * r->slab + (r->d_taps ? r->entries * r->tap_floats * 4 : 0);
+}
+
+size_t qrl_cuda_trace_recorder_device_bytes(const qrl_cuda_trace_recorder *r) {
+    return qrl_cuda_trace_recorder_store_bytes(r) + sizeof(qrl_cuda_trace_ctl) + 8 * (size_t)r->max_rows +
+           (r->d_kv4 ? (size_t)r->max_rows * 2 * r->n_kv_heads * (size_t)r->kv4_bytes : 0);
 }
 
 qrl_status qrl_cuda_trace_recorder_set_tap(qrl_cuda_trace_recorder *r, qrl_trace_tap_fn fn,
@@ -375,6 +396,31 @@ void qrl_cuda_trace_recorder_sink(const qrl_cuda_trace_recorder *r, int layer,
     q->trace_dst = (const int64_t *)(r->d_ctl + sizeof(qrl_cuda_trace_ctl));
     q->trace_off = p->slab_off;
     q->trace_tap_off = p->tap_off;
+}
+
+uint8_t *qrl_cuda_trace_recorder_kv_copy(const qrl_cuda_trace_recorder *r, int layer) {
+    const plan *k = &r->plans[layer * QRL_TRACE_SITE_KIND_COUNT_ + QRL_TRACE_SITE_K],
+               *v = &r->plans[layer * QRL_TRACE_SITE_KIND_COUNT_ + QRL_TRACE_SITE_V];
+    return k->n_vec || v->n_vec ? r->d_kv4 : NULL;
+}
+
+qrl_status qrl_cuda_trace_recorder_capture_kv_fp4(qrl_cuda_trace_recorder *r, int layer,
+                                                  const float *kvf, int n, qrl_error *err) {
+    int KVH = r->n_kv_heads;
+    for (int k = QRL_TRACE_SITE_K; k <= QRL_TRACE_SITE_V; k++) {
+        const plan *p = &r->plans[layer * QRL_TRACE_SITE_KIND_COUNT_ + k];
+        if (p->n_vec == 0) continue; /* v with k: one launch (K then V heads in both layouts) */
+        int vec0 = k == QRL_TRACE_SITE_V ? KVH : 0;
+        qrl_cuda_trace_capture_args a = {
+            .ctl = (const qrl_cuda_trace_ctl *)r->d_ctl,
+            .dst = (const int64_t *)(r->d_ctl + sizeof(qrl_cuda_trace_ctl)),
+            .src = kvf + (size_t)vec0 * p->len, .src_bf16 = false, .row_stride = 2 * (int64_t)KVH * p->len,
+            .n_rows = n, .n_vec = p->n_vec, .len = p->len, .slab_off = p->slab_off,
+            .slab_step = p->slab_step, .tap_off = p->tap_off, .fp4_rec = r->d_kv4,
+            .fp4_row_vecs = 2 * KVH, .fp4_vec0 = vec0, .fp4_rec_bytes = r->kv4_bytes};
+        QRL_TRY(qrl_cuda_trace_capture(&a, r->stream, err));
+    }
+    return QRL_OK;
 }
 
 void qrl_cuda_trace_recorder_end_call(qrl_cuda_trace_recorder *r) {

@@ -25,7 +25,9 @@
  * widened) when its record reaches the host, not during the pass.
  *
  * Memory: max_seqs * window * slab bytes of device store and as many pinned host bytes
- * (slab = the layout's bytes per token, rounded to 4); with a tap as many F32 vectors too. */
+ * (slab = the layout's bytes per token, rounded to 4); with a tap as many F32 vectors too;
+ * with k / v sites max_rows * 2 * n_kv_heads fp4 KV records (qrl_cuda_kvq_fp4_copy_bytes)
+ * more on the device (qrl_cuda_trace_recorder_device_bytes counts them all). */
 #ifndef QRL_MODEL_TRACE_REC_CUDA_H
 #define QRL_MODEL_TRACE_REC_CUDA_H
 
@@ -70,6 +72,8 @@ qrl_status qrl_cuda_trace_recorder_sync(qrl_cuda_trace_recorder *r, qrl_error *e
 uint64_t qrl_cuda_trace_recorder_host_ns(const qrl_cuda_trace_recorder *r);
 /* Bytes of device store (and as many pinned host bytes). */
 size_t qrl_cuda_trace_recorder_store_bytes(const qrl_cuda_trace_recorder *r);
+/* All device bytes: the store, the taps, the row map, the fp4 KV record copies. */
+size_t qrl_cuda_trace_recorder_device_bytes(const qrl_cuda_trace_recorder *r);
 
 /* ---- forward side (model/forward_cuda.c) ---------------------------------------------- */
 
@@ -95,6 +99,15 @@ qrl_status qrl_cuda_trace_recorder_capture(qrl_cuda_trace_recorder *r, int layer
  * site's length.  No launch, no copy. */
 void qrl_cuda_trace_recorder_sink(const qrl_cuda_trace_recorder *r, int layer,
                                   qrl_trace_site_kind kind, int n, qrl_cuda_nvfp4_act *q);
+/* fp4 KV: the device buffer the KV store of layer `layer` writes the pass's K/V records
+ * into (kv_quant.cuh qrl_cuda_kv_store_copy's fp4_copy, [max_rows][2][n_kv_heads] records),
+ * NULL when the layer has no k / v site.  Then _capture_kv_fp4 turns the target rows' into
+ * TRACE records: the S_enc, block scales and code LSBs the cache stores, not a second
+ * quantization; kvf (device [n][2 KV] F32, what the store quantized) only feeds the tap.
+ * Errors: CUDA. */
+uint8_t *qrl_cuda_trace_recorder_kv_copy(const qrl_cuda_trace_recorder *r, int layer);
+qrl_status qrl_cuda_trace_recorder_capture_kv_fp4(qrl_cuda_trace_recorder *r, int layer,
+                                                  const float *kvf, int n, qrl_error *err);
 /* The forward call has finished and synchronized: bring the drains it queued into their
  * buffers and drop the call's targets. */
 void qrl_cuda_trace_recorder_end_call(qrl_cuda_trace_recorder *r);

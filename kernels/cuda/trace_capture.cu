@@ -26,6 +26,25 @@ static __device__ __forceinline__ float warp_max(float v) {
 
 #define WARPS 4
 
+/* The record the engine made of the vector (fp4 KV): S_enc and the scales copied, the LSBs
+ * taken from the packed codes (element j: bit 4 (j % 2) of byte j / 2). */
+template <bool BF16>
+static __device__ void copy_record(const qrl_cuda_trace_capture_args &a, const uint8_t *rec,
+                                   uint8_t *out, float *tap, int64_t x0, int lane) {
+    const int len = a.len, nb = (len + 15) / 16, nbits = (len + 7) / 8;
+    const uint8_t *codes = rec + 4 + nb;
+    if (lane < 4) out[lane] = rec[lane];
+    for (int b = lane; b < nb; b += 32) out[4 + b] = rec[4 + b];
+    for (int k = lane; k < nbits; k += 32) { /* LSB byte k: elements [8k, 8k + 8) */
+        unsigned lsb = 0;
+        for (int j = 0; j < 8 && 8 * k + j < len; j++)
+            lsb |= (unsigned)(codes[4 * k + j / 2] >> (4 * (j & 1)) & 1u) << j;
+        out[4 + nb + k] = (uint8_t)lsb;
+    }
+    if (tap)
+        for (int j = lane; j < len; j += 32) tap[j] = ld_elem<BF16>(a.src, x0 + j);
+}
+
 template <bool BF16>
 static __global__ void __launch_bounds__(WARPS * 32)
     capture_kernel(qrl_cuda_trace_capture_args a) {
@@ -37,6 +56,13 @@ static __global__ void __launch_bounds__(WARPS * 32)
     const qrl_cuda_trace_ctl c = *a.ctl;
     const int len = a.len;
     const int64_t x0 = (int64_t)row * a.row_stride + (int64_t)v * len;
+    if (a.fp4_rec) {
+        const uint8_t *rec = a.fp4_rec + ((int64_t)row * a.fp4_row_vecs + a.fp4_vec0 + v) * a.fp4_rec_bytes;
+        copy_record<BF16>(a, rec, c.store + entry * c.slab + a.slab_off + (int64_t)v * a.slab_step,
+                          c.taps ? c.taps + entry * c.tap_floats + a.tap_off + (int64_t)v * len : NULL,
+                          x0, lane);
+        return;
+    }
     /* per-vector S_enc from the finite absmax (qrl_quant_absmax skips NaN / Inf) */
     float m = 0.0f;
     for (int j = lane; j < len; j += 32) {
@@ -74,6 +100,12 @@ extern "C" qrl_status qrl_cuda_trace_capture(const qrl_cuda_trace_capture_args *
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "trace capture: n_rows=%d n_vec=%d len=%d slab_step=%lld", a->n_rows,
                              a->n_vec, a->len, (long long)a->slab_step);
+    if (a->fp4_rec && (a->fp4_rec_bytes < 4 + (a->len + 15) / 16 + (a->len + 1) / 2 || a->fp4_vec0 < 0 ||
+                       a->fp4_vec0 + a->n_vec > a->fp4_row_vecs))
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "trace capture: fp4 records of %lld bytes, vectors [%d, %d) of %d "
+                             "(len %d)", (long long)a->fp4_rec_bytes, a->fp4_vec0,
+                             a->fp4_vec0 + a->n_vec, a->fp4_row_vecs, a->len);
     int64_t items = (int64_t)a->n_rows * a->n_vec;
     if (items == 0) return QRL_OK;
     dim3 grid((unsigned)((items + WARPS - 1) / WARPS));

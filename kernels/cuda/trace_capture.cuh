@@ -49,11 +49,20 @@ typedef struct qrl_cuda_trace_capture_args {
     int64_t slab_off;              /* byte offset of vector 0's fields in a slab */
     int64_t slab_step;             /* bytes per vector: 4 + ceil(len/16) + ceil(len/8) */
     int64_t tap_off;               /* float offset of vector 0 in a tap entry (vector v at + v*len) */
+    /* NULL, or device: the NVFP4 records the engine already made of these vectors (the fp4
+     * KV cache's, kv_quant.cuh qrl_cuda_kv_store_copy: F32 S_enc, ceil(len/16) E4M3 block
+     * scales, ceil(len/2) packed E2M1 codes); row r's vector v at fp4_rec + (r * fp4_row_vecs +
+     * fp4_vec0 + v) * fp4_rec_bytes.  Given: the record is copied from there (S_enc, scales,
+     * the codes' LSBs) instead of quantizing src, which then only feeds the tap. */
+    const uint8_t *fp4_rec;
+    int fp4_row_vecs, fp4_vec0;
+    int64_t fp4_rec_bytes;
 } qrl_cuda_trace_capture_args;
 
-/* Capture every (target row, vector) of a->src into the store (one warp per vector).
- * Errors: INVALID_ARGUMENT (n_rows, n_vec or len out of range, slab_step not matching len),
- * CUDA (launch). */
+/* Capture every (target row, vector) of a->src (or a->fp4_rec) into the store (one warp
+ * per vector).  Errors: INVALID_ARGUMENT (n_rows, n_vec or len out of range, slab_step not
+ * matching len, fp4 records smaller than 4 + ceil(len/16) + ceil(len/2) bytes or past
+ * fp4_row_vecs), CUDA (launch). */
 qrl_status qrl_cuda_trace_capture(const qrl_cuda_trace_capture_args *a, void *stream,
                                   qrl_error *err);
 

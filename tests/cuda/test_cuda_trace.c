@@ -7,6 +7,9 @@
  *     vectors per row (k / v heads), rows that are not targets, ordinary values, wide
  *     block spreads, zeros, a NaN / Inf block, subnormal and huge rows: S_enc, every block
  *     scale and every LSB bit for bit, the tap copy equal to the input, nothing else written;
+ *   - k / v with the fp4 KV cache: the store's TRACE copy (kv_quant.cuh) captured with the
+ *     recorder's plans (K+V, K, V; head_dim 8, 64, 72, 128): records equal qrl_trace_capture
+ *     of the F32 vectors the store quantized, bit for bit;
  *   - the w4a4 activation quantizers' TRACE sink (fused RMSNorm, fused SwiGLU, the row
  *     quantizer on F32 and BF16 rows; widths of both launch shapes, registers and two
  *     passes): each target row's record equals qrl_trace_capture of the F32 values the
@@ -22,6 +25,7 @@
  *     re-prefill mid-response keeps the kept tokens' records, and record k's layer-0 attn_in
  *     is rmsnorm(embedding of the token fed) (alignment: within BF16 rounding for BF16;
  *     within 1e-5 of the max for w4a4, i.e. the F32 vector the engine quantized, not xb);
+ *     w4a4 with fp4 KV too, once the engine runs it (skipped until then);
  *   - the scheduler on the CPU engine with the CPU recorder and on the CUDA engine with the
  *     CUDA recorder (w4a4-nvfp4; kv fp4 once the CUDA engine has it, int8 until then), with
  *     a weight swap mid-run (re-prefill): the same layout and token counts, every record
@@ -36,6 +40,7 @@
 
 #include "cpu/quant.h"
 #include "cpu/trace.h"
+#include "cuda/kv_quant.cuh"
 #include "cuda/norm.cuh"
 #include "cuda/nvfp4_quant.cuh"
 #include "cuda/pointwise.cuh"
@@ -145,6 +150,96 @@ Test(cuda_trace, capture_kernel_equals_qrl_trace_capture) {
                 int len = LENS[i], n_vec = len <= 128 ? 4 : 1, rows = len >= 2048 ? 5 : 9;
                 check_capture(len, n_vec, rows, bf16, mode, seed++);
             }
+}
+
+/* ---- k / v from the fp4 KV cache's own records ------------------------------------------- */
+
+/* The fp4 KV store (kv_quant.cuh) with its TRACE copy on fresh K/V rows, then the capture
+ * from that copy with the plans the recorder makes (K and V heads in one launch, K only,
+ * V only): every target (row, head) record equals qrl_trace_capture of the F32 vector the
+ * store quantized, the tap is that vector. */
+static void check_kv_fp4(int hd, int kvh, int n, uint64_t seed) {
+    uint64_t s = seed;
+    int bs = 16, nblk = (n + bs - 1) / bs;
+    size_t recs = (size_t)nblk * bs * kvh, sf = (size_t)qrl_cuda_kvq_scale_floats(QRL_CUDA_KVQ_FP4, hd);
+    size_t nkv = (size_t)n * 2 * kvh * hd, vb = qrl_cuda_kvq_fp4_copy_bytes(hd);
+    float *kv = malloc(nkv * 4);
+    for (size_t i = 0; i < nkv; i++) kv[i] = pattern((int)(i / hd % 5 == 4 ? 2 : i / hd % 3), (int)(i / hd), (int)(i % hd), &s);
+    int32_t *tables = malloc((size_t)nblk * 4), *rseq = calloc((size_t)n, 4), *rpos = malloc((size_t)n * 4);
+    for (int b = 0; b < nblk; b++) tables[b] = nblk - 1 - b;
+    for (int r = 0; r < n; r++) rpos[r] = r;
+    uint8_t *z = calloc(recs * (hd / 2 + sf * 4) + (size_t)n * 2 * kvh * vb, 1);
+    qrl_cuda_kvq_layer c = {.format = QRL_CUDA_KVQ_FP4, .block_tables = dev_from(tables, (size_t)nblk * 4),
+                            .max_blocks_per_seq = nblk, .block_size = bs, .n_kv_heads = kvh, .head_dim = hd};
+    for (int w = 0; w < 2; w++) {
+        c.codes[w] = dev_from(z, recs * (size_t)hd / 2);
+        c.scales[w] = dev_from(z, recs * sf * 4);
+    }
+    float *dkv = dev_from(kv, nkv * 4);
+    uint8_t *copy = dev_from(z, (size_t)n * 2 * kvh * vb);
+    qrl_error err;
+    int32_t *drs = dev_from(rseq, (size_t)n * 4), *drp = dev_from(rpos, (size_t)n * 4);
+    cr_assert_eq(qrl_cuda_kv_store_copy(&c, dkv, drs, drp, n, copy, NULL, &err), QRL_OK, "%s", err.msg);
+    int64_t step = site_bytes(hd), off = 8, slab = (off + 2 * kvh * step + 3) & ~3;
+    int64_t tap_floats = 2 * (int64_t)kvh * hd, entries = n + 2;
+    int64_t *dst = malloc((size_t)n * 8);
+    for (int r = 0; r < n; r++) dst[r] = r % 4 == 2 ? -1 : (r * 3 + 1) % entries;
+    for (int plan = 0; plan < 3; plan++) { /* K and V, K only, V only */
+        uint8_t *zs = calloc((size_t)(entries * slab), 1);
+        float *zt = calloc((size_t)(entries * tap_floats), 4);
+        qrl_cuda_trace_ctl ctl = {.store = dev_from(zs, entries * slab),
+                                  .taps = dev_from(zt, entries * tap_floats * 4), .slab = slab,
+                                  .tap_floats = tap_floats};
+        int vec0 = plan == 2 ? kvh : 0, nvec = plan == 0 ? 2 * kvh : kvh;
+        qrl_cuda_trace_capture_args a = {
+            .ctl = dev_from(&ctl, sizeof ctl), .dst = dev_from(dst, (size_t)n * 8),
+            .src = dkv + (size_t)vec0 * hd, .row_stride = 2 * (int64_t)kvh * hd, .n_rows = n,
+            .n_vec = nvec, .len = hd, .slab_off = off + vec0 * step, .slab_step = step,
+            .tap_off = (int64_t)vec0 * hd, .fp4_rec = copy, .fp4_row_vecs = 2 * kvh,
+            .fp4_vec0 = vec0, .fp4_rec_bytes = (int64_t)vb};
+        cr_assert_eq(qrl_cuda_trace_capture(&a, NULL, &err), QRL_OK, "%s", err.msg);
+        cr_assert_eq(qrl_cuda_synchronize(&err), QRL_OK, "%s", err.msg);
+        uint8_t *store = malloc((size_t)(entries * slab));
+        float *taps = malloc((size_t)(entries * tap_floats) * 4);
+        cr_assert_eq(qrl_cuda_copy_to_host(store, ctl.store, entries * slab, NULL), QRL_OK);
+        cr_assert_eq(qrl_cuda_copy_to_host(taps, ctl.taps, entries * tap_floats * 4, NULL), QRL_OK);
+        uint8_t codes[256], sc[32], bits[64];
+        for (int r = 0; r < n; r++) {
+            if (dst[r] < 0) continue;
+            for (int v = vec0; v < vec0 + nvec; v++) {
+                const float *x = kv + ((size_t)r * 2 * kvh + v) * hd;
+                float genc;
+                qrl_trace_capture(x, (uint32_t)hd, codes, sc, bits, &genc);
+                const uint8_t *e = store + dst[r] * slab + off + v * step;
+                cr_assert_eq(memcmp(e, &genc, 4), 0, "fp4 kv hd %d plan %d row %d vec %d: S_enc", hd, plan, r, v);
+                cr_assert_eq(memcmp(e + 4, sc, (size_t)(hd + 15) / 16), 0, "fp4 kv hd %d plan %d row %d "
+                             "vec %d: scales", hd, plan, r, v);
+                cr_assert_eq(memcmp(e + 4 + (hd + 15) / 16, bits, (size_t)(hd + 7) / 8), 0,
+                             "fp4 kv hd %d plan %d row %d vec %d: LSBs", hd, plan, r, v);
+                cr_assert_eq(memcmp(taps + dst[r] * tap_floats + (int64_t)v * hd, x, (size_t)hd * 4), 0,
+                             "fp4 kv tap row %d vec %d", r, v);
+            }
+            for (int64_t b = 0; b < slab; b++) /* other heads' and kinds' bytes untouched */
+                if (b < off + vec0 * step || b >= off + (vec0 + nvec) * step)
+                    cr_assert_eq(store[dst[r] * slab + b], 0, "fp4 kv plan %d: byte %lld written", plan,
+                                 (long long)b);
+        }
+        qrl_cuda_free(ctl.store), qrl_cuda_free(ctl.taps), qrl_cuda_free((void *)a.ctl);
+        qrl_cuda_free((void *)a.dst);
+        free(zs), free(zt), free(store), free(taps);
+    }
+    for (int w = 0; w < 2; w++) qrl_cuda_free(c.codes[w]), qrl_cuda_free(c.scales[w]);
+    qrl_cuda_free((void *)c.block_tables), qrl_cuda_free(dkv), qrl_cuda_free(copy);
+    qrl_cuda_free(drs), qrl_cuda_free(drp);
+    free(kv), free(tables), free(rseq), free(rpos), free(z), free(dst);
+}
+
+Test(cuda_trace, kv_fp4_records_are_the_caches_own) {
+    require_gpu();
+    check_kv_fp4(8, 4, 9, 401);    /* stories260K */
+    check_kv_fp4(128, 8, 21, 402); /* Qwen3-1.7B */
+    check_kv_fp4(72, 2, 17, 403);  /* a partial last block */
+    check_kv_fp4(64, 1, 5, 404);
 }
 
 /* ---- the w4a4 quantizers' TRACE sink ----------------------------------------------------- */
@@ -391,8 +486,17 @@ static void check_aligned(const qrl_model *m, const tap_log *t, const qrl_trace_
 #define NSEQ 3
 #define MAXTOK 40
 
-static void forward_recording(bool eager, bool a4) {
+static void forward_recording(bool eager, bool a4, qrl_kv_format kvf) {
     require_gpu();
+    if (kvf == QRL_KV_FORMAT_FP4) {
+        qrl_scheduler_config probe;
+        qrl_scheduler_config_default(&probe);
+        probe.device = 0;
+        probe.kv_format = kvf;
+        qrl_error e;
+        if (qrl_scheduler_check_device(&probe, QRL_PRECISION_W4A4_NVFP4, &e) != QRL_OK)
+            cr_skip_test("the CUDA engine has no fp4 KV yet: %s", e.msg);
+    }
     qrl_model *m = st_load_model();
     const qrl_model_config *c = &m->cfg;
     qrl_error err;
@@ -401,8 +505,7 @@ static void forward_recording(bool eager, bool a4) {
         cr_assert_eq(qrl_model_quantize(m, QRL_PRECISION_W4A4_NVFP4, &err), QRL_OK, "%s", err.msg);
     }
     qrl_cuda_forward_desc d = {.max_rows = 16, .max_ctx = c->max_seq_len, .block_size = 16,
-                               .n_blocks = 64, .max_seqs = 8, .kv_format = QRL_KV_FORMAT_INT8,
-                               .eager = eager};
+                               .n_blocks = 64, .max_seqs = 8, .kv_format = kvf, .eager = eager};
     if (a4) d.precision = QRL_PRECISION_W4A4_NVFP4;
     qrl_cuda_forward *f;
     cr_assert_eq(qrl_cuda_forward_new(c, &d, &f, &err), QRL_OK, "%s", err.msg);
@@ -487,8 +590,9 @@ static void forward_recording(bool eager, bool a4) {
     long caps, reps;
     qrl_cuda_forward_graph_stats(f, &caps, &reps);
     if (!eager) cr_assert_gt(reps, 5, "decode steps replayed graphs (%ld)", reps);
-    printf("cuda trace forward (%s, %s): %d entries equal, graphs captured %ld replayed %ld, host "
-           "%.0f us\n", a4 ? "w4a4-nvfp4" : "bf16", eager ? "eager" : "graphs", checked, caps, reps,
+    printf("cuda trace forward (%s, kv %s, %s): %d entries equal, graphs captured %ld replayed %ld, "
+           "host %.0f us\n", a4 ? "w4a4-nvfp4" : "bf16", qrl_kv_format_name(kvf),
+           eager ? "eager" : "graphs", checked, caps, reps,
            qrl_cuda_trace_recorder_host_ns(rec) / 1e3);
     qrl_cuda_forward_set_recorder(f, NULL, &err);
     qrl_cuda_trace_recorder_free(rec);
@@ -499,12 +603,16 @@ static void forward_recording(bool eager, bool a4) {
     qrl_model_free(m);
 }
 
-Test(cuda_trace, forward_records_equal_requantized_inputs_graphs) { forward_recording(false, false); }
-Test(cuda_trace, forward_records_equal_requantized_inputs_eager) { forward_recording(true, false); }
+#define KV_I8 QRL_KV_FORMAT_INT8
+Test(cuda_trace, forward_records_equal_requantized_inputs_graphs) { forward_recording(false, false, KV_I8); }
+Test(cuda_trace, forward_records_equal_requantized_inputs_eager) { forward_recording(true, false, KV_I8); }
 /* w4a4-nvfp4: the linear sites' records come from the engine's quantizers; the tap is the
  * F32 vector they quantized (check_aligned's 1e-5 says it is the F32 norm output, not xb) */
-Test(cuda_trace, forward_w4a4_records_are_the_engines_codes_graphs) { forward_recording(false, true); }
-Test(cuda_trace, forward_w4a4_records_are_the_engines_codes_eager) { forward_recording(true, true); }
+Test(cuda_trace, forward_w4a4_records_are_the_engines_codes_graphs) { forward_recording(false, true, KV_I8); }
+Test(cuda_trace, forward_w4a4_records_are_the_engines_codes_eager) { forward_recording(true, true, KV_I8); }
+/* and k / v from the fp4 KV cache's records (skipped until the CUDA engine runs fp4 KV) */
+Test(cuda_trace, forward_w4a4_kv_fp4_graphs) { forward_recording(false, true, QRL_KV_FORMAT_FP4); }
+Test(cuda_trace, forward_w4a4_kv_fp4_eager) { forward_recording(true, true, QRL_KV_FORMAT_FP4); }
 
 Test(cuda_trace, attach_refuses_sites_the_engine_has_no_vectors_for) {
     require_gpu();
