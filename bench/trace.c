@@ -1,10 +1,12 @@
 /* TRACE recorder cost in the CUDA decode step (SPEC §6; model/trace_rec_cuda.h): a
  * random-weight Qwen3-1.7B-shaped model (hidden 2048, 28 layers, 16 q / 8 kv heads,
  * head_dim 128, intermediate 6144, vocab 151936, tied LM head, QK-norm), w4a4-nvfp4 weights
- * and the fp4 KV cache (the default sites: every linear input, K / V of layers 14-27), or,
- * while the CUDA engine has no w4a4 / fp4 KV, w4a16-nvfp4 with an int8 KV cache recording
- * the same sites (BF16 GEMM inputs and F32 K / V rows: the same vectors and kernel work;
- * the JSON and the table name what ran).
+ * and activations (the linear sites' records written by the engine's own activation
+ * quantizers) and the fp4 KV cache (K / V records copied from the cache's own), the default
+ * sites: every linear input, K / V of layers 14-27.  While the CUDA engine has no fp4 KV
+ * (qrl_scheduler_check_device refuses it), an int8 KV cache recording the same K / V sites
+ * from its F32 rows (one capture launch per layer as with fp4; the JSON and the table name
+ * the KV format that ran).
  *
  * Per batch (context 1024, CUDA graphs on): STEPS decode steps without a recorder, then the
  * same steps with one (every row a target, a new token each step, the default 64-token
@@ -31,6 +33,7 @@ int main(void) {
 
 #include "model/forward_cuda.h"
 #include "model/trace_rec_cuda.h"
+#include "rollout/scheduler.h"
 
 #include "cuda_bench.h"
 
@@ -129,14 +132,17 @@ int main(int argc, char **argv) {
                                .block_size = 16, .n_blocks = max_b * ((max_ctx + 15) / 16),
                                .max_seqs = max_b, .kv_format = QRL_KV_FORMAT_FP4,
                                .precision = QRL_PRECISION_W4A4_NVFP4};
-    qrl_cuda_forward *f = NULL;
-    if (qrl_cuda_forward_new(&cfg, &d, &f, &err) != QRL_OK) {
-        printf("w4a4-nvfp4 + fp4 KV not available on the CUDA engine (%s): w4a16-nvfp4 + int8 KV, "
-               "recording the same sites\n", err.msg);
+    qrl_scheduler_config probe;
+    qrl_scheduler_config_default(&probe);
+    probe.device = 0;
+    probe.kv_format = QRL_KV_FORMAT_FP4;
+    if (qrl_scheduler_check_device(&probe, d.precision, &err) != QRL_OK) {
+        printf("fp4 KV not yet on the CUDA engine (%s): int8 KV, recording the same K / V sites\n",
+               err.msg);
         d.kv_format = QRL_KV_FORMAT_INT8;
-        d.precision = QRL_PRECISION_W4A16_NVFP4;
-        QK(qrl_cuda_forward_new(&cfg, &d, &f, &err));
     }
+    qrl_cuda_forward *f = NULL;
+    QK(qrl_cuda_forward_new(&cfg, &d, &f, &err));
     QK(qrl_cuda_forward_init_random(f, 1234, &err));
     qrl_trace_sites sites;
     qrl_trace_sites_default(&sites);
@@ -155,9 +161,9 @@ int main(int argc, char **argv) {
     struct cudaDeviceProp prop;
     CK(cudaGetDeviceProperties(&prop, 0));
     printf("device: %s; Qwen3-1.7B shapes, random %s weights, kv %s, context %d, %d steps, "
-           "%u sites, %zu record bytes per token, store %.1f MiB\n", prop.name,
+           "%u sites, %zu record bytes per token, recorder device memory %.1f MiB\n", prop.name,
            qrl_precision_name(d.precision), qrl_kv_format_name(d.kv_format), CTX, steps,
-           qrl_trace_layout_n_sites(l), bpt, qrl_cuda_trace_recorder_store_bytes(rec) / 1048576.0);
+           qrl_trace_layout_n_sites(l), bpt, qrl_cuda_trace_recorder_device_bytes(rec) / 1048576.0);
     row rows[16];
     for (int b = 0; b < nb; b++) {
         row *r = &rows[b];

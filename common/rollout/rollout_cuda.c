@@ -16,9 +16,6 @@
 #include "model/forward_cuda.h"
 #include "model/trace_rec_cuda.h"
 
-/* TRACE records per sequence kept on the device before a batch goes to the host
- * (trace_rec_cuda.h): a copy every 64 tokens, or at the end of the response. */
-#define TRACE_WINDOW 64
 
 static qrl_status gpu_seq_new(qrl_scheduler *s, int *seq, qrl_error *err) {
     return qrl_cuda_forward_seq_new(s->gpu, seq, err);
@@ -75,13 +72,13 @@ static void gpu_close(qrl_scheduler *s) { qrl_cuda_forward_free(s->gpu); }
  * (one per sequence), passes of the engine's max_rows. */
 static qrl_status gpu_trace_open(qrl_scheduler *s, qrl_error *err) {
     QRL_TRY(qrl_cuda_trace_recorder_new(s->trace_layout, &s->model->cfg, s->n_slots,
-                                        s->gpu_rows, TRACE_WINDOW, qrl_cuda_forward_stream(s->gpu),
+                                        s->gpu_rows, QRL_GPU_TRACE_WINDOW, qrl_cuda_forward_stream(s->gpu),
                                         &s->gpu_trace, err));
     QRL_TRY(qrl_cuda_forward_set_recorder(s->gpu, s->gpu_trace, err));
-    QRL_LOG_INFO("sched", "trace recorder device=cuda:%d sites=%u bytes_per_token=%zu store_bytes=%zu",
+    QRL_LOG_INFO("sched", "trace recorder device=cuda:%d sites=%u bytes_per_token=%zu device_bytes=%zu",
                  s->cfg.device, qrl_trace_layout_n_sites(s->trace_layout),
                  qrl_trace_layout_record_bytes_per_token(s->trace_layout),
-                 qrl_cuda_trace_recorder_store_bytes(s->gpu_trace));
+                 qrl_cuda_trace_recorder_device_bytes(s->gpu_trace));
     return QRL_OK;
 }
 static void gpu_trace_clear(qrl_scheduler *s) { qrl_cuda_trace_recorder_clear(s->gpu_trace); }
