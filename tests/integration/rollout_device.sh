@@ -2,9 +2,8 @@
 # qrl-rollout's engine device keys refuse what the CUDA engine cannot run, at start and
 # before touching Kafka (exit 1, one "qrl-rollout: error:" line naming the key):
 #   - rollout.device cuda with rollout.kv_cache fp4: no CUDA kernels for the fp4 KV cache;
-#   - rollout.device cuda with rollout.trace true: the recorder runs in the CPU engine
-#     (every weight precision, w4a4-nvfp4 included, runs on the GPU);
-#   in a build without CUDA the no-CUDA refusal comes first;
+#   in a build without CUDA the no-CUDA refusal comes first (every weight precision,
+#   w4a4-nvfp4 included, and rollout.trace run on the GPU: model/trace_rec_cuda.h);
 #   - rollout.device gpu: not one of cpu|cuda.
 # The CUDA engine itself is tested on a GPU by tests/cuda/test_cuda_scheduler.c.
 set -u
@@ -32,8 +31,6 @@ expect_refused() {
 
 expect_refused 'error: (rollout\.kv_cache fp4 with rollout\.device cuda: UNSUPPORTED|rollout\.device cuda: UNSUPPORTED: this build has no CUDA)' \
   --rollout.device cuda --rollout.kv_cache fp4
-expect_refused 'error: (rollout\.trace with rollout\.device cuda: UNSUPPORTED|rollout\.device cuda: UNSUPPORTED: this build has no CUDA)' \
-  --rollout.device cuda --rollout.precision w4a4-nvfp4 --rollout.trace true
 expect_refused "rollout\.device: 'gpu' is not one of the allowed values: cpu, cuda" --rollout.device gpu
 
 [ $fails -eq 0 ] && echo "ok: rollout.device refusals" && exit 0
