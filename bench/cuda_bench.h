@@ -94,17 +94,18 @@ static inline void json_decode_rows(FILE *f, int n_p, const char *const *names, 
 }
 
 /* Decode step of a random-weight model of shape c at weight precision prec, batch B, every
- * row at context ctx (BF16 paged KV, block 16), CUDA graphs unless eager: `warmup` untimed
+ * row at context ctx (paged KV of format kv (random valid records), block 16), CUDA graphs
+ * unless eager: `warmup` untimed
  * steps, then `reps` steps timed with CUDA events on the engine's stream (greedy tokens back
  * on the host, checked inside the vocabulary).  ms[reps] gets the sorted step times (ms);
  * *weight_gb the weight bytes a step reads; *first_ms (may be NULL) the first warm-up
  * step's wall time (ms, host clock: with graphs, the capture).  Exits on any error. */
-static inline void decode_step_times_mode(const qrl_model_config *c, qrl_precision prec, int B,
-                                          int ctx, bool eager, int warmup, int reps, float *ms,
-                                          double *weight_gb, double *first_ms) {
+static inline void decode_step_times_kv(const qrl_model_config *c, qrl_precision prec,
+                                        qrl_kv_format kv, int B, int ctx, bool eager, int warmup,
+                                        int reps, float *ms, double *weight_gb, double *first_ms) {
     qrl_cuda_forward_desc d = {.max_rows = B, .max_ctx = ctx + 64, .block_size = 16,
                                .n_blocks = B * ((ctx + 64) / 16 + 1), .max_seqs = B, .precision = prec,
-                               .eager = eager};
+                               .eager = eager, .kv_format = kv};
     qrl_cuda_forward *f;
     qrl_error err;
     QK(qrl_cuda_forward_new(c, &d, &f, &err));
@@ -143,6 +144,14 @@ static inline void decode_step_times_mode(const qrl_model_config *c, qrl_precisi
     cudaEventDestroy(e1);
     qrl_cuda_forward_free(f);
     free(seqs); free(tok); free(gt);
+}
+
+/* decode_step_times_kv with BF16 KV. */
+static inline void decode_step_times_mode(const qrl_model_config *c, qrl_precision prec, int B,
+                                          int ctx, bool eager, int warmup, int reps, float *ms,
+                                          double *weight_gb, double *first_ms) {
+    decode_step_times_kv(c, prec, QRL_KV_FORMAT_BF16, B, ctx, eager, warmup, reps, ms, weight_gb,
+                         first_ms);
 }
 
 /* decode_step_times_mode with CUDA graphs (the engine's default). */

@@ -6,7 +6,9 @@
  *   w4a16-nvfp4  NVFP4 weights, BF16 activations, BF16 KV
  *   w4a4-nvfp4   NVFP4 weights, activations NVFP4-quantized per token (fused into the norms
  *                and SwiGLU), BF16 KV
- * (w4a4-nvfp4 + fp4 KV joins the list once the engine has the fp4 KV cache.)
+ *   bf16+kv4     BF16 weights, fp4 (NVFP4) KV cache: 80 bytes per token-head vector
+ *                (64 code bytes + S_enc, 1/S_enc, 8 block scales) instead of 256
+ *   w4a4+kv4     w4a4-nvfp4 with the fp4 KV cache (the all-FP4 rollout)
  * Per variant and batch: WARMUP untimed steps (the first captures the graph), then REPS
  * steps timed with CUDA events (cuda_bench.h decode_step_times), median reported; the
  * floor is (weight bytes + the KV bytes the attention reads) / the device-to-device copy
@@ -31,10 +33,12 @@ int main(void) {
 static const int BATCH[] = {1, 64, 128};
 #define N_B (int)(sizeof BATCH / sizeof *BATCH)
 
-static const struct { const char *name; qrl_precision prec; } DV[] = {
-    {"bf16", QRL_PRECISION_BF16},
-    {"w4a16-nvfp4", QRL_PRECISION_W4A16_NVFP4},
-    {"w4a4-nvfp4", QRL_PRECISION_W4A4_NVFP4},
+static const struct { const char *name; qrl_precision prec; qrl_kv_format kv; } DV[] = {
+    {"bf16", QRL_PRECISION_BF16, QRL_KV_FORMAT_BF16},
+    {"w4a16-nvfp4", QRL_PRECISION_W4A16_NVFP4, QRL_KV_FORMAT_BF16},
+    {"w4a4-nvfp4", QRL_PRECISION_W4A4_NVFP4, QRL_KV_FORMAT_BF16},
+    {"bf16+kv4", QRL_PRECISION_BF16, QRL_KV_FORMAT_FP4},
+    {"w4a4+kv4", QRL_PRECISION_W4A4_NVFP4, QRL_KV_FORMAT_FP4},
 };
 #define N_P (int)(sizeof DV / sizeof *DV)
 
@@ -66,24 +70,27 @@ int main(int argc, char **argv) {
     CK(cudaGetDeviceProperties(&prop, 0));
     double bw = copy_bandwidth();
     qrl_model_config c = qwen3_1_7b();
-    /* BF16 KV read per row and step: every layer's K and V of ctx + 1 positions */
-    double kv_row = (double)c.n_layers * 2 * c.n_kv_heads * c.head_dim * 2 * (ctx + 1);
+    /* KV read per row and step: every layer's K and V of ctx + 1 positions, a record of
+     * 2 hd bytes (BF16) or hd / 2 + 16 (fp4: codes, then S_enc, 1/S_enc, block scales) */
+    double kv_pos = (double)c.n_layers * 2 * c.n_kv_heads * (ctx + 1);
     double ms[N_P][N_B], wgb[N_P];
     float t[REPS];
     for (int p = 0; p < N_P; p++)
         for (int b = 0; b < N_B; b++) {
-            decode_step_times(&c, DV[p].prec, BATCH[b], ctx, WARMUP, REPS, t, &wgb[p]);
+            decode_step_times_kv(&c, DV[p].prec, DV[p].kv, BATCH[b], ctx, false, WARMUP, REPS, t,
+                                 &wgb[p], NULL);
             ms[p][b] = t[REPS / 2];
             fprintf(stderr, "%s batch %d: min %.3f median %.3f max %.3f ms\n", DV[p].name, BATCH[b],
                     t[0], t[REPS / 2], t[REPS - 1]);
         }
-    printf("fp4 decode, %s, Qwen3-1.7B shapes (random weights), context %d, BF16 KV, CUDA graphs, "
+    printf("fp4 decode, %s, Qwen3-1.7B shapes (random weights), context %d, KV bf16 unless +kv4, CUDA graphs, "
            "median of %d steps; copy bandwidth %.0f GB/s\n", prop.name, ctx, REPS, bw / 1e9);
     printf("%-12s %8s %6s %9s %9s %10s %8s %10s\n", "variant", "weights", "batch", "step ms",
            "floor ms", "tok/s", "vs bf16", "of floor");
     for (int p = 0; p < N_P; p++)
         for (int b = 0; b < N_B; b++) {
-            double floor_ms = (wgb[p] * 1e9 + kv_row * BATCH[b]) / bw * 1e3;
+            double rec = DV[p].kv == QRL_KV_FORMAT_FP4 ? c.head_dim / 2 + 16 : 2 * c.head_dim;
+            double floor_ms = (wgb[p] * 1e9 + kv_pos * rec * BATCH[b]) / bw * 1e3;
             printf("%-12s %6.2fGB %6d %9.3f %9.3f %10.0f %7.2fx %9.0f%%\n", DV[p].name, wgb[p],
                    BATCH[b], ms[p][b], floor_ms, BATCH[b] / (ms[p][b] * 1e-3), ms[0][b] / ms[p][b],
                    100.0 * floor_ms / ms[p][b]);
@@ -95,7 +102,7 @@ int main(int argc, char **argv) {
     }
     fprintf(f, "{\n  \"device\": \"%s\",\n  \"model_shapes\": \"qwen3-1.7b\",\n  \"reps\": %d,\n"
             "  \"copy_bandwidth_gbs\": %.1f,\n", prop.name, REPS, bw / 1e9);
-    fprintf(f, "  \"decode\": {\"context\": %d, \"kv\": \"bf16\", \"graphs\": true, \"rows\": [", ctx);
+    fprintf(f, "  \"decode\": {\"context\": %d, \"kv\": \"bf16 (+kv4: fp4)\", \"graphs\": true, \"rows\": [", ctx);
     const char *names[N_P];
     for (int p = 0; p < N_P; p++) names[p] = DV[p].name;
     json_decode_rows(f, N_P, names, N_B, BATCH, &ms[0][0], wgb);

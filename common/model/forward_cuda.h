@@ -39,8 +39,8 @@ typedef struct qrl_cuda_forward_desc {
     int n_blocks;    /* KV blocks in the pool (shared by all sequences) */
     int max_seqs;    /* sequence slots */
     /* KV cache format, as the CPU path's qrl_kv_cache_desc.format: bf16, fp8, int8, int4,
-     * int4-protected (kernels/cuda/kv_quant.cuh); f32 (0, what a zeroed desc holds) means
-     * bf16, the GPU keeps no f32 cache; fp4 is UNSUPPORTED. */
+     * fp4, int4-protected (kernels/cuda/kv_quant.cuh); f32 (0, what a zeroed desc holds)
+     * means bf16, the GPU keeps no f32 cache. */
     qrl_kv_format kv_format;
     int protected_sink, protected_recent; /* int4-protected, as qrl_kv_cache_desc */
     /* Weight precision: f32 (0) or bf16 run BF16 weights; w8a8-int8 / w8a8-fp8 run INT8 /

@@ -148,8 +148,8 @@ static qrl_status size_kv_scratch(qrl_cuda_forward *f, layout *lo, qrl_error *er
     f->quant = fmt != QRL_KV_FORMAT_BF16;
     if (f->quant && qrl_cuda_kvq_code_bytes(fmt, hd) == 0)
         return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
-                             "cuda forward: kv format '%s' (supported: bf16, fp8, int8, int4, "
-                             "int4-protected)", qrl_kv_format_name(d->kv_format));
+                             "cuda forward: kv format '%s' with head_dim %d (supported: bf16, fp8, "
+                             "int8, int4, fp4, int4-protected; even head_dim <= 256)", qrl_kv_format_name(d->kv_format), hd);
     if (fmt == QRL_KV_FORMAT_INT4_PROTECTED &&
         (d->protected_sink < 0 || d->protected_recent < 0 || d->protected_sink > d->max_ctx ||
          d->protected_recent > d->max_ctx))

@@ -53,11 +53,7 @@ static qrl_status gpu_check_precision(qrl_precision precision, qrl_error *err) {
 qrl_status qrl_scheduler_check_device(const qrl_scheduler_config *cfg, qrl_precision precision,
                                       qrl_error *err) {
     if (cfg->device < 0) return QRL_OK;
-    if (cfg->kv_format == QRL_KV_FORMAT_FP4)
-        return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
-                             "scheduler: kv format fp4 has no CUDA kernels (device %d; "
-                             "supported: bf16, fp8, int8, int4, int4-protected)", cfg->device);
-    return gpu_check_precision(precision, err);
+    return gpu_check_precision(precision, err); /* every kv format runs (kv_quant.cuh) */
 }
 static qrl_status gpu_load(qrl_scheduler *s, const qrl_model *model, qrl_error *err) {
     QRL_TRY(gpu_check_precision(model->precision, err));

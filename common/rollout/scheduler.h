@@ -64,7 +64,7 @@ typedef struct qrl_scheduler_config {
     uint64_t version;       /* policy version of the initial weights (default 0) */
     int device;             /* engine: -1 = the CPU forward (default); >= 0 = the CUDA
                                forward (model/forward_cuda.h) on that device ordinal: the
-                               model's precision (f32/bf16 as BF16, W8A8, W4A16), its own KV cache (f32 runs as bf16; fp4 refused);
+                               model's precision (f32/bf16 as BF16, W8A8, W4A16), its own KV cache (f32 runs as bf16);
                                decode rows are sampled on the device (the CPU sampler's
                                draws: qrl_cuda_forward_decode_sample), a prompt's first
                                token on the CPU from its prefill logits */
@@ -178,15 +178,14 @@ typedef struct qrl_scheduler qrl_scheduler; /* opaque */
  * *out owned by the caller (qrl_scheduler_free).  Errors: OUT_OF_RANGE (bad config, a
  * pool smaller than one full context; trace sites past the model's layers),
  * INVALID_ARGUMENT (trace_record with no FP4 site: neither w4a4-nvfp4 nor kv fp4),
- * UNSUPPORTED (KV format; device >= 0 in a build
- * without CUDA, with model precision w4a4-nvfp4, or with kv fp4), CUDA (no such
+ * UNSUPPORTED (KV format; device >= 0 in a build without CUDA), CUDA (no such
  * device, out of device memory), NOMEM. */
 qrl_status qrl_scheduler_new(const qrl_model *model, const qrl_tokenizer *tok,
                              const qrl_scheduler_config *cfg, qrl_scheduler_group_fn on_group,
                              void *ctx, qrl_scheduler **out, qrl_error *err);
 /* The engine precondition qrl_scheduler_new checks first, callable before loading a model
  * (a daemon refuses its settings at once): cfg->device < 0 is always OK; device >= 0 needs
- * a build with CUDA, a kv format other than fp4 and a precision other than w4a4-nvfp4.
+ * a build with CUDA (every kv format and precision runs on the CUDA engine).
  * Errors: UNSUPPORTED, naming which.  Whether the device exists is not checked here
  * (qrl_rollout_gpu_check, gpu_memory.h). */
 qrl_status qrl_scheduler_check_device(const qrl_scheduler_config *cfg, qrl_precision precision,

@@ -15,6 +15,7 @@
 #include <atomic>
 
 #include "cuda/attention_q_dev.cuh"
+#include "cuda/nvfp4_dev.cuh"
 #include "cuda/splits.cuh"
 #include "base/tuning.h"
 #include "cuda/launch.cuh"
@@ -23,7 +24,12 @@
 template <int FMT, int HD>
 static __device__ __forceinline__ void deq8(const uint8_t *codes, const float *sc, float fs, int d0,
                                             float f[8]) {
-    if (FMT == F_INT4) {
+    if (FMT == F_FP4) { /* qrl_nvfp4_dequantize_row: e2m1 * (decode(s_b) * (1 / S_enc)) */
+        uint32_t u = *(const uint32_t *)(codes + d0 / 2);
+        float ds = __fmul_rn(qrl_e4m3_dec_(((const uint8_t *)(sc + 2))[d0 / 16]), sc[1]);
+#pragma unroll
+        for (int i = 0; i < 8; i++) f[i] = __fmul_rn(qrl_e2m1_dec_(u >> (4 * i)), ds);
+    } else if (FMT == F_INT4) {
         uint32_t u = *(const uint32_t *)(codes + d0 / 2);
         int g = d0 / 32;
         float s = sc[g], z = sc[(HD + 31) / 32 + g];
@@ -212,13 +218,15 @@ qrl_status qrl_cuda_attention_q(const qrl_cuda_kvq_layer *c, uint16_t *out, cons
     cudaStream_t st = (cudaStream_t)stream;
     dim3 grid(ns, c->n_kv_heads, n);
     if (tc) { /* one launch, the protected split included */
-        int f = fmt == QRL_CUDA_KVQ_INT8 ? F_INT8 : fmt == QRL_CUDA_KVQ_FP8 ? F_FP8 : F_INT4;
+        int f = fmt == QRL_CUDA_KVQ_INT8 ? F_INT8 : fmt == QRL_CUDA_KVQ_FP8 ? F_FP8
+              : fmt == QRL_CUDA_KVQ_FP4 ? F_FP4 : F_INT4;
         qrl_attnq_tc_launch(a, f, hd, dim3(total, c->n_kv_heads, n), sl2, chunk, total, sh, ns,
                             prot ? c->sink + c->recent : 0, st);
         QRL_TRY(qrl_cuda_launch_status_("attention (quantized kv) split", err));
     } else {
         if (fmt == QRL_CUDA_KVQ_INT8) launch_cc<F_INT8>(a, hd, grid, 0, sl2, chunk, total, 0, sh, st);
         else if (fmt == QRL_CUDA_KVQ_FP8) launch_cc<F_FP8>(a, hd, grid, 0, sl2, chunk, total, 0, sh, st);
+        else if (fmt == QRL_CUDA_KVQ_FP4) launch_cc<F_FP4>(a, hd, grid, 0, sl2, chunk, total, 0, sh, st);
         else launch_cc<F_INT4>(a, hd, grid, 0, sl2, chunk, total, 0, sh, st);
         QRL_TRY(qrl_cuda_launch_status_("attention (quantized kv) split", err));
         if (prot) { /* the protected positions (<= sink + recent): one split at INT8 */

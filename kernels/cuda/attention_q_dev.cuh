@@ -13,7 +13,15 @@
 #define TILE_MIN 64
 #define TQ 16 /* positions per tensor-core tile */
 
-enum { F_INT8 = 0, F_FP8 = 1, F_INT4 = 2 };
+enum { F_INT8 = 0, F_FP8 = 1, F_INT4 = 2, F_FP4 = 3 };
+
+/* Code bytes and F32 fields per main-store record (qrl_cuda_kvq_code_bytes / _scale_floats). */
+template <int HD, int FMT>
+struct kvq_geom {
+    static constexpr int CB = FMT == F_INT4 || FMT == F_FP4 ? HD / 2 : HD;
+    static constexpr int SF = FMT == F_INT8 ? 1 : FMT == F_INT4 ? 2 * ((HD + 31) / 32)
+                            : FMT == F_FP4 ? 4 * ((8 + (HD + 15) / 16 + 15) / 16) : 0;
+};
 
 typedef struct qargs {
     qrl_cuda_kvq_layer c;
@@ -50,7 +58,7 @@ static __device__ __forceinline__ void rec_ptr(const qargs &a, const region_map 
         *codes = (const uint8_t *)a.c.side_codes[w] + s * HD;
         *sc = a.c.side_scales[w] + s;
     } else {
-        constexpr int CB = FMT == F_INT4 ? HD / 2 : HD, SF = FMT == F_INT8 ? 1 : FMT == F_INT4 ? 2 * ((HD + 31) / 32) : 0;
+        constexpr int CB = kvq_geom<HD, FMT>::CB, SF = kvq_geom<HD, FMT>::SF;
         size_t r = kvq_rec(a.c, table, p, kvh, bs_shift);
         *codes = a.c.codes[w] + r * CB;
         *sc = SF ? a.c.scales[w] + r * SF : nullptr;

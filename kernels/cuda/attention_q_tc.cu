@@ -33,13 +33,13 @@
 
 template <int HD, int FMT>
 struct tc_geom {
-    static constexpr int CB = FMT == F_INT4 ? HD / 2 : HD; /* code bytes per record */
+    static constexpr int CB = kvq_geom<HD, FMT>::CB;      /* code bytes per record */
     static constexpr int NG = (HD + 31) / 32;             /* int4 groups */
-    static constexpr int SF = FMT == F_INT8 ? 1 : FMT == F_INT4 ? 2 * NG : 0;
+    static constexpr int SF = kvq_geom<HD, FMT>::SF;      /* F32 fields per record */
     static constexpr int NCH = CB / 16;                   /* 16-byte chunks per record */
     static constexpr int RAW = 2 * TQ * CB + 2 * TQ * SF * 4; /* one stage: K, V codes, fields */
-    static constexpr int NBK = FMT == F_INT4 ? HD / 8 : HD / 4;  /* K bytes per lane */
-    static constexpr int NBV = FMT == F_INT4 ? HD / 16 : HD / 8; /* V bytes per lane */
+    static constexpr int NBK = CB == HD / 2 ? HD / 8 : HD / 4;  /* K bytes per lane */
+    static constexpr int NBV = CB == HD / 2 ? HD / 16 : HD / 8; /* V bytes per lane */
 };
 
 /* 16-byte chunk swizzle of a stage row: makes the K reads (rows pi(nt, 2i), pi(nt, 2i + 1),
@@ -83,6 +83,24 @@ static __device__ __forceinline__ uint32_t u4_pair(uint32_t w, int b) {
 }
 
 static __device__ __forceinline__ uint32_t h2_bits(float lo, float hi) { return qrl_pack_h2(lo, hi); }
+
+/* Two E2M1 codes as an exact half2: sel holds the low code's magnitude bits (3) at bits
+ * [4, 7) and the high code's at [12, 15), sign their sign bits at 15 and 31.  The f16 of an
+ * E2M1 magnitude {0, .5, 1, 1.5, 2, 3, 4, 6} has a zero low byte and the high byte
+ * {00, 38, 3C, 3E, 40, 42, 44, 46}: one byte permute from that table (selector nibbles 0
+ * and 2 pick table byte 0 = the zero low bytes). */
+static __device__ __forceinline__ uint32_t e2m1x2_h2(uint32_t sel, uint32_t sign) {
+    return __byte_perm(0x3E3C3800u, 0x46444240u, sel) | sign;
+}
+/* E2M1 codes at nibbles 0, 1 (n = 0) or 2, 3 (n = 1) of u, element order kept. */
+static __device__ __forceinline__ uint32_t e2m1_pair(uint32_t u, int n) {
+    return n == 0 ? e2m1x2_h2(((u & 0x7u) << 4) | ((u & 0x70u) << 8), ((u & 0x8u) << 12) | ((u & 0x80u) << 24))
+                  : e2m1x2_h2(((u & 0x700u) >> 4) | (u & 0x7000u), ((u & 0x800u) << 4) | ((u & 0x8000u) << 16));
+}
+/* E4M3 bytes a (low half) and b as an exact half2. */
+static __device__ __forceinline__ uint32_t e4m3_pair(uint32_t a, uint32_t b) {
+    return qrl_e4m3x2_lo(a | (b << 8));
+}
 
 /* 2^x on the SFU alone (2 ulp; -inf -> 0): exp2f adds a denormal-range fix-up per call. */
 static __device__ __forceinline__ float ex2(float x) {
@@ -272,6 +290,7 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
     };
 
     float o[KS][4], mrun = -INFINITY, l = 0.0f;
+    int kc = 0; /* fp4: the V scale exponent o is kept in (see the tile loop) */
 #pragma unroll
     for (int mt = 0; mt < KS; mt++) o[mt][0] = o[mt][1] = o[mt][2] = o[mt][3] = 0.0f;
 #pragma unroll
@@ -294,7 +313,15 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
             int prow = (g >> 1) * 4 + nt * 2 + (g & 1);
             uint32_t kw[NBK / 4];
             lds_row<NCH, NBK>(st + prow * CB, prow, NBK * t, kw);
-            uint32_t s2 = 0, z2 = 0;
+            uint32_t s2 = 0, z2 = 0, fs2[(KB + 15) / 16];
+            if (FMT == F_FP4) { /* the block scales of the lane's dims [KB t, KB t + KB) */
+                const uint8_t *sb = (const uint8_t *)(sst + prow * SF + 2);
+#pragma unroll
+                for (int i = 0; i < (KB + 15) / 16; i++) {
+                    uint32_t b = sb[(KB * t) / 16 + i];
+                    fs2[i] = e4m3_pair(b, b);
+                }
+            }
             if (FMT == F_INT4) {
                 int grp = (KB * t) / 32;
                 __half2 hs = __float2half2_rn(sst[prow * SF + grp]), hz = __float2half2_rn(sst[prow * SF + NG + grp]);
@@ -306,6 +333,12 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
                 if (FMT == F_INT8) {
                     uint32_t x = kw[jj] ^ 0x80808080u;
                     b0 = __byte_perm(x, M64, 0x4140), b1 = __byte_perm(x, M64, 0x4342);
+                } else if (FMT == F_FP4) {
+                    /* dims KB t + 4 jj + (0, 1 | 2, 3): nibbles of half jj % 2 of word jj / 2,
+                     * times their block scale (exact in f16: <= 6 significant bits) */
+                    uint32_t u = kw[jj >> 1] >> (16 * (jj & 1));
+                    uint32_t sc2 = fs2[(4 * jj) / 16];
+                    b0 = qrl_hmul2(e2m1_pair(u, 0), sc2), b1 = qrl_hmul2(e2m1_pair(u, 1), sc2);
                 } else if (FMT == F_FP8) {
                     if (DQ) b0 = qrl_e4m3x2_lo(kw[jj]), b1 = qrl_e4m3x2_hi(kw[jj]);
                     else b0 = e4m3x2_h2(kw[jj]), b1 = e4m3x2_h2(kw[jj] >> 16);
@@ -339,6 +372,9 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
         } else if (FMT == F_FP8) {
 #pragma unroll
             for (int i = 0; i < 4; i++) sc[i] *= fsk;
+        } else if (FMT == F_FP4) { /* 1 / S_enc of each K vector */
+#pragma unroll
+            for (int i = 0; i < 4; i++) sc[i] *= sst[(4 * t + i) * SF + 1];
         }
         if (p0 + TQ > end)
 #pragma unroll
@@ -347,11 +383,29 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
         float mx = fmaxf(fmaxf(sc[0], sc[1]), fmaxf(sc[2], sc[3]));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 2));
-        if (__any_sync(0xffffffffu, mx > mrun)) { /* rescale only when a maximum grew */
+        /* fp4 V: 1 / S_enc per position goes into P before P.V, as p * (sdec * 2^(127 - kc)),
+         * kc = the largest sdec exponent met so far (warp-uniform), so P stays in (0, 2)
+         * in f16 whatever the vectors' magnitudes; o holds the output times 2^(127 - kc) */
+        float vsd[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        int kt = 0;
+        if (FMT == F_FP4) {
+            float m4 = 0.0f;
+#pragma unroll
+            for (int i = 0; i < 4; i++) vsd[i] = sst[(TQ + 4 * t + i) * SF + 1], m4 = fmaxf(m4, vsd[i]);
+            m4 = fmaxf(m4, __shfl_xor_sync(0xffffffffu, m4, 1));
+            m4 = fmaxf(m4, __shfl_xor_sync(0xffffffffu, m4, 2));
+            kt = (int)((__float_as_uint(m4) >> 23) & 0xFFu);
+        }
+        bool kgrow = FMT == F_FP4 && kt > kc;
+        if (__any_sync(0xffffffffu, mx > mrun) || kgrow) { /* rescale only when a maximum grew */
             float mn = fmaxf(mrun, mx), cf = ex2(mrun - mn);
             mrun = mn;
             l *= cf;
             float ca = __shfl_sync(0xffffffffu, cf, 8 * t), cb = __shfl_sync(0xffffffffu, cf, 8 * t + 4);
+            if (kgrow) {
+                float fk = ldexpf(1.0f, kc - kt);
+                ca *= fk, cb *= fk, kc = kt;
+            }
 #pragma unroll
             for (int mt = 0; mt < KS; mt++) o[mt][0] *= ca, o[mt][1] *= cb, o[mt][2] *= ca, o[mt][3] *= cb;
         }
@@ -359,6 +413,11 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
 #pragma unroll
         for (int i = 0; i < 4; i++) p[i] = g < G ? ex2(sc[i] - mrun) : 0.0f;
         l += (p[0] + p[1]) + (p[2] + p[3]);
+        if (FMT == F_FP4) {
+            float fd = __uint_as_float((uint32_t)(254 - kc) << 23); /* 2^(127 - kc) */
+#pragma unroll
+            for (int i = 0; i < 4; i++) p[i] *= vsd[i] * fd;
+        }
         uint32_t pb0 = h2_bits(p[0], p[1]), pb1 = h2_bits(p[2], p[3]);
 
         /* V^T fragments: lane's dims [VB g, VB g + VB) of positions 4t .. 4t + 3 */
@@ -369,6 +428,9 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
         if (FMT == F_INT8) {
             float4 v4 = *(const float4 *)(sst + TQ + 4 * t);
             vs[0] = h2_bits(v4.x, v4.y), vs[1] = h2_bits(v4.z, v4.w);
+        } else if (FMT == F_FP4) { /* block scale of dims [VB g, VB g + VB) per position pair */
+            const uint8_t *b0 = (const uint8_t *)(sst + (TQ + 4 * t) * SF + 2) + (VB * g) / 16;
+            vs[0] = e4m3_pair(b0[0], b0[SF * 4]), vs[1] = e4m3_pair(b0[2 * SF * 4], b0[3 * SF * 4]);
         } else if (FMT == F_INT4) {
             int grp = (VB * g) / 32;
             const float *f0 = sst + (TQ + 4 * t) * SF;
@@ -383,7 +445,12 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
             for (int pr = 0; pr < 2; pr++) { /* positions 4t + 2pr, 4t + 2pr + 1 -> a[2pr], a[2pr + 1] */
                 const uint32_t *w0 = vw[2 * pr], *w1 = vw[2 * pr + 1];
                 uint32_t lo, hi;
-                if (FMT == F_INT4) {
+                if (FMT == F_FP4) { /* byte mt of both positions: x = (A, B) in bytes 0, 1 */
+                    int b = mt & 3, wi = mt >> 2;
+                    uint32_t x = __byte_perm(w0[wi], w1[wi], (uint32_t)(b | (4 + b) << 4));
+                    lo = qrl_hmul2(e2m1x2_h2((x & 0x707u) << 4, ((x & 0x8u) << 12) | ((x & 0x800u) << 20)), vs[pr]);
+                    hi = qrl_hmul2(e2m1x2_h2(x & 0x7070u, ((x & 0x80u) << 8) | ((x & 0x8000u) << 16)), vs[pr]);
+                } else if (FMT == F_INT4) {
                     int b = mt & 3, wi = mt >> 2;
                     uint32_t x = __byte_perm(w0[wi], w1[wi], (uint32_t)(b | b << 4 | (4 + b) << 8 | (4 + b) << 12));
                     lo = qrl_hsub2((x & 0x000F000Fu) | 0x64006400u, 0x64006400u);
@@ -411,6 +478,7 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
         __syncwarp();
     }
     qrl_cp_async_wait<0>();
+    if (FMT == F_FP4) fsv = ldexpf(1.0f, kc - 127);
     l += __shfl_xor_sync(0xffffffffu, l, 1);
     l += __shfl_xor_sync(0xffffffffu, l, 2);
     __syncthreads(); /* the stages become the merge area */
@@ -500,6 +568,11 @@ static void launch_hd(const qargs &a, int stages, int dq, dim3 grid, float sl2, 
 void qrl_attnq_tc_launch(const qargs &a, int fmt, int hd, dim3 grid, float sl2, int chunk, int ns,
                          int sh, int n_main, int prot_len, cudaStream_t st) {
     int stg = qrl_tuning_int(QRL_TUNING_ATTNQ_STAGES), dq = qrl_tuning_int(QRL_TUNING_ATTNQ_DEQ);
+    if (fmt == F_FP4) { /* one variant (the DQ decoders are int4's / fp8's) */
+        if (hd == 64) launch_st<64, F_FP4, 3, 1>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+        else launch_st<128, F_FP4, 3, 1>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+        return;
+    }
     if (hd == 64) {
         if (fmt == F_INT8) launch_hd<64, F_INT8>(a, stg, dq, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
         else if (fmt == F_FP8) launch_hd<64, F_FP8>(a, stg, dq, grid, sl2, chunk, ns, sh, n_main, prot_len, st);

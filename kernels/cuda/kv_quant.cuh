@@ -113,7 +113,10 @@ qrl_status qrl_cuda_kv_store_copy(const qrl_cuda_kvq_layer *c, const float *kv,
  * (2^-11 relative), fp8 K/V as exact E4M3 values (head scales on the score and the
  * output), int4 K/V dequantized to F16 (n * scale + zero, one rounding); Q is split into
  * F16 hi + lo (~2^-22 relative), P is F16.  Other head dims dequantize in registers on CUDA
- * cores (F32).  int4-protected: the protected positions are one more split per row (the
+ * cores (F32).  fp4 K/V: E2M1 x E4M3 block scale decoded in registers to exact F16 (<= 6
+ * significant bits), 1 / S_enc of each K vector applied to its score, of each V vector to
+ * P before P.V (scaled by a running power of two so P stays in F16's normal range); the
+ * CUDA-core path dequantizes as qrl_nvfp4_dequantize_row, bit for bit.  int4-protected: the protected positions are one more split per row (the
  * same launch on the tensor-core path), merged with the others by softmax statistics.
  * work: qrl_cuda_attention_q_work_floats floats.  Errors: UNSUPPORTED (head_dim, GQA group
  * > 8), INVALID_ARGUMENT, CUDA. */

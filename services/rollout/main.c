@@ -38,7 +38,7 @@ static const qrl_config_entry CONFIG[] = {
                  "f32|bf16|w8a8-int8|w8a8-fp8|w4a16-nvfp4|w4a16-mxfp4|w4a4-nvfp4", false,
                  "weight format of the rollout engine (SPEC §3): every version the learner sends is quantized to it"),
     QRL_CFG_ENUM("rollout.kv_cache", S_, kv_cache, "f32", "f32|bf16|fp8|int8|int4|int4-protected|fp4", false,
-                 "KV-cache format (SPEC §3); with rollout.device cuda, f32 runs as bf16 (fp4: CPU engine only)"),
+                 "KV-cache format (SPEC §3); with rollout.device cuda, f32 runs as bf16"),
     QRL_CFG_ENUM("rollout.device", S_, device, "cpu", "cpu|cuda", false,
                  "engine: cpu (the CPU forward) or cuda (the CUDA forward: rollout.precision f32 or bf16 "
                  "(BF16 weights), w8a8-int8, w8a8-fp8, w4a16-nvfp4, w4a16-mxfp4 or w4a4-nvfp4; KV on "
@@ -186,8 +186,6 @@ int main(int argc, char **argv) {
         if (qrl_rollout_gpu_check(S.cuda_device, NULL, 0, NULL, &err) == QRL_STATUS_UNSUPPORTED)
             qrl_die("rollout.device cuda: UNSUPPORTED: this build has no CUDA (nvcc was not found when it "
                     "was built)");
-        if (kvf == QRL_KV_FORMAT_FP4)
-            qrl_die("rollout.kv_cache fp4 with rollout.device cuda: UNSUPPORTED (no CUDA kernels)");
     }
     /* TRACE records FP4 quantizations (CPU engine: the forward's recorder; CUDA engine: the
      * device recorder, model/trace_rec_cuda.h) */

@@ -87,7 +87,7 @@ static const qrl_config_entry CONFIG[] = {
     QRL_CFG_INT("threads", O_, threads, "0", 0, 1024, false, "OpenMP threads (0 = all cores)"),
     QRL_CFG_ENUM("device", O_, device_kind, "cpu", "cpu|cuda", false,
                  "engine: cpu (the CPU reference forward) or cuda (the rollout scheduler's CUDA engine: "
-                 "f32 runs as bf16, no fp4 KV; refused in a build without CUDA or where "
+                 "f32 runs as bf16; refused in a build without CUDA or where "
                  "the GPU is missing)"),
     QRL_CFG_INT("device_id", O_, device_id, "0", 0, 64, false, "CUDA device ordinal with --device cuda"),
     QRL_CFG_DOUBLE("gpu_memory_utilization", O_, gpu_mem, "0", 0, 1, false,

@@ -1,4 +1,4 @@
-/* CUDA forward pass with each KV format (bf16, int8, fp8, int4, int4-protected) against the
+/* CUDA forward pass with each KV format (bf16, int8, fp8, int4, int4-protected, fp4) against the
  * CPU path with the same format, and decode vs prefill re-scoring on the GPU.
  *
  * Both sides run the model with BF16-rounded weights; the CPU stores its F32 K/V through
@@ -9,7 +9,8 @@
  *   max_i |gpu_i - cpu_i| <= eps_row; the greedy token equals the CPU argmax where the CPU
  *   margin > 2 eps_row; the greedy log-prob is within 2 eps_row.
  * Stated bounds TOL: bf16 0.03 (test_cuda_forward.c), int8 0.08, fp8 0.25, int4 0.40,
- * int4-protected 0.25 (a flipped 4-bit code moves an element by 1/15 of its group range,
+ * fp4 0.40 (the other 4-bit format's; a flipped E2M1 code moves an element by up to a
+ * third of its value), int4-protected 0.25 (a flipped 4-bit code moves an element by 1/15 of its group range,
  * a flipped E4M3 code by 1/8 of its value; stories260K's head_dim 8 makes each flip
  * count: measured 0.36 for int4, 0.18 for fp8, 0.05 for int8 there).
  * The greedy-token check needs a CPU margin > 2 eps_row, which the int4 bounds leave to
@@ -30,10 +31,11 @@
 #include "model/forward_cuda.h"
 #include "support/test_files.h"
 
-#define N_FMT 5
+#define N_FMT 6
 static const qrl_kv_format FMTS[N_FMT] = {QRL_KV_FORMAT_BF16, QRL_KV_FORMAT_INT8, QRL_KV_FORMAT_FP8,
-                                          QRL_KV_FORMAT_INT4, QRL_KV_FORMAT_INT4_PROTECTED};
-static const double TOL[N_FMT] = {0.03, 0.08, 0.25, 0.40, 0.25};
+                                          QRL_KV_FORMAT_INT4, QRL_KV_FORMAT_INT4_PROTECTED,
+                                          QRL_KV_FORMAT_FP4};
+static const double TOL[N_FMT] = {0.03, 0.08, 0.25, 0.40, 0.25, 0.40};
 #define SINK 4
 #define RECENT 16
 #define STEPS 48
@@ -267,8 +269,13 @@ Test(cuda_forward_kv, errors) {
                                .max_seqs = 2, .kv_format = QRL_KV_FORMAT_FP4};
     qrl_cuda_forward *f;
     qrl_error err;
+    cr_assert_eq(qrl_cuda_forward_new(&cfg, &d, &f, &err), QRL_OK, "%s", err.msg);
+    /* fp4 record: 8 code bytes + 16 bytes of fields (S_enc, 1/S_enc, block scale, pad) */
+    cr_assert_eq(qrl_cuda_forward_kv_bytes_per_pos(f), (size_t)2 * 2 * 24);
+    qrl_cuda_forward_free(f);
+    d.kv_format = QRL_KV_FORMAT_COUNT_; /* no such format */
     cr_assert_eq(qrl_cuda_forward_new(&cfg, &d, &f, &err), QRL_STATUS_UNSUPPORTED);
-    cr_assert(strstr(err.msg, "fp4"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "kv format '?'"), "%s", err.msg);
     d.kv_format = QRL_KV_FORMAT_INT4_PROTECTED;
     d.protected_sink = -1;
     cr_assert_eq(qrl_cuda_forward_new(&cfg, &d, &f, &err), QRL_STATUS_OUT_OF_RANGE);

@@ -1,7 +1,10 @@
 /* Quantized paged KV cache on the GPU (kernels/cuda/kv_quant.cuh) against the CPU reference.
  *
  * Store: every record the GPU writes equals the CPU encoder's bytes (qrl_int8_quantize_rows,
- * qrl_kv_fp8_quantize with the sequence's head scale, qrl_kv_int4_quantize; the int4-
+ * qrl_kv_fp8_quantize with the sequence's head scale, qrl_kv_int4_quantize, fp4:
+ * qrl_nvfp4_quantize_row as qrl_kv_cache_write (S_enc, block scales, codes; the stored
+ * 1/S_enc is the IEEE reciprocal, 0 for a vector without a finite nonzero element) and the
+ * recorder's copy (qrl_cuda_kv_store_copy) the CPU cache record byte for byte; the int4-
  * protected side records by the INT8 encoder), the fp8 head scales equal the CPU cache's
  * calibration (checked through qrl_kv_cache_gather: decoded GPU records == the CPU cache's
  * rows bit for bit), and every record of a block no sequence owns keeps its poison.
@@ -143,8 +146,26 @@ static void kv_case(qrl_kv_format fmt, int H, int KVH, int hd, int bs, int n_seq
             if (fmt == QRL_KV_FORMAT_FP8)
                 cr_assert_eq(qrl_cuda_kv_fp8_calibrate(c, drows, dr, nr, NULL, &err), QRL_OK, "%s", err.msg);
         }
-        cr_assert_eq(qrl_cuda_kv_store(c, drows, ds, dp, n, NULL, &err), QRL_OK, "%s", err.msg);
+        size_t vb = qrl_cuda_kvq_fp4_copy_bytes(hd), cbytes = (size_t)n * 2 * KVH * vb;
+        uint8_t *dcopy = fmt == QRL_KV_FORMAT_FP4 ? dev_poisoned(cbytes) : NULL;
+        cr_assert_eq(qrl_cuda_kv_store_copy(c, drows, ds, dp, n, dcopy, NULL, &err), QRL_OK, "%s", err.msg);
         cr_assert_eq(qrl_cuda_synchronize(&err), QRL_OK, "%s", err.msg);
+        if (dcopy) { /* the recorder's copy: the CPU cache record of each vector */
+            cr_assert_eq(vb, qrl_kv_cache_vector_bytes(QRL_KV_FORMAT_FP4, hd));
+            uint8_t *hcopy = host_of(dcopy, cbytes), want[4 + 16 + 128 + 4];
+            for (int i = 0; i < n; i++)
+                for (int w = 0; w < 2; w++)
+                    for (int h = 0; h < KVH; h++) {
+                        memset(want, 0, sizeof want);
+                        const float *x = rows + (size_t)i * 2 * KV + (size_t)w * KV + (size_t)h * hd;
+                        int nb = (hd + 15) / 16;
+                        qrl_nvfp4_quantize_row(x, hd, want + 4 + nb, want + 4, (float *)want);
+                        cr_assert(memcmp(hcopy + (((size_t)i * 2 + w) * KVH + h) * vb, want, vb) == 0,
+                                  "fp4 copy row %d %s head %d differs from the CPU record", i, w ? "V" : "K", h);
+                    }
+            free(hcopy);
+            qrl_cuda_free(dcopy);
+        }
         qrl_cuda_free(drows); qrl_cuda_free(ds); qrl_cuda_free(dp); qrl_cuda_free(dr);
     }
     for (int s = 0; s < n_seqs; s++) qrl_kv_cache_set_len(kv, s, lens[s]);
@@ -184,6 +205,19 @@ static void kv_case(qrl_kv_format fmt, int H, int KVH, int hd, int bs, int n_seq
                         qrl_int8_quantize_rows(x, 1, hd, (int8_t *)want_c, want_s);
                         cr_assert(memcmp(gs, want_s, 4) == 0, "int8 scale s%d p%d h%d w%d: %a vs %a", s, p, h, w, *gs, want_s[0]);
                         qrl_int8_dequantize_rows((const int8_t *)gc, gs, 1, hd, mr);
+                    } else if (fmt == QRL_KV_FORMAT_FP4) {
+                        int nb = (hd + 15) / 16;
+                        uint8_t rec[4 + 16 + 128 + 4] = {0};
+                        qrl_nvfp4_quantize_row(x, hd, rec + 4 + nb, rec + 4, (float *)rec);
+                        float se, am = qrl_quant_absmax(x, hd, NULL);
+                        memcpy(&se, rec, 4);
+                        cr_assert(memcmp(&gs[0], &se, 4) == 0, "fp4 S_enc s%d p%d h%d w%d: %a vs %a", s, p, h, w, gs[0], se);
+                        cr_assert(am == 0.0f ? gs[1] == 0.0f : gs[1] == 1.0f / se, "fp4 1/S_enc %a (S_enc %a)", gs[1], se);
+                        const uint8_t *gsb = (const uint8_t *)(gs + 2);
+                        cr_assert(memcmp(gsb, rec + 4, nb) == 0, "fp4 block scales s%d p%d h%d w%d", s, p, h, w);
+                        for (int i = 8 + nb; i < 4 * g.sf; i++) cr_assert_eq(((const uint8_t *)gs)[i], 0, "fp4 field padding");
+                        memcpy(want_c, rec + 4 + nb, (size_t)hd / 2);
+                        qrl_nvfp4_dequantize_row(gc, gsb, gs[0], hd, mr);
                     } else if (fmt == QRL_KV_FORMAT_FP8) {
                         float sc = hfp8[((size_t)s * KVH + h) * 2 + w];
                         qrl_kv_fp8_quantize(x, hd, sc, want_c);
@@ -298,21 +332,22 @@ static void kv_case(qrl_kv_format fmt, int H, int KVH, int hd, int bs, int n_seq
     qrl_kv_cache_free(kv);
 }
 
-static const qrl_kv_format FMTS[] = {QRL_KV_FORMAT_INT8, QRL_KV_FORMAT_FP8, QRL_KV_FORMAT_INT4,
-                                     QRL_KV_FORMAT_INT4_PROTECTED};
+#define N_FMTS 5
+static const qrl_kv_format FMTS[N_FMTS] = {QRL_KV_FORMAT_INT8, QRL_KV_FORMAT_FP8, QRL_KV_FORMAT_INT4,
+                                           QRL_KV_FORMAT_INT4_PROTECTED, QRL_KV_FORMAT_FP4};
 
 /* Qwen3-4B heads (tensor-core path), ragged decode batch incl. odd lengths. */
 Test(cuda_kv, tensor_core_hd128) {
     require_gpu();
     const int lens[] = {1, 17, 300, 1025, 64, 2, 145, 160};
-    for (int f = 0; f < 4; f++) kv_case(FMTS[f], 32, 8, 128, 16, 8, lens, 16, 128, 0, 100 + f);
+    for (int f = 0; f < N_FMTS; f++) kv_case(FMTS[f], 32, 8, 128, 16, 8, lens, 16, 128, 0, 100 + f);
 }
 
 /* head_dim 64, odd block size, G = 3 (padded rows), small protected window. */
 Test(cuda_kv, tensor_core_hd64_odd_blocks) {
     require_gpu();
     const int lens[] = {150, 7, 33, 1};
-    for (int f = 0; f < 4; f++) kv_case(FMTS[f], 12, 4, 64, 5, 4, lens, 4, 8, 0, 200 + f);
+    for (int f = 0; f < N_FMTS; f++) kv_case(FMTS[f], 12, 4, 64, 5, 4, lens, 4, 8, 0, 200 + f);
     kv_case(QRL_KV_FORMAT_INT4_PROTECTED, 12, 4, 64, 5, 4, lens, 0, 0, 0, 210); /* = plain int4 */
     kv_case(QRL_KV_FORMAT_INT4_PROTECTED, 12, 4, 64, 5, 4, lens, 3, 0, 0, 211); /* sink only */
 }
@@ -322,7 +357,7 @@ Test(cuda_kv, tensor_core_hd64_odd_blocks) {
 Test(cuda_kv, tensor_core_gqa_groups) {
     require_gpu();
     const int lens[] = {513, 3, 96, 1};
-    for (int f = 0; f < 4; f++) {
+    for (int f = 0; f < N_FMTS; f++) {
         kv_case(FMTS[f], 16, 2, 128, 16, 4, lens, 16, 128, 0, 500 + f);
         kv_case(FMTS[f], 3, 3, 64, 8, 4, lens, 4, 32, 0, 510 + f);
         kv_case(FMTS[f], 10, 2, 128, 32, 4, lens, 16, 64, 0, 520 + f);
@@ -333,7 +368,7 @@ Test(cuda_kv, tensor_core_gqa_groups) {
 Test(cuda_kv, cuda_core_head_dims) {
     require_gpu();
     const int lens[] = {5, 1, 200, 97};
-    for (int f = 0; f < 4; f++) {
+    for (int f = 0; f < N_FMTS; f++) {
         kv_case(FMTS[f], 8, 4, 8, 16, 4, lens, 16, 128, 0, 300 + f); /* stories260K heads */
         kv_case(FMTS[f], 4, 2, 16, 7, 4, lens, 2, 5, 0, 310 + f);
         kv_case(FMTS[f], 16, 2, 32, 16, 4, lens, 16, 128, 0, 320 + f);
@@ -355,7 +390,7 @@ Test(cuda_kv, ragged_long_batch) {
 Test(cuda_kv, store_specials) {
     require_gpu();
     const int lens[] = {70, 9};
-    for (int f = 0; f < 4; f++) {
+    for (int f = 0; f < N_FMTS; f++) {
         kv_case(FMTS[f], 8, 4, 128, 16, 2, lens, 16, 32, 1, 500 + f);
         kv_case(FMTS[f], 4, 2, 40, 3, 2, lens, 2, 4, 1, 510 + f); /* hd 40: a short group */
     }
@@ -372,9 +407,13 @@ Test(cuda_kv, errors) {
     cr_assert_eq(qrl_cuda_attention_q(&c, NULL, NULL, NULL, NULL, 1, 4, 1.0f, 4, NULL, 0, NULL, &err),
                  QRL_STATUS_INVALID_ARGUMENT);
     cr_assert(strstr(err.msg, "scratch"), "%s", err.msg);
-    c.format = 5; /* fp4: not on the GPU */
+    c.format = 1; /* bf16: not a quantized format */
     cr_assert_eq(qrl_cuda_kv_store(&c, NULL, NULL, NULL, 1, NULL, &err), QRL_STATUS_INVALID_ARGUMENT);
-    cr_assert(strstr(err.msg, "kv format 5"), "%s", err.msg);
+    cr_assert(strstr(err.msg, "kv format 1"), "%s", err.msg);
+    c.format = QRL_CUDA_KVQ_INT8; /* the recorder's copy is fp4's */
+    cr_assert_eq(qrl_cuda_kv_store_copy(&c, NULL, NULL, NULL, 1, (uint8_t *)&c, NULL, &err),
+                 QRL_STATUS_INVALID_ARGUMENT);
+    cr_assert(strstr(err.msg, "fp4_copy"), "%s", err.msg);
     c.format = QRL_CUDA_KVQ_INT4_PROTECTED;
     c.recent = 8;
     c.ring = 4;

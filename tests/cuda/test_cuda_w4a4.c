@@ -300,6 +300,17 @@ Test(cuda_w4a4, forward_random_hd128) {
     qf_random_hd128(QRL_PRECISION_W4A4_NVFP4, 90, &FWD);
 }
 
+/* w4a4-nvfp4 with the fp4 KV cache on both sides (the all-FP4 rollout): bound 0.4 of max
+ * |logit|, the 4-bit KV bound of test_cuda_forward_kv.c (a flipped E2M1 code moves an
+ * element by up to a third of its value; stories260K's head_dim 8 makes each flip count). */
+static const qf_case FWD_KV4 = {80, 10, 0.4, OTHERS, 3, QRL_KV_FORMAT_FP4};
+
+Test(cuda_w4a4, forward_fp4_kv) {
+    require_gpu();
+    qf_random_hd128(QRL_PRECISION_W4A4_NVFP4, 90, &FWD_KV4);
+    qf_stories260k(QRL_PRECISION_W4A4_NVFP4, &FWD_KV4);
+}
+
 static double log_softmax_at(const float *x, int n, int t) {
     double mx = x[0], s = 0;
     for (int i = 1; i < n; i++) mx = fmax(mx, x[i]);
@@ -355,6 +366,7 @@ Test(cuda_w4a4, decode_vs_prefill_rescore) {
     int32_t prompt[40];
     for (int i = 0; i < 40; i++) prompt[i] = (int32_t)((i * 37 + 11) % m->cfg.vocab_size);
     rescore(m, "random-hd128", prompt, 40, QRL_KV_FORMAT_BF16);
+    rescore(m, "random-hd128", prompt, 40, QRL_KV_FORMAT_FP4);
     qrl_model_free(m);
     char bin[1024];
     if (!qrl_test_data_path("llama2c_stories260K/stories260K.bin", bin, sizeof bin)) return;
@@ -363,5 +375,6 @@ Test(cuda_w4a4, decode_vs_prefill_rescore) {
     cr_assert_eq(qrl_model_quantize(m, QRL_PRECISION_W4A4_NVFP4, &err), QRL_OK, "%s", err.msg);
     for (int i = 0; i < 40; i++) prompt[i] = (int32_t)(1 + (i * 37 + 11) % (m->cfg.vocab_size - 1));
     rescore(m, "stories260K", prompt, 40, QRL_KV_FORMAT_BF16);
+    rescore(m, "stories260K", prompt, 40, QRL_KV_FORMAT_FP4);
     qrl_model_free(m);
 }
