@@ -4,8 +4,8 @@
 # sink, the recorder in bf16 / w4a4-nvfp4 forwards, scheduler CPU vs CUDA on w4a4; the shared
 # NVFP4 quantizer's test_cuda_nvfp4, the w4a4 producers of test_cuda_w4a4 (they carry the
 # sink) and the decode graphs' test_cuda_graphs beside it) and bench/trace (the recorder's
-# share of the w4a4-nvfp4 decode step at Qwen3-1.7B shapes, fp4 KV once the engine runs
-# it, JSON to bench/results/trace-h200.json); a short table last.  Logs under $OUT (or
+# share of the w4a4-nvfp4 + fp4 KV decode step at Qwen3-1.7B shapes, JSON to
+# bench/results/trace-h200.json); a short table last.  Logs under $OUT (or
 # /tmp).  About 60-90 s on an H200 (build included).
 #   there:  bench/run-trace-gpu.sh            (.device-data carried: stories260K)
 set -uo pipefail

@@ -3,10 +3,10 @@
  * head_dim 128, intermediate 6144, vocab 151936, tied LM head, QK-norm), w4a4-nvfp4 weights
  * and activations (the linear sites' records written by the engine's own activation
  * quantizers) and the fp4 KV cache (K / V records copied from the cache's own), the default
- * sites: every linear input, K / V of layers 14-27.  While the CUDA engine has no fp4 KV
- * (qrl_scheduler_check_device refuses it), an int8 KV cache recording the same K / V sites
- * from its F32 rows (one capture launch per layer as with fp4; the JSON and the table name
- * the KV format that ran).
+ * sites: every linear input, K / V of layers 14-27.  Should the CUDA engine refuse fp4 KV
+ * (qrl_scheduler_check_device), an int8 KV cache records the same K / V sites from its F32
+ * rows (one capture launch per layer as with fp4; the JSON and the table name the KV format
+ * that ran).
  *
  * Per batch (context 1024, CUDA graphs on): STEPS decode steps without a recorder, then the
  * same steps with one (every row a target, a new token each step, the default 64-token
@@ -137,7 +137,7 @@ int main(int argc, char **argv) {
     probe.device = 0;
     probe.kv_format = QRL_KV_FORMAT_FP4;
     if (qrl_scheduler_check_device(&probe, d.precision, &err) != QRL_OK) {
-        printf("fp4 KV not yet on the CUDA engine (%s): int8 KV, recording the same K / V sites\n",
+        printf("fp4 KV refused by the CUDA engine (%s): int8 KV, recording the same K / V sites\n",
                err.msg);
         d.kv_format = QRL_KV_FORMAT_INT8;
     }

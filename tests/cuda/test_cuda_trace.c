@@ -25,9 +25,9 @@
  *     re-prefill mid-response keeps the kept tokens' records, and record k's layer-0 attn_in
  *     is rmsnorm(embedding of the token fed) (alignment: within BF16 rounding for BF16;
  *     within 1e-5 of the max for w4a4, i.e. the F32 vector the engine quantized, not xb);
- *     w4a4 with fp4 KV too, once the engine runs it (skipped until then);
+ *     w4a4 with fp4 KV too (k / v records copied from the cache's own);
  *   - the scheduler on the CPU engine with the CPU recorder and on the CUDA engine with the
- *     CUDA recorder (w4a4-nvfp4; kv fp4 once the CUDA engine has it, int8 until then), with
+ *     CUDA recorder (w4a4-nvfp4, kv fp4: linear and K / V sites), with
  *     a weight swap mid-run (re-prefill): the same layout and token counts, every record
  *     equal to quantizing its own engine's tapped vector; the share of equal scales / LSBs
  *     between the engines over the tokens both decoded alike is printed (their activations
@@ -610,7 +610,7 @@ Test(cuda_trace, forward_records_equal_requantized_inputs_eager) { forward_recor
  * F32 vector they quantized (check_aligned's 1e-5 says it is the F32 norm output, not xb) */
 Test(cuda_trace, forward_w4a4_records_are_the_engines_codes_graphs) { forward_recording(false, true, KV_I8); }
 Test(cuda_trace, forward_w4a4_records_are_the_engines_codes_eager) { forward_recording(true, true, KV_I8); }
-/* and k / v from the fp4 KV cache's records (skipped until the CUDA engine runs fp4 KV) */
+/* and k / v from the fp4 KV cache's own records */
 Test(cuda_trace, forward_w4a4_kv_fp4_graphs) { forward_recording(false, true, QRL_KV_FORMAT_FP4); }
 Test(cuda_trace, forward_w4a4_kv_fp4_eager) { forward_recording(true, true, QRL_KV_FORMAT_FP4); }
 
@@ -728,8 +728,8 @@ Test(cuda_trace, scheduler_cpu_and_cuda_recorders_agree_on_layout_counts_and_cod
     st_perturb(m2, 0.02);
     cr_assert_eq(qrl_model_quantize(m, QRL_PRECISION_W4A4_NVFP4, &e), QRL_OK, "%s", e.msg);
     cr_assert_eq(qrl_model_quantize(m2, QRL_PRECISION_W4A4_NVFP4, &e), QRL_OK, "%s", e.msg);
-    /* fp4 KV (k / v sites too) once the CUDA engine has it; until then int8 KV, whose
-     * layout has the linear sites only */
+    /* fp4 KV (k / v sites too); int8 KV (linear sites only) where a build's CUDA engine
+     * refuses fp4 KV */
     qrl_scheduler_config probe;
     qrl_scheduler_config_default(&probe);
     probe.device = 0;
