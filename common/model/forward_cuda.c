@@ -68,6 +68,28 @@ static void graphs_drop(qrl_cuda_forward *f) {
     memset(f->graphs, 0, sizeof f->graphs);
 }
 
+qrl_status qrl_cuda_forward_set_recorder(qrl_cuda_forward *f, qrl_cuda_trace_recorder *rec,
+                                         qrl_error *err) {
+    if (rec) {
+        bool lin = false;
+        for (int k = 0; k < QRL_TRACE_SITE_KIND_COUNT_; k++)
+            lin |= (QRL_TRACE_KINDS_LINEAR >> k & 1u) &&
+                   qrl_cuda_trace_recorder_has_kind(rec, (qrl_trace_site_kind)k);
+        bool kv = qrl_cuda_trace_recorder_has_kind(rec, QRL_TRACE_SITE_K) ||
+                  qrl_cuda_trace_recorder_has_kind(rec, QRL_TRACE_SITE_V);
+        if (lin && f->fuse_q)
+            return qrl_error_set(err, QRL_STATUS_UNSUPPORTED, "cuda forward: TRACE linear sites "
+                                 "on a fused w8a8 engine (no BF16 GEMM inputs to capture)");
+        if (kv && !f->quant)
+            return qrl_error_set(err, QRL_STATUS_UNSUPPORTED, "cuda forward: TRACE k / v sites "
+                                 "need a quantized KV cache (kv %s writes no F32 rows)",
+                                 qrl_kv_format_name(f->d.kv_format));
+    }
+    graphs_drop(f);
+    f->rec = rec;
+    return QRL_OK;
+}
+
 void qrl_cuda_forward_graph_stats(const qrl_cuda_forward *f, long *captures, long *replays) {
     *captures = f->graph_captures;
     *replays = f->graph_replays;
@@ -248,6 +270,15 @@ static qrl_status launch_rows(qrl_cuda_forward *f, int n, int max_len, int from,
     qrl_cuda_w8a8_act aq_d = act_q(f, D), aq_f = act_q(f, F);
     const qrl_cuda_w8a8_act *qd = fq ? &aq_d : NULL, *qf = fq ? &aq_f : NULL;
     uint16_t *xb = fq ? NULL : f->xb;
+    /* TRACE: the rows each site's quantizer reads, captured right after they are written
+     * (one NULL test per site when not recording); in w4a4 the activation quantizers write
+     * the linear sites' records themselves (SINK: the F32 values they quantize are never in
+     * memory, xb holds the codes' values) */
+#define CAPTURE(kind, src, bf16, stride)                                                    \
+    if (f->rec)                                                                             \
+    QRL_TRY(qrl_cuda_trace_recorder_capture(f->rec, l, kind, src, bf16, stride, n, err))
+#define SINK(kind, len)                                                                     \
+    if (f->rec) qrl_cuda_trace_recorder_sink(f->rec, l, kind, len, &a4q)
     /* w4a4-nvfp4: the four projection inputs quantized per token into xb / a4_sdec, fused
      * into the norms and SwiGLU (one block per row already: the row absmax is one more
      * block reduction); the attention output by a separate kernel (its row spans heads
@@ -257,12 +288,15 @@ static qrl_status launch_rows(qrl_cuda_forward *f, int n, int max_len, int from,
     for (int l = 0; l < c->n_layers; l++) {
         const layer_dev *w = &f->layers[l];
         uint16_t *kc = f->kv + (size_t)l * 2 * f->kv_layer_elems, *vc = kc + f->kv_layer_elems;
-        if (a4)
+        if (a4) {
+            SINK(QRL_TRACE_SITE_ATTN_IN, D);
             QRL_TRY(qrl_cuda_rmsnorm_nvfp4(NULL, f->x, l ? f->proj : NULL, NULL, w->attn_norm, n,
                                            D, c->norm_eps, &a4q, s, err));
-        else
+        } else {
             QRL_TRY(qrl_cuda_rmsnorm_w8a8(xb, f->x, l ? f->proj : NULL, NULL, w->attn_norm, n, D,
                                           c->norm_eps, qd, s, err));
+            CAPTURE(QRL_TRACE_SITE_ATTN_IN, f->xb, true, D);
+        }
         QRL_TRY(project(f, f->proj, f->xb, w->wqkv, &w->qkv, n, D, Q + 2 * KV, fq, err));
         qrl_cuda_rope_kv_args ra = {
             .qkv = f->proj, .bias = w->bqkv, .q_norm = w->q_norm, .k_norm = w->k_norm,
@@ -274,8 +308,17 @@ static qrl_status launch_rows(qrl_cuda_forward *f, int n, int max_len, int from,
         QRL_TRY(qrl_cuda_rope_kv(&ra, s, err));
         if (f->quant) {
             const qrl_cuda_kvq_layer *kq = &f->kvq[l];
+            /* fp4 KV: k / v records are the cache's own (S_enc, scales, codes), copied by
+             * the store; the other formats: NVFP4 of the F32 rows the store quantizes */
+            bool kv4 = kq->format == QRL_CUDA_KVQ_FP4;
+            uint8_t *kv4_copy = kv4 && f->rec ? qrl_cuda_trace_recorder_kv_copy(f->rec, l) : NULL;
+            if (!kv4) {
+                CAPTURE(QRL_TRACE_SITE_K, f->kvf, false, 2 * KV);
+                CAPTURE(QRL_TRACE_SITE_V, f->kvf + KV, false, 2 * KV);
+            }
             if (n_runs) QRL_TRY(qrl_cuda_kv_fp8_calibrate(kq, f->kvf, f->d_runs, n_runs, s, err));
-            QRL_TRY(qrl_cuda_kv_store(kq, f->kvf, rseq, rpos, n, s, err));
+            QRL_TRY(qrl_cuda_kv_store_copy(kq, f->kvf, rseq, rpos, n, kv4_copy, s, err));
+            if (kv4_copy) QRL_TRY(qrl_cuda_trace_recorder_capture_kv_fp4(f->rec, l, f->kvf, n, err));
             QRL_TRY(qrl_cuda_attention_q(kq, f->att, f->q, rseq, rpos, n, H, 1.0f / sqrtf((float)hd),
                                          max_len, f->work, f->work_floats, s, err));
             goto post_attention;
@@ -288,19 +331,34 @@ static qrl_status launch_rows(qrl_cuda_forward *f, int n, int max_len, int from,
             .work_floats = f->work_floats};
         QRL_TRY(qrl_cuda_attention(&aa, s, err));
     post_attention:
-        if (a4) QRL_TRY(qrl_cuda_nvfp4_quantize_rows(&a4q, f->att, true, n, Q, s, err));
+        if (a4) {
+            SINK(QRL_TRACE_SITE_ATTN_OUT, Q);
+            QRL_TRY(qrl_cuda_nvfp4_quantize_rows(&a4q, f->att, true, n, Q, s, err));
+        } else {
+            CAPTURE(QRL_TRACE_SITE_ATTN_OUT, f->att, true, Q);
+        }
         QRL_TRY(project(f, f->proj, a4 ? f->xb : f->att, w->wo, &w->o, n, Q, D, false, err));
-        if (a4)
+        if (a4) {
+            SINK(QRL_TRACE_SITE_MLP_IN, D);
             QRL_TRY(qrl_cuda_rmsnorm_nvfp4(NULL, f->x, f->proj, w->bo, w->ffn_norm, n, D,
                                            c->norm_eps, &a4q, s, err));
-        else
+        } else {
             QRL_TRY(qrl_cuda_rmsnorm_w8a8(xb, f->x, f->proj, w->bo, w->ffn_norm, n, D,
                                           c->norm_eps, qd, s, err));
+            CAPTURE(QRL_TRACE_SITE_MLP_IN, f->xb, true, D);
+        }
         QRL_TRY(project(f, f->proj, f->xb, w->wgu, &w->gu, n, D, 2 * F, fq, err));
-        if (a4) QRL_TRY(qrl_cuda_swiglu_nvfp4(NULL, f->proj, n, F, &a4q, s, err));
-        else QRL_TRY(qrl_cuda_swiglu_w8a8(xb, f->proj, n, F, qf, s, err));
+        if (a4) {
+            SINK(QRL_TRACE_SITE_MLP_DOWN, F);
+            QRL_TRY(qrl_cuda_swiglu_nvfp4(NULL, f->proj, n, F, &a4q, s, err));
+        } else {
+            QRL_TRY(qrl_cuda_swiglu_w8a8(xb, f->proj, n, F, qf, s, err));
+            CAPTURE(QRL_TRACE_SITE_MLP_DOWN, f->xb, true, F);
+        }
         QRL_TRY(project(f, f->proj, f->xb, w->wdown, &w->down, n, F, D, fq, err));
     }
+#undef CAPTURE
+#undef SINK
     QRL_TRY(qrl_cuda_rmsnorm(f->xb, f->x, f->proj, NULL, f->final_norm, n, D, c->norm_eps, s, err));
     if (from < n)
         QRL_TRY(qrl_cuda_gemm_bf16(f->gemm, f->logits, f->xb + (size_t)from * D, f->lm_head,
@@ -420,6 +478,7 @@ qrl_status qrl_cuda_forward_prefill(qrl_cuda_forward *f, int seq, const int32_t 
             f->h_meta[R + r] = seq;
             f->h_meta[2 * R + r] = len + c0 + r;
         }
+        if (f->rec) QRL_TRY(qrl_cuda_trace_recorder_begin_pass(f->rec, c0, rows, f->h_meta + R, err));
         int from = rows;
         float *dst = NULL;
         if (logits && all_logits) from = 0, dst = logits + (size_t)c0 * V;
@@ -431,6 +490,7 @@ qrl_status qrl_cuda_forward_prefill(qrl_cuda_forward *f, int seq, const int32_t 
         QRL_TRY(cuda_st(cudaStreamSynchronize(f->stream), "prefill", err));
         f->seq_len[seq] = len + c0 + rows;
     }
+    if (f->rec) qrl_cuda_trace_recorder_end_call(f->rec); /* targets are for one call */
     return QRL_OK;
 }
 
@@ -475,6 +535,7 @@ static qrl_status decode_rows(qrl_cuda_forward *f, const int *seqs, const int32_
         f->h_meta[R + i] = f->pad_seq;
         f->h_meta[2 * R + i] = 0;
     }
+    if (f->rec) QRL_TRY(qrl_cuda_trace_recorder_begin_pass(f->rec, 0, rows, f->h_meta + R, err));
     int n_runs = 0;
     QRL_TRY(upload_rows(f, rows, &n_runs, err));
     cudaGraphExec_t exec = NULL;
@@ -511,6 +572,7 @@ qrl_status qrl_cuda_forward_decode(qrl_cuda_forward *f, const int *seqs, const i
                                         cudaMemcpyDeviceToHost, f->stream), "logits", err));
     QRL_TRY(cuda_st(cudaStreamSynchronize(f->stream), "decode", err));
     for (int i = 0; i < batch; i++) f->seq_len[seqs[i]]++;
+    if (f->rec) qrl_cuda_trace_recorder_end_call(f->rec); /* targets are for one call */
     return QRL_OK;
 }
 
@@ -537,6 +599,7 @@ qrl_status qrl_cuda_forward_decode_sample(qrl_cuda_forward *f, const int *seqs,
     QRL_TRY(cuda_st(cudaMemcpyAsync(f->h_sout, f->d_sout, (size_t)batch * sizeof *f->h_sout,
                                     cudaMemcpyDeviceToHost, f->stream), "samples", err));
     QRL_TRY(cuda_st(cudaStreamSynchronize(f->stream), "decode", err));
+    if (f->rec) qrl_cuda_trace_recorder_end_call(f->rec); /* targets are for one call */
     for (int i = 0; i < batch; i++) {
         f->seq_len[seqs[i]]++;
         const qrl_cuda_sample_out *o = &f->h_sout[i];

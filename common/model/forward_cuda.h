@@ -151,6 +151,19 @@ qrl_status qrl_cuda_forward_decode_sample(qrl_cuda_forward *f, const int *seqs,
                                           const qrl_sample_draw *draws, qrl_sample *out,
                                           qrl_error *row_err, qrl_error *err);
 
+/* TRACE (model/trace_rec_cuda.h): attach a recorder (borrowed; NULL detaches; it must
+ * outlive its attachment and have been made with this engine's stream, qrl_cuda_forward_stream).
+ * The rows it was given as targets before a prefill or decode call are captured at each
+ * site of its layout from the vectors the engine quantizes there: the BF16 GEMM inputs
+ * (attn_in, attn_out, mlp_in, mlp_down) and the F32 K / V rows after RoPE that the
+ * quantized KV write encodes (k, v).  Drops the decode graphs (the next captures include the
+ * recorder's kernels, which read their targets from device memory).  Errors: UNSUPPORTED
+ * (linear sites on a fused w8a8 engine, which has no BF16 GEMM inputs; k / v sites on a
+ * BF16 KV cache, which writes no F32 rows). */
+struct qrl_cuda_trace_recorder;
+qrl_status qrl_cuda_forward_set_recorder(qrl_cuda_forward *f, struct qrl_cuda_trace_recorder *rec,
+                                         qrl_error *err);
+
 /* Decode steps served by capturing a new CUDA graph, and by replaying a kept one. */
 void qrl_cuda_forward_graph_stats(const qrl_cuda_forward *f, long *captures, long *replays);
 

@@ -22,6 +22,7 @@
 #include "cuda/pointwise.cuh"
 #include "cuda/rope_kv.cuh"
 #include "cuda/sample.cuh"
+#include "model/trace_rec_cuda.h"
 
 /* A quantized projection on the device.  w8a8: INT8 or E4M3 codes
  * [n_out, qrl_cuda_w8a8_ld(n_in)] zero-padded, per-channel scales [n_out].  w4a16: packed
@@ -114,6 +115,7 @@ struct qrl_cuda_forward {
     float *x, *proj, *q, *logits, *work;
     uint16_t *xb, *att;
     size_t work_floats;
+    qrl_cuda_trace_recorder *rec;   /* TRACE recorder (borrowed), NULL = not recording */
     /* host bookkeeping */
     int32_t *h_tables, *h_meta, *seq_len, *seq_blocks, *free_blocks;
     unsigned char *seq_used;

@@ -8,9 +8,7 @@
 
 #include "core/crc32.h"
 #include "cpu/quant.h"
-
-size_t qrl_trace_layout_slab_bytes_(const qrl_trace_layout *l);
-uint32_t qrl_trace_layout_offset_(const qrl_trace_layout *l, uint32_t site);
+#include "model/trace_rec_internal.h"
 
 /* ---- buffer -------------------------------------------------------------------------- */
 
@@ -53,6 +51,18 @@ void qrl_trace_buf_free(qrl_trace_buf *b) {
 uint32_t qrl_trace_buf_n_tokens(const qrl_trace_buf *b) { return b->n; }
 const qrl_trace_layout *qrl_trace_buf_layout(const qrl_trace_buf *b) { return b->l; }
 size_t qrl_trace_buf_bytes(const qrl_trace_buf *b) { return (size_t)b->cap * b->slab; }
+
+uint32_t qrl_trace_buf_cap_(const qrl_trace_buf *b) { return b->cap; }
+
+uint8_t *qrl_trace_buf_slab_(qrl_trace_buf *b, uint32_t token) {
+    QRL_CHECK(token < b->cap);
+    return b->data + (size_t)token * b->slab;
+}
+
+void qrl_trace_buf_hold_(qrl_trace_buf *b, uint32_t token) {
+    QRL_CHECK(token <= b->n && token < b->cap);
+    if (token == b->n) b->n++;
+}
 
 void qrl_trace_buf_truncate(qrl_trace_buf *b, uint32_t n) {
     QRL_CHECK(n <= b->n);
@@ -158,7 +168,7 @@ bool qrl_trace_recorder_begin_pass(qrl_trace_recorder *r, int row0, int n) {
             *p = r->t[i];
             p->row -= row0;
             /* the token counts as held from this pass on: a pass writes all its sites */
-            if (p->token == p->buf->n) p->buf->n++;
+            qrl_trace_buf_hold_(p->buf, p->token);
         }
     return r->n_pass > 0;
 }

@@ -5,7 +5,7 @@
 #include <string.h>
 
 #include "cpu/quant.h"
-#include "model/trace_rec.h"
+#include "model/trace_rec_internal.h"
 
 static const char *const kind_names[QRL_TRACE_SITE_KIND_COUNT_] = {
     "attn_in", "k", "v", "attn_out", "mlp_in", "mlp_down",
@@ -318,9 +318,6 @@ int qrl_trace_layout_find(const qrl_trace_layout *l, int layer, qrl_trace_site_k
     return l->first[layer * QRL_TRACE_SITE_KIND_COUNT_ + kind] + head;
 }
 
-/* Internal to trace_rec.c: slab geometry. */
-size_t qrl_trace_layout_slab_bytes_(const qrl_trace_layout *l);
-uint32_t qrl_trace_layout_offset_(const qrl_trace_layout *l, uint32_t site);
 size_t qrl_trace_layout_slab_bytes_(const qrl_trace_layout *l) { return l->slab_bytes; }
 uint32_t qrl_trace_layout_offset_(const qrl_trace_layout *l, uint32_t site) {
     return l->offset[site];

@@ -5,6 +5,7 @@
 #include <stdio.h>
 
 #include "core/log.h"
+#include "model/trace_rec.h"
 
 static size_t cdiv(size_t a, size_t b) { return (a + b - 1) / b; }
 static size_t max_sz(size_t a, size_t b) { return a > b ? a : b; }
@@ -55,6 +56,32 @@ static size_t gpu_record_bytes(qrl_kv_format f, int hd) {
     }
 }
 
+/* The CUDA TRACE recorder (model/trace_rec_cuda.h) when sc->trace_record: per slot a
+ * window of record slabs (the layout's bytes per token rounded to 4); per pass of R rows
+ * the row map and, with k / v sites, the fp4 KV record copies (kv_quant.cuh
+ * qrl_cuda_kvq_fp4_copy_bytes).  Its pinned host staging (as many bytes as the store) is
+ * not GPU memory.  A spec the layout refuses counts nothing (the scheduler refuses it). */
+static void trace_bytes(const qrl_model *model, const qrl_scheduler_config *sc, size_t R,
+                        size_t *per_slot, size_t *fixed) {
+    *per_slot = *fixed = 0;
+    if (!sc->trace_record) return;
+    const qrl_model_config *c = &model->cfg;
+    qrl_trace_sites sites = sc->trace_sites;
+    if (sites.n_clauses == 0) qrl_trace_sites_default(&sites);
+    qrl_trace_layout *l = NULL;
+    if (qrl_trace_layout_new(&sites, c, model->precision == QRL_PRECISION_W4A4_NVFP4,
+                             sc->kv_format == QRL_KV_FORMAT_FP4, &l, NULL) != QRL_OK)
+        return;
+    bool kv = false;
+    for (int ly = 0; ly < c->n_layers && !kv; ly++)
+        kv = qrl_trace_layout_find(l, ly, QRL_TRACE_SITE_K, 0) >= 0 ||
+             qrl_trace_layout_find(l, ly, QRL_TRACE_SITE_V, 0) >= 0;
+    size_t hd = (size_t)c->head_dim, vec = (4 + cdiv(hd, 16) + cdiv(hd, 2) + 3) & ~(size_t)3;
+    *per_slot = QRL_GPU_TRACE_WINDOW * ((qrl_trace_layout_record_bytes_per_token(l) + 3) & ~(size_t)3);
+    *fixed = 1024 + 8 * R + (kv ? R * 2 * (size_t)c->n_kv_heads * vec : 0);
+    qrl_trace_layout_free(l);
+}
+
 void qrl_gpu_budget_estimate(const qrl_model *model, const qrl_scheduler_config *sc,
                              qrl_gpu_budget *b) {
     const qrl_model_config *c = &model->cfg;
@@ -97,11 +124,13 @@ void qrl_gpu_budget_estimate(const qrl_model *model, const qrl_scheduler_config 
     size_t side = 0;
     if (sc->kv_format == QRL_KV_FORMAT_INT4_PROTECTED)
         side = (size_t)sc->kv_sink + (sc->kv_recent > 0 ? (size_t)sc->kv_recent + 64 : 0);
+    size_t trace_slot, trace_fixed;
+    trace_bytes(model, sc, R, &trace_slot, &trace_fixed);
     b->slot_bytes = 2 * cdiv((size_t)ctx, (size_t)sc->kv_block_size) * 4 + L * KVH * 2 * 4 +
-                    L * 2 * KVH * side * (hd + 4);
+                    L * 2 * KVH * side * (hd + 4) + trace_slot;
     /* one more slot and block (the padding rows' sequence), 256-byte alignment of every
      * per-layer array */
-    b->fixed_bytes = 2 * bf16 + qbytes + act + b->slot_bytes +
+    b->fixed_bytes = 2 * bf16 + qbytes + act + b->slot_bytes + trace_fixed +
                      (size_t)sc->kv_block_size * b->kv_bytes_per_pos + L * 16 * 256 +
                      QRL_GPU_BUDGET_RESERVE_BYTES;
     b->block_size = sc->kv_block_size;

@@ -21,13 +21,19 @@
  * handles and workspace (32 MiB), instantiated CUDA graphs, allocation rounding. */
 #define QRL_GPU_BUDGET_RESERVE_BYTES ((size_t)1 << 30)
 
+/* TRACE records per sequence the CUDA recorder keeps on the device before a batch goes to
+ * the host (model/trace_rec_cuda.h's window): a copy every 64 tokens, or at the end of the
+ * response.  Counted per slot in slot_bytes when recording. */
+#define QRL_GPU_TRACE_WINDOW 64
+
 typedef struct qrl_gpu_budget {
     size_t device_bytes;     /* total memory of the device */
     double utilization;      /* fraction of device_bytes this process may use, (0, 1] */
     size_t fixed_bytes;      /* everything but the KV pool and the per-slot state: weights,
                                 activations, workspaces, QRL_GPU_BUDGET_RESERVE_BYTES */
     size_t slot_bytes;       /* per decode slot besides its KV blocks (int4-protected side
-                                cache, fp8 scales, block tables) */
+                                cache, fp8 scales, block tables, the TRACE recorder's
+                                device window) */
     size_t kv_bytes_per_pos; /* KV pool bytes per position, all layers, K and V */
     int block_size;          /* positions per KV block */
     int ctx_len;             /* positions of one full context */
@@ -51,9 +57,10 @@ qrl_status qrl_gpu_budget_kv_blocks(const qrl_gpu_budget *b, int *kv_blocks, qrl
 
 /* Fill every field of *b but device_bytes and utilization for the CUDA engine the
  * scheduler would make for `model` (its precision) under `sc` (slots, KV format, sink and
- * recent widths, block size, max_ctx, prefill_chunk): an estimate, from above, of the
- * allocations of qrl_cuda_forward_new (model/forward_cuda.c) plus
- * QRL_GPU_BUDGET_RESERVE_BYTES.  No CUDA call. */
+ * recent widths, block size, max_ctx, prefill_chunk, trace_record and trace_sites): an
+ * estimate, from above, of the allocations of qrl_cuda_forward_new (model/forward_cuda.c)
+ * and, when recording, of qrl_cuda_trace_recorder_new, plus QRL_GPU_BUDGET_RESERVE_BYTES.
+ * No CUDA call. */
 void qrl_gpu_budget_estimate(const qrl_model *model, const qrl_scheduler_config *sc,
                              qrl_gpu_budget *b);
 

@@ -14,11 +14,16 @@
 
 #include "cuda/runtime.cuh"
 #include "model/forward_cuda.h"
+#include "model/trace_rec_cuda.h"
+
 
 static qrl_status gpu_seq_new(qrl_scheduler *s, int *seq, qrl_error *err) {
     return qrl_cuda_forward_seq_new(s->gpu, seq, err);
 }
-static void gpu_seq_free(qrl_scheduler *s, int seq) { qrl_cuda_forward_seq_free(s->gpu, seq); }
+static void gpu_seq_free(qrl_scheduler *s, int seq) {
+    if (s->gpu_trace) qrl_cuda_trace_recorder_release(s->gpu_trace, seq); /* its records follow */
+    qrl_cuda_forward_seq_free(s->gpu, seq);
+}
 static qrl_status gpu_reserve(qrl_scheduler *s, int seq, int n, qrl_error *err) {
     return qrl_cuda_forward_seq_reserve(s->gpu, seq, n, err);
 }
@@ -59,11 +64,46 @@ static qrl_status gpu_load_stream(qrl_scheduler *s, const struct qrl_cuda_stream
     return qrl_cuda_forward_upload_stream(s->gpu, s->model, t, n, err);
 }
 static void gpu_close(qrl_scheduler *s) { qrl_cuda_forward_free(s->gpu); }
+/* The device recorder on the engine's stream: targets of at most n_slots rows per call
+ * (one per sequence), passes of the engine's max_rows. */
+static qrl_status gpu_trace_open(qrl_scheduler *s, qrl_error *err) {
+    QRL_TRY(qrl_cuda_trace_recorder_new(s->trace_layout, &s->model->cfg, s->n_slots,
+                                        s->gpu_rows, QRL_GPU_TRACE_WINDOW, qrl_cuda_forward_stream(s->gpu),
+                                        &s->gpu_trace, err));
+    QRL_TRY(qrl_cuda_forward_set_recorder(s->gpu, s->gpu_trace, err));
+    QRL_LOG_INFO("sched", "trace recorder device=cuda:%d sites=%u bytes_per_token=%zu device_bytes=%zu",
+                 s->cfg.device, qrl_trace_layout_n_sites(s->trace_layout),
+                 qrl_trace_layout_record_bytes_per_token(s->trace_layout),
+                 qrl_cuda_trace_recorder_device_bytes(s->gpu_trace));
+    return QRL_OK;
+}
+static void gpu_trace_clear(qrl_scheduler *s) { qrl_cuda_trace_recorder_clear(s->gpu_trace); }
+static void gpu_trace_target(qrl_scheduler *s, int row, qrl_trace_buf *buf, uint32_t token) {
+    qrl_cuda_trace_recorder_target(s->gpu_trace, row, buf, token);
+}
+static qrl_status gpu_trace_sync(qrl_scheduler *s, qrl_error *err) {
+    return qrl_cuda_trace_recorder_sync(s->gpu_trace, err);
+}
+static qrl_status gpu_trace_set_tap(qrl_scheduler *s, qrl_trace_tap_fn fn, void *ctx,
+                                    qrl_error *err) {
+    return qrl_cuda_trace_recorder_set_tap(s->gpu_trace, fn, ctx, err);
+}
+static uint64_t gpu_trace_capture_ns(const qrl_scheduler *s) {
+    return s->gpu_trace ? qrl_cuda_trace_recorder_host_ns(s->gpu_trace) : 0;
+}
+static void gpu_trace_close(qrl_scheduler *s) {
+    if (s->gpu) qrl_cuda_forward_set_recorder(s->gpu, NULL, NULL);
+    qrl_cuda_trace_recorder_free(s->gpu_trace);
+    s->gpu_trace = NULL;
+}
 static const qrl_sched_backend GPU_BACKEND = {
     .seq_new = gpu_seq_new, .seq_free = gpu_seq_free, .reserve = gpu_reserve,
     .clear = gpu_clear, .free_blocks = gpu_free_blocks, .prefill = gpu_prefill,
     .decode = gpu_decode, .decode_sample = gpu_decode_sample, .load = gpu_load,
-    .load_stream = gpu_load_stream, .close = gpu_close};
+    .load_stream = gpu_load_stream, .close = gpu_close, .trace_open = gpu_trace_open,
+    .trace_clear = gpu_trace_clear, .trace_target = gpu_trace_target,
+    .trace_sync = gpu_trace_sync, .trace_set_tap = gpu_trace_set_tap,
+    .trace_capture_ns = gpu_trace_capture_ns, .trace_close = gpu_trace_close};
 
 int qrl_sched_dev_enter(const qrl_scheduler *s) {
     if (!s->gpu && s->cfg.device < 0) return -1;
@@ -100,6 +140,7 @@ qrl_status qrl_sched_gpu_open(qrl_scheduler *s, const qrl_model *model, int n_bl
         .n_blocks = n_blocks, .max_seqs = cfg->max_slots, .kv_format = cfg->kv_format,
         .protected_sink = cfg->kv_sink, .protected_recent = cfg->kv_recent,
         .precision = model->precision, .eager = cfg->eager};
+    s->gpu_rows = rows;
     QRL_TRY(qrl_cuda_forward_new(&model->cfg, &d, &s->gpu, err));
     s->be = &GPU_BACKEND;
     QRL_TRY(qrl_cuda_forward_upload(s->gpu, model, err));

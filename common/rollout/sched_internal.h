@@ -73,6 +73,7 @@ struct qrl_scheduler {
     qrl_kv_cache *kv;
     qrl_forward *fwd;
     struct qrl_cuda_forward *gpu;
+    int gpu_rows;              /* the CUDA engine's rows per pass */
     const struct qrl_sched_backend *be; /* set once the engine is made */
     int kv_total_blocks;
     qrl_sampler *sampler;
@@ -88,9 +89,11 @@ struct qrl_scheduler {
     qrl_error *dec_errs;
     qrl_sched_group *head, *tail;
     qrl_scheduler_stats stats;
-    /* TRACE recording (cfg.trace_record, CPU engine): the sites and the forward's recorder */
+    /* TRACE recording (cfg.trace_record): the sites and the engine's recorder (the CPU
+     * forward's, or the CUDA engine's device recorder) */
     qrl_trace_layout *trace_layout;
     qrl_trace_recorder *trace_rec;
+    struct qrl_cuda_trace_recorder *gpu_trace;
 };
 
 /* ---- engine backend ----------------------------------------------------------------
@@ -123,6 +126,19 @@ typedef struct qrl_sched_backend {
     qrl_status (*load_stream)(qrl_scheduler *s, const struct qrl_cuda_stream_tensor *t, size_t n,
                               qrl_error *err);
     void (*close)(qrl_scheduler *s);
+    /* TRACE (called only while s->trace_layout is set, model/trace_rec.h): make the engine's
+     * recorder for s->trace_layout and attach it; the targets of the next prefill / decode
+     * call (clear, then one target per recorded row); bring the records of the sequences
+     * released this step into their buffers (once per step, before emission: the CUDA
+     * recorder keeps them on the device until then; NULL where a pass writes them on the
+     * host); the tap; the recorder's time; free it. */
+    qrl_status (*trace_open)(qrl_scheduler *s, qrl_error *err);
+    void (*trace_clear)(qrl_scheduler *s);
+    void (*trace_target)(qrl_scheduler *s, int row, qrl_trace_buf *buf, uint32_t token);
+    qrl_status (*trace_sync)(qrl_scheduler *s, qrl_error *err);
+    qrl_status (*trace_set_tap)(qrl_scheduler *s, qrl_trace_tap_fn fn, void *ctx, qrl_error *err);
+    uint64_t (*trace_capture_ns)(const qrl_scheduler *s);
+    void (*trace_close)(qrl_scheduler *s);
 } qrl_sched_backend;
 
 /* The CUDA engine for s (rollout_cuda.c): checks (qrl_scheduler_check_device), makes the

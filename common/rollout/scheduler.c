@@ -79,10 +79,32 @@ static void cpu_close(qrl_scheduler *s) {
     qrl_forward_free(s->fwd);
     qrl_kv_cache_free(s->kv);
 }
+static qrl_status cpu_trace_open(qrl_scheduler *s, qrl_error *err) {
+    QRL_TRY(qrl_trace_recorder_new(s->trace_layout, s->n_slots, &s->trace_rec, err));
+    qrl_forward_set_recorder(s->fwd, s->trace_rec);
+    return QRL_OK;
+}
+static void cpu_trace_clear(qrl_scheduler *s) { qrl_trace_recorder_clear(s->trace_rec); }
+static void cpu_trace_target(qrl_scheduler *s, int row, qrl_trace_buf *buf, uint32_t token) {
+    qrl_trace_recorder_target(s->trace_rec, row, buf, token);
+}
+static qrl_status cpu_trace_set_tap(qrl_scheduler *s, qrl_trace_tap_fn fn, void *ctx,
+                                    qrl_error *err) {
+    (void)err;
+    qrl_trace_recorder_set_tap(s->trace_rec, fn, ctx);
+    return QRL_OK;
+}
+static uint64_t cpu_trace_capture_ns(const qrl_scheduler *s) {
+    return qrl_trace_recorder_capture_ns(s->trace_rec);
+}
+static void cpu_trace_close(qrl_scheduler *s) { qrl_trace_recorder_free(s->trace_rec); }
 static const qrl_sched_backend CPU_BACKEND = {
     .seq_new = cpu_seq_new, .seq_free = cpu_seq_free, .reserve = cpu_reserve,
     .clear = cpu_clear, .free_blocks = cpu_free_blocks, .prefill = cpu_prefill,
-    .decode = cpu_decode, .load = cpu_load, .close = cpu_close};
+    .decode = cpu_decode, .load = cpu_load, .close = cpu_close, .trace_open = cpu_trace_open,
+    .trace_clear = cpu_trace_clear, .trace_target = cpu_trace_target,
+    .trace_set_tap = cpu_trace_set_tap, .trace_capture_ns = cpu_trace_capture_ns,
+    .trace_close = cpu_trace_close};
 
 static qrl_status cpu_open(qrl_scheduler *s, const qrl_model *model, int n_blocks,
                            qrl_error *err) {
@@ -98,21 +120,15 @@ static qrl_status cpu_open(qrl_scheduler *s, const qrl_model *model, int n_block
     return qrl_forward_new(model, s->max_rows, s->ctx_len, &s->fwd, err);
 }
 
-/* TRACE recording: the layout of the configured sites and a recorder on the CPU forward
- * (targets: one prefill row or one decode row per slot). */
+/* TRACE recording: the layout of the configured sites and the engine's recorder (targets:
+ * one prefill row or one decode row per slot). */
 static qrl_status trace_open(qrl_scheduler *s, const qrl_model *model, qrl_error *err) {
     if (!s->cfg.trace_record) return QRL_OK;
-    if (!s->fwd)
-        return qrl_error_set(err, QRL_STATUS_UNSUPPORTED,
-                             "scheduler: trace_record runs on the CPU engine only (device %d)",
-                             s->cfg.device);
     qrl_trace_sites sites = s->cfg.trace_sites;
     if (sites.n_clauses == 0) qrl_trace_sites_default(&sites);
     QRL_TRY(qrl_trace_layout_new(&sites, &model->cfg, model->precision == QRL_PRECISION_W4A4_NVFP4,
                                  s->cfg.kv_format == QRL_KV_FORMAT_FP4, &s->trace_layout, err));
-    QRL_TRY(qrl_trace_recorder_new(s->trace_layout, s->n_slots, &s->trace_rec, err));
-    qrl_forward_set_recorder(s->fwd, s->trace_rec);
-    return QRL_OK;
+    return s->be->trace_open(s, err);
 }
 
 const qrl_trace_layout *qrl_scheduler_trace_layout(const qrl_scheduler *s) {
@@ -120,7 +136,12 @@ const qrl_trace_layout *qrl_scheduler_trace_layout(const qrl_scheduler *s) {
 }
 
 void qrl_scheduler_trace_set_tap(qrl_scheduler *s, qrl_trace_tap_fn fn, void *ctx) {
-    if (s->trace_rec) qrl_trace_recorder_set_tap(s->trace_rec, fn, ctx);
+    if (!s->trace_layout) return;
+    qrl_error e;
+    int prev = qrl_sched_dev_enter(s);
+    if (s->be->trace_set_tap(s, fn, ctx, &e) != QRL_OK)
+        QRL_LOG_ERROR("sched", "trace tap not set: %s", e.msg);
+    qrl_sched_dev_leave(s, prev);
 }
 
 qrl_status qrl_scheduler_new(const qrl_model *model, const qrl_tokenizer *tok,
@@ -204,10 +225,10 @@ void qrl_scheduler_free(qrl_scheduler *s) {
     }
     if (s->be) {
         int prev = qrl_sched_dev_enter(s);
+        if (s->trace_layout) s->be->trace_close(s);
         s->be->close(s);
         qrl_sched_dev_leave(s, prev);
     }
-    qrl_trace_recorder_free(s->trace_rec);
     qrl_trace_layout_free(s->trace_layout);
     qrl_sampler_free(s->sampler);
     free(s->slots);
@@ -235,7 +256,7 @@ void qrl_scheduler_get_stats(const qrl_scheduler *s, qrl_scheduler_stats *out) {
     out->kv_free_blocks = s->be->free_blocks(s);
     out->kv_total_blocks = s->kv_total_blocks;
     out->trace_buf_bytes = 0;
-    out->trace_capture_us = s->trace_rec ? qrl_trace_recorder_capture_ns(s->trace_rec) / 1000 : 0;
+    out->trace_capture_us = s->trace_layout ? s->be->trace_capture_ns(s) / 1000 : 0;
     for (const qrl_sched_group *g = s->head; g; g = g->next)
         for (uint32_t r = 0; r < g->G; r++)
             if (g->resp[r].trace) out->trace_buf_bytes += qrl_trace_buf_bytes(g->resp[r].trace);
@@ -298,9 +319,9 @@ static qrl_status prefill(qrl_scheduler *s, qrl_error *err) {
         bool last = sl->fed + n == total;
         float *row = s->logits + (size_t)i * s->vocab;
         qrl_sched_resp *rp = &sl->g->resp[sl->r];
-        if (s->trace_rec) { /* the row whose logits sample token n_gen: its record */
-            qrl_trace_recorder_clear(s->trace_rec);
-            if (last && rp->trace) qrl_trace_recorder_target(s->trace_rec, n - 1, rp->trace, (uint32_t)rp->n_gen);
+        if (s->trace_layout) { /* the row whose logits sample token n_gen: its record */
+            s->be->trace_clear(s);
+            if (last && rp->trace) s->be->trace_target(s, n - 1, rp->trace, (uint32_t)rp->n_gen);
         }
         uint64_t t0 = qrl_sched_now_us();
         QRL_TRY(s->be->prefill(s, sl->seq, rp->ids + sl->fed, n, last ? row : NULL, err));
@@ -321,7 +342,7 @@ static qrl_status prefill(qrl_scheduler *s, qrl_error *err) {
 static qrl_status decode(qrl_scheduler *s, qrl_error *err) {
     bool on_engine = s->be->decode_sample && !s->cfg.host_sampling;
     int b = 0;
-    if (s->trace_rec) qrl_trace_recorder_clear(s->trace_rec);
+    if (s->trace_layout) s->be->trace_clear(s);
     for (int i = 0; i < s->n_slots; i++) {
         qrl_sched_slot *sl = &s->slots[i];
         if (!sl->g || sl->ready || seq_total(sl) - sl->fed != 1) continue;
@@ -329,8 +350,8 @@ static qrl_status decode(qrl_scheduler *s, qrl_error *err) {
         s->dec_seqs[b] = sl->seq;
         s->dec_tokens[b] = sl->g->resp[sl->r].ids[sl->fed];
         qrl_sched_resp *rp = &sl->g->resp[sl->r];
-        if (s->trace_rec && rp->trace) /* this row's logits sample token n_gen */
-            qrl_trace_recorder_target(s->trace_rec, b, rp->trace, (uint32_t)rp->n_gen);
+        if (s->trace_layout && rp->trace) /* this row's logits sample token n_gen */
+            s->be->trace_target(s, b, rp->trace, (uint32_t)rp->n_gen);
         if (on_engine)
             s->dec_draws[b] = (qrl_sample_draw){
                 .params = sl->g->sampling, .group = sl->g->group_id, .response = (uint32_t)sl->r,
@@ -423,6 +444,8 @@ static qrl_status step(qrl_scheduler *s, int *emitted, qrl_error *err) {
     QRL_TRY(prefill(s, err));
     QRL_TRY(decode(s, err));
     sample_all(s);
+    /* the records of the responses that ended reach their buffers before emission */
+    if (s->trace_layout && s->be->trace_sync) QRL_TRY(s->be->trace_sync(s, err));
     int n = qrl_sched_emit_finished(s);
     if (emitted) *emitted = n;
     return QRL_OK;
@@ -456,7 +479,7 @@ static qrl_status swap_weights(qrl_scheduler *s, const qrl_model *model, uint64_
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "swap_weights: version %llu is not newer than %llu",
                              (unsigned long long)version, (unsigned long long)s->version);
-    if (s->trace_rec && model->precision != s->model->precision)
+    if (s->trace_layout && model->precision != s->model->precision)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "swap_weights: TRACE recording was set up for precision %s, the new "
                              "model is %s", qrl_precision_name(s->model->precision),

@@ -74,8 +74,9 @@ typedef struct qrl_scheduler_config {
                                instead of replaying CUDA graphs (vLLM's enforce_eager;
                                default false) */
     bool trace_record;      /* TRACE (SPEC §6, model/trace_rec.h): record every response
-                               token's FP4 quantization at the captured sites; CPU engine,
-                               precision w4a4-nvfp4 and/or kv fp4 (default false) */
+                               token's FP4 quantization at the captured sites; precision
+                               w4a4-nvfp4 and/or kv fp4; on the CUDA engine the device
+                               recorder, model/trace_rec_cuda.h (default false) */
     qrl_trace_sites trace_sites; /* which sites; n_clauses 0 = the default (deeper-half K/V,
                                     every linear input) */
 } qrl_scheduler_config;
@@ -162,7 +163,8 @@ typedef struct qrl_scheduler_stats {
     int kv_free_blocks, kv_total_blocks;
     size_t trace_buf_bytes;      /* TRACE record buffers of live groups (0 when off) */
     uint64_t forward_us;         /* in the engine's prefill and decode calls, since creation */
-    uint64_t trace_capture_us;   /* of forward_us, in the TRACE recorder (0 when off) */
+    uint64_t trace_capture_us;   /* of forward_us, in the TRACE recorder (0 when off; CUDA
+                                    engine: its host time only, the kernels are in the step) */
 } qrl_scheduler_stats;
 
 typedef struct qrl_scheduler qrl_scheduler; /* opaque */
@@ -176,8 +178,7 @@ typedef struct qrl_scheduler qrl_scheduler; /* opaque */
  * *out owned by the caller (qrl_scheduler_free).  Errors: OUT_OF_RANGE (bad config, a
  * pool smaller than one full context; trace sites past the model's layers),
  * INVALID_ARGUMENT (trace_record with no FP4 site: neither w4a4-nvfp4 nor kv fp4),
- * UNSUPPORTED (trace_record on the CUDA engine; KV format; device >= 0 in a build
- * without CUDA), CUDA (no such
+ * UNSUPPORTED (KV format; device >= 0 in a build without CUDA), CUDA (no such
  * device, out of device memory), NOMEM. */
 qrl_status qrl_scheduler_new(const qrl_model *model, const qrl_tokenizer *tok,
                              const qrl_scheduler_config *cfg, qrl_scheduler_group_fn on_group,

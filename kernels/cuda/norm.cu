@@ -142,6 +142,9 @@ qrl_status qrl_cuda_rmsnorm_nvfp4(uint16_t *out, float *x, const float *add, con
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "rmsnorm nvfp4: rows=%d d=%d q=%p (need rows, d > 0 and q)", rows, d,
                              (const void *)q);
+    if (q->trace_ctl && !q->trace_dst)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "rmsnorm nvfp4: a TRACE sink without its row map");
     int nt = norm_threads(d); /* rms_inv's sums depend on it: the same as qrl_cuda_rmsnorm */
     cudaStream_t s = (cudaStream_t)stream;
     if (nt * 16 >= d)

@@ -23,6 +23,7 @@
 
 #include "cpu/quant.h"
 #include "cuda/nvfp4_quant.cuh"
+#include "cuda/trace_capture.cuh"
 
 /* qrl_nvfp4_global_enc: S_enc = 2688 / amax, FLT_MAX if that overflows, 1 if amax is 0. */
 static __device__ __forceinline__ float qrl_nvfp4_s_enc_(float amax) {
@@ -118,11 +119,15 @@ static __device__ __forceinline__ void qrl_nvfp4_block_bf16_(uint64_t codes, uin
 /* Where one row's results go (any pointer NULL: not written).  codes: ceil(n/2) bytes;
  * scales: ceil(n/16) bytes; xq: n BF16 values e2m1 * decode(scale); s_enc, s_dec: one F32
  * (S_enc and 1 / S_enc, IEEE division, as qrl_nvfp4_block_dequant_scale's factor); x_out:
- * the n F32 values quantized (what src gave). */
+ * the n F32 values quantized (what src gave).  rec: the row's TRACE record (4 bytes S_enc,
+ * ceil(n/16) scales, ceil(n/8) bytes of code LSBs: trace_capture.cuh); tap: the n F32
+ * values for the recorder's tap. */
 struct qrl_nvfp4_row_out_ {
     uint8_t *codes, *scales;
     uint16_t *xq;
     float *s_enc, *s_dec, *x_out;
+    uint8_t *rec;
+    float *tap;
 };
 
 /* Row r's slice of the outputs a of rows of n values. */
@@ -135,13 +140,33 @@ static __device__ __forceinline__ qrl_nvfp4_row_out_ qrl_nvfp4_row_out_of_(const
     o.s_enc = a.s_enc ? a.s_enc + r : NULL;
     o.s_dec = a.s_dec ? a.s_dec + r : NULL;
     o.x_out = a.x_out ? a.x_out + r * n : NULL;
+    o.rec = NULL;
+    o.tap = NULL;
+    if (a.trace_ctl) { /* the pass's row map and store, as the host left them for this pass */
+        int64_t e = a.trace_dst[r];
+        if (e >= 0) {
+            const qrl_cuda_trace_ctl *c = a.trace_ctl;
+            o.rec = c->store + e * c->slab + a.trace_off;
+            float *taps = c->taps;
+            if (taps) o.tap = taps + e * c->tap_floats + a.trace_tap_off;
+        }
+    }
     return o;
 }
 
-/* Store block b (elements [16b, 16b + len)) of a row of n. */
+/* Store block b (elements [16b, 16b + len)) of a row of nb blocks. */
 static __device__ __forceinline__ void qrl_nvfp4_store_block_(const qrl_nvfp4_row_out_ &o, int b,
-                                                              int len, uint8_t s, uint64_t c) {
+                                                              int len, int nb, uint8_t s, uint64_t c) {
     if (o.scales) o.scales[b] = s;
+    if (o.rec) { /* the record: the scale, and the LSB of each code (bit 4j of c) */
+        o.rec[4 + b] = s;
+        unsigned lsb = 0;
+#pragma unroll
+        for (int j = 0; j < QRL_NVFP4_BLOCK; j++) lsb |= (unsigned)(c >> (4 * j) & 1u) << j;
+        uint8_t *bits = o.rec + 4 + nb;
+        bits[2 * b] = (uint8_t)lsb;
+        if (len > 8) bits[2 * b + 1] = (uint8_t)(lsb >> 8);
+    }
     if (o.codes) {
         uint8_t *cp = o.codes + 8 * b;
         if (len == QRL_NVFP4_BLOCK && ((uintptr_t)cp & 7) == 0) {
@@ -158,7 +183,9 @@ static __device__ __forceinline__ void qrl_nvfp4_store_block_(const qrl_nvfp4_ro
             ((uint4 *)xp)[0] = make_uint4(w[0], w[1], w[2], w[3]);
             ((uint4 *)xp)[1] = make_uint4(w[4], w[5], w[6], w[7]);
         } else {
-            for (int j = 0; j < len; j++) xp[j] = (uint16_t)(w[j >> 1] >> (16 * (j & 1)));
+#pragma unroll /* static indices: w stays in registers */
+            for (int j = 0; j < QRL_NVFP4_BLOCK; j++)
+                if (j < len) xp[j] = (uint16_t)(w[j >> 1] >> (16 * (j & 1)));
         }
     }
 }
@@ -188,6 +215,7 @@ static __device__ __forceinline__ void qrl_nvfp4_quantize_row_(const Src &src, i
                 int i = B * b + e;
                 v[j][e] = b < nb && i < n ? src(i, true) : 0.0f;
                 if (o.x_out && b < nb && i < n) o.x_out[i] = v[j][e];
+                if (o.tap && b < nb && i < n) o.tap[i] = v[j][e];
                 if (isfinite(v[j][e])) m = fmaxf(m, fabsf(v[j][e]));
             }
         }
@@ -210,6 +238,11 @@ static __device__ __forceinline__ void qrl_nvfp4_quantize_row_(const Src &src, i
     if (tid == 0) {
         if (o.s_enc) *o.s_enc = s_enc;
         if (o.s_dec) *o.s_dec = __fdiv_rn(1.0f, s_enc);
+        if (o.rec) { /* the record's S_enc: 4 bytes little-endian, not aligned */
+            uint32_t u = __float_as_uint(s_enc);
+            o.rec[0] = (uint8_t)u, o.rec[1] = (uint8_t)(u >> 8);
+            o.rec[2] = (uint8_t)(u >> 16), o.rec[3] = (uint8_t)(u >> 24);
+        }
     }
     if (JB > 0) {
 #pragma unroll
@@ -219,7 +252,7 @@ static __device__ __forceinline__ void qrl_nvfp4_quantize_row_(const Src &src, i
             int len = n - B * b < B ? n - B * b : B;
             uint64_t c;
             uint8_t s = qrl_nvfp4_quantize_block_(v[j], len, s_enc, &c);
-            qrl_nvfp4_store_block_(o, b, len, s, c);
+            qrl_nvfp4_store_block_(o, b, len, nb, s, c);
         }
     } else {
         for (int b = tid; b < nb; b += nt) {
@@ -227,9 +260,11 @@ static __device__ __forceinline__ void qrl_nvfp4_quantize_row_(const Src &src, i
             float x[B];
 #pragma unroll
             for (int e = 0; e < B; e++) x[e] = e < len ? src(B * b + e, false) : 0.0f;
+            if (o.tap) /* here, not in the first pass: fewer live registers there */
+                for (int e = 0; e < len; e++) o.tap[B * b + e] = x[e];
             uint64_t c;
             uint8_t s = qrl_nvfp4_quantize_block_(x, len, s_enc, &c);
-            qrl_nvfp4_store_block_(o, b, len, s, c);
+            qrl_nvfp4_store_block_(o, b, len, nb, s, c);
         }
     }
 }

@@ -40,8 +40,12 @@ extern "C" qrl_status qrl_cuda_nvfp4_quantize_rows(const qrl_cuda_nvfp4_act *out
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "nvfp4 quantize rows: rows=%d n=%d x=%p (need rows, n > 0 and x)",
                              rows, n, x);
-    if (!out->codes && !out->scales && !out->s_enc && !out->xq && !out->s_dec && !out->x_out)
+    if (!out->codes && !out->scales && !out->s_enc && !out->xq && !out->s_dec && !out->x_out &&
+        !out->trace_ctl)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "nvfp4 quantize rows: no output");
+    if (out->trace_ctl && !out->trace_dst)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "nvfp4 quantize rows: a TRACE sink without its row map");
     cudaStream_t s = (cudaStream_t)stream;
     if (x_bf16) launch_rows<true>(*out, x, rows, n, s);
     else launch_rows<false>(*out, x, rows, n, s);

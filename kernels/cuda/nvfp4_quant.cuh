@@ -31,12 +31,24 @@ extern "C" {
  *                             before any BF16 rounding; tests and the recorder check codes
  *                             against qrl_nvfp4_quantize_row on exactly these)
  * codes, scales, s_enc are what qrl_nvfp4_quantize_row gives for each row of x_out. */
+struct qrl_cuda_trace_ctl; /* cuda/trace_capture.cuh */
+
 typedef struct qrl_cuda_nvfp4_act {
     uint8_t *codes, *scales;
     float *s_enc;
     uint16_t *xq;
     float *s_dec;
     float *x_out;
+    /* TRACE sink (SPEC §6; NULL trace_ctl: none, one uniform test per row): row r with
+     * trace_dst[r] >= 0 also writes its record, (S_enc, E4M3 block scales, code LSBs) in
+     * trace_capture.cuh's slab layout, at byte trace_off of store entry trace_dst[r], and its
+     * F32 values at float trace_tap_off of tap entry trace_dst[r] when the control block has
+     * a tap store.  Both device pointers are read at run time (a graph replay records what
+     * the host wrote there for that pass).  The record is that of the codes the row was
+     * quantized to: qrl_trace_capture of the row's F32 values, bit for bit. */
+    const struct qrl_cuda_trace_ctl *trace_ctl;
+    const int64_t *trace_dst;
+    int64_t trace_off, trace_tap_off;
 } qrl_cuda_nvfp4_act;
 
 static inline int qrl_cuda_nvfp4_code_bytes(int n) { return (n + 1) / 2; }
@@ -44,7 +56,7 @@ static inline int qrl_cuda_nvfp4_blocks(int n) { return (n + 15) / 16; }
 
 /* Quantize rows x [rows, n] (contiguous; F32, or BF16 when x_bf16: its exact F32 values)
  * into *out, one row per thread block, on `stream`.  Errors: INVALID_ARGUMENT (rows or
- * n <= 0, x NULL, no output), CUDA (launch). */
+ * n <= 0, x NULL, no output, trace_ctl without trace_dst), CUDA (launch). */
 qrl_status qrl_cuda_nvfp4_quantize_rows(const qrl_cuda_nvfp4_act *out, const void *x, bool x_bf16,
                                         int rows, int n, void *stream, qrl_error *err);
 

@@ -124,6 +124,9 @@ qrl_status qrl_cuda_swiglu_nvfp4(uint16_t *out, const float *gu, int n, int f,
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "swiglu nvfp4: n=%d f=%d q=%p (need n, f > 0 and q)", n, f,
                              (const void *)q);
+    if (q->trace_ctl && !q->trace_dst)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "swiglu nvfp4: a TRACE sink without its row map");
     cudaStream_t s = (cudaStream_t)stream;
     /* nvfp4_quant.cu's (JB, threads) table */
     if (f <= 128 * 16) swiglu_nvfp4_kernel<1, 128><<<n, 128, 0, s>>>(out, gu, f, *q);

@@ -91,7 +91,7 @@ static const qrl_config_entry CONFIG[] = {
                 "sleep after each engine step (tests and demos: throttles a replica)"),
     QRL_CFG_BOOL("rollout.trace", S_, trace, "false", false,
                  "TRACE (SPEC §6): record each response token's FP4 quantization (block scales, code LSBs) at "
-                 "the captured sites and produce it as TraceChunks on kafka.trace_topic; CPU engine with "
+                 "the captured sites and produce it as TraceChunks on kafka.trace_topic; CPU or CUDA engine with "
                  "rollout.precision w4a4-nvfp4 and/or rollout.kv_cache fp4"),
     QRL_CFG_STRING("rollout.trace_sites", S_, trace_sites, "", false,
                    "rollout.trace: captured sites, clauses 'layers=A-B|all|deep,sites=attn_in,k,v,attn_out,"
@@ -187,10 +187,8 @@ int main(int argc, char **argv) {
             qrl_die("rollout.device cuda: UNSUPPORTED: this build has no CUDA (nvcc was not found when it "
                     "was built)");
     }
-    /* TRACE records FP4 quantizations, and the recorder runs in the CPU forward only */
-    if (S.trace && cuda)
-        qrl_die("rollout.trace with rollout.device cuda: UNSUPPORTED (the recorder runs in the CPU engine; "
-                "use rollout.device cpu or rollout.trace false)");
+    /* TRACE records FP4 quantizations (CPU engine: the forward's recorder; CUDA engine: the
+     * device recorder, model/trace_rec_cuda.h) */
     if (S.trace && prec != QRL_PRECISION_W4A4_NVFP4 && kvf != QRL_KV_FORMAT_FP4)
         qrl_die("rollout.trace needs FP4 sites: rollout.precision w4a4-nvfp4 and/or rollout.kv_cache fp4 "
                 "(got rollout.precision %s, rollout.kv_cache %s)", qrl_precision_name(prec),

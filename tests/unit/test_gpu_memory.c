@@ -139,6 +139,36 @@ Test(gpu_memory, estimate_int4_protected_side_cache_per_slot) {
     cr_assert_eq(prot.slot_bytes - plain.slot_bytes, side, "%zu", prot.slot_bytes - plain.slot_bytes);
 }
 
+Test(gpu_memory, estimate_trace_recorder) {
+    /* Qwen3-1.7B shapes, w4a4-nvfp4, the default sites (every linear input of 28 layers;
+     * with fp4 KV also K / V of layers 14-27) */
+    qrl_model m = shape(2048, 6144, 28, 16, 8, 128, 151936, 40960, QRL_PRECISION_W4A4_NVFP4);
+    qrl_scheduler_config sc;
+    qrl_scheduler_config_default(&sc);
+    sc.kv_format = QRL_KV_FORMAT_INT8;
+    qrl_gpu_budget off, on;
+    qrl_gpu_budget_estimate(&m, &sc, &off);
+    sc.trace_record = true;
+    qrl_gpu_budget_estimate(&m, &sc, &on);
+    /* per layer: attn_in 2048, attn_out 2048, mlp_in 2048, mlp_down 6144 -> 4 + n/16 + n/8 */
+    size_t site = 0;
+    int lens[] = {2048, 2048, 2048, 6144};
+    for (int i = 0; i < 4; i++) site += 4 + lens[i] / 16 + lens[i] / 8;
+    cr_assert_eq(on.slot_bytes - off.slot_bytes, QRL_GPU_TRACE_WINDOW * 28 * site, "%zu",
+                 on.slot_bytes - off.slot_bytes);
+    cr_assert_gt(on.fixed_bytes, off.fixed_bytes + on.slot_bytes - off.slot_bytes);
+    /* fp4 KV: K / V heads of the deeper 14 layers too, and the pass's KV record copies */
+    sc.kv_format = QRL_KV_FORMAT_FP4;
+    qrl_gpu_budget kv_off, kv_on;
+    sc.trace_record = false;
+    qrl_gpu_budget_estimate(&m, &sc, &kv_off);
+    sc.trace_record = true;
+    qrl_gpu_budget_estimate(&m, &sc, &kv_on);
+    size_t kv = (size_t)14 * 2 * 8 * (4 + 128 / 16 + 128 / 8);
+    cr_assert_eq(kv_on.slot_bytes - kv_off.slot_bytes, QRL_GPU_TRACE_WINDOW * (28 * site + kv));
+    cr_assert_gt(kv_on.fixed_bytes - kv_off.fixed_bytes, on.fixed_bytes - off.fixed_bytes);
+}
+
 Test(gpu_memory, estimate_weights) {
     qrl_scheduler_config sc;
     qrl_scheduler_config_default(&sc);
