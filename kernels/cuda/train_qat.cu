@@ -131,7 +131,7 @@ static __global__ void qat_rows_kernel(void *y, const void *x, int n, int heads,
         if (bits) bb = (uint32_t)bits[j0 / 8] | (len > 8 ? (uint32_t)bits[j0 / 8 + 1] << 8 : 0u);
         uint64_t c = quant_block(v, len, g, scales ? scales + b : NULL, bb, &ds, &dis);
         for (int j = 0; j < len; j++) io<YB>::st(y, base + j0 + j, dq(c, j, ds));
-        qrl_nvfp4_store_block_(o, b, len, 0, c); /* the codes only */
+        qrl_nvfp4_store_block_(o, b, len, nb, 0, c); /* the codes only */
     }
     if (!cnt) return;
     if (dis) atomicAdd(&sh_dis, dis);
