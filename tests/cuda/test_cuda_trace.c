@@ -305,7 +305,7 @@ static void check_sink(int p, int rows, int n, uint64_t seed) {
     uint8_t *zero = calloc((size_t)(entries * slab), 1), *z = calloc(tot * 4, 1);
     float *tz = calloc((size_t)(entries * tap_floats), 4);
     int64_t *dst = malloc((size_t)rows * 8);
-    for (int r = 0; r < rows; r++) dst[r] = r % 3 == 1 ? -1 : (r * 5 + 2) % entries;
+    for (int r = 0; r < rows; r++) dst[r] = r % 3 == 1 ? -1 : entries - 1 - 2 * r; /* distinct, out of order */
     qrl_cuda_trace_ctl ctl = {.store = dev_from(zero, entries * slab),
                               .taps = dev_from(tz, entries * tap_floats * 4), .slab = slab,
                               .tap_floats = tap_floats};

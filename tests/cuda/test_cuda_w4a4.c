@@ -36,7 +36,15 @@
 #include "model/linear.h"
 #include "quant_forward_check.h"
 
-#define LOGIT_TOL 0.1
+/* FP4 activations: 0.5 of max |logit|.  Every linear input is re-quantized to E2M1, and
+ * the GPU's inputs differ from the CPU's by BF16 rounding (2^-8), so an element near a
+ * rounding midpoint lands one code away (up to a third of its value) and the difference
+ * grows layer by layer.  bench/fp4_sensitivity measures that on the CPU engine alone: a
+ * 2^-8 perturbation of the token embedding moves stories260K's w4a4-nvfp4 logits by 0.47
+ * (w4a16-nvfp4: 0.004).  Measured GPU vs CPU on an H100: stories260K 0.354, random-hd128
+ * 0.245.  The strict checks of this path are the bit-exact quantizers, the linear layer
+ * (1e-5 of sum |x w|) and the decode-vs-prefill re-score. */
+#define LOGIT_TOL 0.5
 #define STEPS 48
 #define RESCORE_MAX 0.25
 #define RESCORE_MEAN 0.02
@@ -300,10 +308,11 @@ Test(cuda_w4a4, forward_random_hd128) {
     qf_random_hd128(QRL_PRECISION_W4A4_NVFP4, 90, &FWD);
 }
 
-/* w4a4-nvfp4 with the fp4 KV cache on both sides (the all-FP4 rollout): bound 0.4 of max
- * |logit|, the 4-bit KV bound of test_cuda_forward_kv.c (a flipped E2M1 code moves an
- * element by up to a third of its value; stories260K's head_dim 8 makes each flip count). */
-static const qf_case FWD_KV4 = {80, 10, 0.4, OTHERS, 3, QRL_KV_FORMAT_FP4};
+/* w4a4-nvfp4 with the fp4 KV cache on both sides (the all-FP4 rollout): bound 0.8 of max
+ * |logit| (bench/fp4_sensitivity: the CPU engine alone moves by 0.62 under a 2^-8
+ * embedding perturbation; measured GPU vs CPU on an H100: stories260K 0.570, random-hd128
+ * 0.211; stories260K's head_dim 8 makes each flipped K/V code count). */
+static const qf_case FWD_KV4 = {80, 10, 0.8, OTHERS, 3, QRL_KV_FORMAT_FP4};
 
 Test(cuda_w4a4, forward_fp4_kv) {
     require_gpu();
