@@ -166,6 +166,10 @@ qrl_status qrl_learner_engine_sync_device(qrl_learner_engine *e, qrl_error *err)
 
 /* QAT runs on the CPU engine only (init refuses it on the GPU), so these reach
  * model_train.h directly. */
+void qrl_learner_engine_qat_set_bf16(qrl_learner_engine *e, bool on) {
+    if (e->qat) qrl_model_train_qat_set_bf16(e->policy, on);
+}
+
 void qrl_learner_engine_qat_clear(qrl_learner_engine *e) {
     if (e->qat) qrl_model_train_qat_clear(e->policy);
 }

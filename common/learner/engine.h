@@ -68,6 +68,9 @@ const float *qrl_learner_engine_device_params(qrl_learner_engine *e, int *device
  * nearest rounding, counted) to the next policy forward; the counters and their reset
  * (train/model_train.h's qrl_model_train_qat_*).  Errors: OUT_OF_RANGE (positions). */
 void qrl_learner_engine_qat_clear(qrl_learner_engine *e);
+/* QAT: the next policy forwards' sequences came from a broadcast (BF16) version, not the
+ * F32 checkpoint (qrl_model_train_qat_set_bf16). */
+void qrl_learner_engine_qat_set_bf16(qrl_learner_engine *e, bool on);
 qrl_status qrl_learner_engine_qat_attach(qrl_learner_engine *e, int seq_begin, int n_prompt, int n_response,
                                          const qrl_trace_response *rec, qrl_error *err);
 void qrl_learner_engine_qat_stats(qrl_learner_engine *e, qrl_qat_stats *out, bool reset);

@@ -225,11 +225,21 @@ static int pack(qrl_learner_t *l, const qrl_learner_group *groups, const seq_inf
 }
 
 /* QAT: the TRACE records of the sequences pack() just placed (offs) go with the next
- * policy forward (NULL records: nearest rounding, counted by the engine). */
+ * policy forward (NULL records: nearest rounding, counted by the engine), and the forward
+ * rounds the weights to BF16 as the replicas received them when every token of these
+ * sequences came from a broadcast version (>= 1; version 0 is the F32 checkpoint the
+ * replicas loaded; a batch mixing both, or without versions, is taken as version 0). */
 static qrl_status attach_traces(qrl_learner_t *l, const qrl_learner_group *groups, const seq_info *seqs,
                                 const uint32_t *idx, size_t n, qrl_error *err) {
     if (!l->e.qat) return QRL_OK;
     qrl_learner_engine_qat_clear(&l->e);
+    bool bf16 = n > 0;
+    for (size_t k = 0; k < n && bf16; k++) {
+        const qrl_learner_response *rs = &groups[seqs[idx[k]].g].responses[seqs[idx[k]].r];
+        bf16 = rs->versions != NULL;
+        for (int t = 0; bf16 && t < rs->n_tokens; t++) bf16 = rs->versions[t] >= 1;
+    }
+    qrl_learner_engine_qat_set_bf16(&l->e, bf16);
     for (size_t k = 0; k < n; k++) {
         const seq_info *s = &seqs[idx[k]];
         QRL_TRY(qrl_learner_engine_qat_attach(&l->e, l->offs[k] - (s->P - 1), s->P, s->R,

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "core/alloc.h"
+#include "core/tensor.h"
 #include "cpu/quant.h"
 #include "cpu/train_ops.h"
 
@@ -59,6 +60,7 @@ struct qrl_model_train {
     const qrl_trace_response **g_rec; /* [max_T] */
     uint32_t *g_tok;                  /* [max_T] */
     bool counting;                    /* the forward counts; the backward's recompute not */
+    bool qat_bf16;                    /* qat_set_bf16: the replicas run the BF16 stream */
     qrl_qat_stats qs;
 };
 
@@ -274,9 +276,11 @@ const float *qrl_model_train_logits(const qrl_model_train_t *tr) {
 
 /* ---- QAT (model_train.h) ------------------------------------------------------------------ */
 
-/* The weight a projection computes with: its fake-quantized copy under QAT. */
+/* The parameter the forward computes with: under QAT its copy in wfq (projections
+ * fake-quantized, every other parameter rounded to BF16, as a replica receives it), else
+ * the master itself.  NULL (an absent bias) stays NULL. */
 static const float *WQ(const qrl_model_train_t *tr, const float *w) {
-    return tr->wfq ? tr->wfq + (w - tr->m->arena) : w;
+    return tr->wfq && w ? tr->wfq + (w - tr->m->arena) : w;
 }
 
 static qrl_status qat_alloc(qrl_model_train_t *tr, qrl_error *err) {
@@ -307,10 +311,19 @@ void qrl_model_train_qat_weight(const float *w, int rows, int cols, uint8_t *cod
     qrl_nvfp4_dequantize(&q, y);
 }
 
-/* Fake-quantize every projection weight from the master weights (they change at every
- * optimizer step), each as qrl_model_quantize quantizes it. */
+/* The replica's copy of the master weights (they change at every optimizer step): every
+ * parameter as is, or rounded to BF16 with qat_set_bf16 (a broadcast version: the weight
+ * stream is BF16, so such a replica decodes nvfp4(bf16(w)); the rounding flips enough
+ * FP4 codes to make the two forwards differ by nats), then every projection
+ * fake-quantized from that value as qrl_model_quantize quantizes it. */
 static void qat_weights(qrl_model_train_t *tr) {
     const qrl_model_config *c = &tr->m->cfg;
+    const float *a = tr->m->arena;
+    size_t n = qrl_model_param_count(tr->m); /* the tensors; rope_inv_freq is not streamed */
+    if (tr->qat_bf16)
+        for (size_t k = 0; k < n; k++) tr->wfq[k] = qrl_bf16_to_f32(qrl_f32_to_bf16(a[k]));
+    else
+        memcpy(tr->wfq, a, n * sizeof *a);
     int D = c->dim, F = c->hidden_dim, Q = c->n_heads * c->head_dim,
         KV = c->n_kv_heads * c->head_dim;
     for (int l = 0; l < c->n_layers; l++) {
@@ -318,8 +331,8 @@ static void qat_weights(qrl_model_train_t *tr) {
         const float *ws[7] = {w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up, w->w_down};
         int rows[7] = {Q, KV, KV, D, F, F, D}, cols[7] = {D, D, D, Q, D, D, F};
         for (int i = 0; i < 7; i++)
-            qrl_model_train_qat_weight(ws[i], rows[i], cols[i], tr->wq_codes, tr->wq_scales,
-                                       (float *)WQ(tr, ws[i]));
+            qrl_model_train_qat_weight(WQ(tr, ws[i]), rows[i], cols[i], tr->wq_codes,
+                                       tr->wq_scales, (float *)WQ(tr, ws[i]));
     }
 }
 
@@ -364,6 +377,8 @@ static void fq_act(qrl_model_train_t *tr, int l, qrl_trace_site_kind kind, const
         tr->qs.disagree += dis;
     }
 }
+
+void qrl_model_train_qat_set_bf16(qrl_model_train_t *tr, bool on) { tr->qat_bf16 = on; }
 
 void qrl_model_train_qat_clear(qrl_model_train_t *tr) {
     if (tr->g_rec) memset(tr->g_rec, 0, (size_t)tr->max_T * sizeof *tr->g_rec);
@@ -412,15 +427,15 @@ static void layer_forward(qrl_model_train_t *tr, int l, layer_act *a, const floa
     const qrl_layer_weights *w = &tr->m->layers[l];
     const int D = c->dim, F = c->hidden_dim, H = c->n_heads, Hkv = c->n_kv_heads,
               hd = c->head_dim, Q = H * hd, KV = Hkv * hd;
-    qrl_train_rmsnorm_forward(a->h1, a->rstd1, x_in, w->attn_norm, T, D, c->norm_eps);
+    qrl_train_rmsnorm_forward(a->h1, a->rstd1, x_in, WQ(tr, w->attn_norm), T, D, c->norm_eps);
     fq_act(tr, l, QRL_TRACE_SITE_ATTN_IN, a->h1, a->h1q, T, D, 1);
-    qrl_train_matmul_forward(a->q, a->h1q, WQ(tr, w->wq), w->bq, T, D, Q);
-    qrl_train_matmul_forward(a->k, a->h1q, WQ(tr, w->wk), w->bk, T, D, KV);
-    qrl_train_matmul_forward(a->v, a->h1q, WQ(tr, w->wv), w->bv, T, D, KV);
+    qrl_train_matmul_forward(a->q, a->h1q, WQ(tr, w->wq), WQ(tr, w->bq), T, D, Q);
+    qrl_train_matmul_forward(a->k, a->h1q, WQ(tr, w->wk), WQ(tr, w->bk), T, D, KV);
+    qrl_train_matmul_forward(a->v, a->h1q, WQ(tr, w->wv), WQ(tr, w->bv), T, D, KV);
     if (c->qk_norm) {
-        qrl_train_head_rmsnorm_forward(a->qn, a->rstd_q, a->q, w->q_norm, T, H, hd,
+        qrl_train_head_rmsnorm_forward(a->qn, a->rstd_q, a->q, WQ(tr, w->q_norm), T, H, hd,
                                        c->norm_eps);
-        qrl_train_head_rmsnorm_forward(a->kn, a->rstd_k, a->k, w->k_norm, T, Hkv, hd,
+        qrl_train_head_rmsnorm_forward(a->kn, a->rstd_k, a->k, WQ(tr, w->k_norm), T, Hkv, hd,
                                        c->norm_eps);
     }
     rope_fwd(tr, a->qr, a->qn, T, H);
@@ -429,9 +444,9 @@ static void layer_forward(qrl_model_train_t *tr, int l, layer_act *a, const floa
     fq_act(tr, l, QRL_TRACE_SITE_V, a->v, a->vq, T, KV, Hkv);
     qrl_train_attention_forward(a->att, a->lse, a->qr, a->krq, a->vq, tr->seg, T, H, Hkv, hd);
     fq_act(tr, l, QRL_TRACE_SITE_ATTN_OUT, a->att, a->attq, T, Q, 1);
-    qrl_train_matmul_forward(tr->ao, a->attq, WQ(tr, w->wo), w->bo, T, Q, D);
+    qrl_train_matmul_forward(tr->ao, a->attq, WQ(tr, w->wo), WQ(tr, w->bo), T, Q, D);
     qrl_train_residual_forward(a->x_mid, x_in, tr->ao, (int64_t)T * D);
-    qrl_train_rmsnorm_forward(a->h2, a->rstd2, a->x_mid, w->ffn_norm, T, D, c->norm_eps);
+    qrl_train_rmsnorm_forward(a->h2, a->rstd2, a->x_mid, WQ(tr, w->ffn_norm), T, D, c->norm_eps);
     fq_act(tr, l, QRL_TRACE_SITE_MLP_IN, a->h2, a->h2q, T, D, 1);
     qrl_train_matmul_forward(a->gate, a->h2q, WQ(tr, w->w_gate), NULL, T, D, F);
     qrl_train_matmul_forward(a->up, a->h2q, WQ(tr, w->w_up), NULL, T, D, F);
@@ -462,14 +477,14 @@ qrl_status qrl_model_train_forward(qrl_model_train_t *tr, const int32_t *tokens,
     memcpy(tr->tokens, tokens, (size_t)T * sizeof *tokens);
     memcpy(tr->targets, targets, (size_t)T * sizeof *targets);
     memcpy(tr->seg, seg, (size_t)T * sizeof *seg);
-    QRL_TRY(qrl_train_embedding_forward(tr->xs[0], tokens, m->tok_embedding, T, V, D, err));
+    if (tr->wfq) qat_weights(tr); /* first: the embedding is read from it too */
+    QRL_TRY(qrl_train_embedding_forward(tr->xs[0], tokens, WQ(tr, m->tok_embedding), T, V, D, err));
     qrl_train_rope_cos_sin(tr->cos_t, tr->sin_t, pos, m->rope_inv_freq, T, hd);
-    if (tr->wfq) qat_weights(tr);
     tr->counting = true;
     for (int l = 0; l < L; l++) layer_forward(tr, l, act_of(tr, l), tr->xs[l], tr->xs[l + 1], T);
     tr->counting = false;
-    qrl_train_rmsnorm_forward(tr->hf, tr->rstdf, tr->xs[L], m->final_norm, T, D, c->norm_eps);
-    qrl_train_matmul_forward(tr->logits, tr->hf, m->lm_head, NULL, T, D, V);
+    qrl_train_rmsnorm_forward(tr->hf, tr->rstdf, tr->xs[L], WQ(tr, m->final_norm), T, D, c->norm_eps);
+    qrl_train_matmul_forward(tr->logits, tr->hf, WQ(tr, m->lm_head), NULL, T, D, V);
     float *lp = logp ? logp : tr->dh; /* dh is free scratch until the backward */
     QRL_TRY(qrl_train_logprob_forward(lp, tr->ent, tr->lse_v, tr->logits, targets, T, V, err));
     if (ent) memcpy(ent, tr->ent, (size_t)T * sizeof *ent);
@@ -500,10 +515,10 @@ qrl_status qrl_model_train_backward(qrl_model_train_t *tr, const float *dlogp,
                                dent, T, V);
     zero(tr->dh, TD);
     qrl_train_matmul_backward(tr->dh, gtwin(tr, m->lm_head), NULL, tr->logits, tr->hf,
-                              m->lm_head, T, D, V);
+                              WQ(tr, m->lm_head), T, D, V);
     zero(tr->dres, TD);
     qrl_train_rmsnorm_backward(tr->dres, gtwin(tr, m->final_norm), tr->dh, tr->xs[c->n_layers],
-                               m->final_norm, tr->rstdf, T, D);
+                               WQ(tr, m->final_norm), tr->rstdf, T, D);
 
     /* dres holds d loss / d (residual stream) at the current point, walking back */
     for (int l = c->n_layers - 1; l >= 0; l--) {
@@ -523,7 +538,7 @@ qrl_status qrl_model_train_backward(qrl_model_train_t *tr, const float *dlogp,
         qrl_train_matmul_backward(tr->dh, gtwin(tr, w->w_up), NULL, tr->dup, a->h2q,
                                   WQ(tr, w->w_up), T, D, F);
         qrl_train_rmsnorm_backward(tr->dres, gtwin(tr, w->ffn_norm), tr->dh, a->x_mid,
-                                   w->ffn_norm, a->rstd2, T, D);
+                                   WQ(tr, w->ffn_norm), a->rstd2, T, D);
         /* attention: x_mid = x_in + o(attn(rope(norm(q)), rope(norm(k)), v)) */
         zero(tr->datt, TQ);
         qrl_train_matmul_backward(tr->datt, gtwin(tr, w->wo), gtwin(tr, w->bo), tr->dres,
@@ -539,9 +554,9 @@ qrl_status qrl_model_train_backward(qrl_model_train_t *tr, const float *dlogp,
         if (c->qk_norm) {
             zero(tr->dq, TQ), zero(tr->dk, TKV);
             qrl_train_head_rmsnorm_backward(tr->dq, gtwin(tr, w->q_norm), tr->dqn, a->q,
-                                            w->q_norm, a->rstd_q, T, H, hd);
+                                            WQ(tr, w->q_norm), a->rstd_q, T, H, hd);
             qrl_train_head_rmsnorm_backward(tr->dk, gtwin(tr, w->k_norm), tr->dkn, a->k,
-                                            w->k_norm, a->rstd_k, T, Hkv, hd);
+                                            WQ(tr, w->k_norm), a->rstd_k, T, Hkv, hd);
             dqp = tr->dq, dkp = tr->dk;
         }
         zero(tr->dh, TD);
@@ -552,7 +567,7 @@ qrl_status qrl_model_train_backward(qrl_model_train_t *tr, const float *dlogp,
         qrl_train_matmul_backward(tr->dh, gtwin(tr, w->wv), gtwin(tr, w->bv), tr->dv, a->h1q,
                                   WQ(tr, w->wv), T, D, KV);
         qrl_train_rmsnorm_backward(tr->dres, gtwin(tr, w->attn_norm), tr->dh, tr->xs[l],
-                                   w->attn_norm, a->rstd1, T, D);
+                                   WQ(tr, w->attn_norm), a->rstd1, T, D);
     }
     qrl_train_embedding_backward(gtwin(tr, m->tok_embedding), tr->dres, tr->tokens, T, V, D);
     return QRL_OK;

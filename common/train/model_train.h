@@ -147,6 +147,14 @@ qrl_status qrl_model_train_backward(qrl_model_train_t *tr, const float *dlogp,
 
 /* ---- QAT with TRACE guidance ---------------------------------------------------------- */
 
+/* Which weights the replicas decoded the attached sequences with (from the next forward
+ * on): off (the default) = the master values, as a replica that loaded the same F32
+ * checkpoint (version 0); on = every parameter rounded to BF16 first, as a replica that
+ * received a version over the BF16 weight stream (services/learner/weights.c).  Every
+ * QAT forward computes with these values (projections fake-quantized from them, the
+ * embedding, norms, biases and head as they are); gradients still go to the F32 masters
+ * (straight through).  No effect without QAT. */
+void qrl_model_train_qat_set_bf16(qrl_model_train_t *tr, bool on);
 /* Forget every attached record: the next forward rounds to nearest everywhere until
  * records are attached again (call once per packed batch, before attaching). */
 void qrl_model_train_qat_clear(qrl_model_train_t *tr);

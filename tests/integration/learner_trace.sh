@@ -7,7 +7,8 @@
 #   1. T = 4 groups of G = 4, 2 updates: the learner trained guided rows (> 0), the records
 #      cost bytes (> 0 per token, in learner.jsonl and the replica's metrics.jsonl), update 1
 #      (version-0 tokens, version-0 parameters) gives the rollout's codes (disagree share
-#      < 1%, |lp_prox - lp_behav| < 1e-5), every
+#      < 1%, |lp_prox - lp_behav| < 1e-5), and so does update 2 (version-1 tokens: the
+#      replica decoded the BF16 weight stream, the learner rounds as it did), every
 #      dispatched group trained exactly once; a garbage record on the trace topic goes to
 #      the dead-letter topic.
 #   2. the same with rollout.trace_fault mix (each group's first chunk lost, every chunk sent
@@ -40,7 +41,7 @@ run() {
   QRL_LOG_LEVEL=info "$learner" --learner.model "$model" --learner.tokenizer "$tokenizer" \
     --dataset.chat_template none --dataset.task contains --learner.threads 1 --dataset.path "$tmp/data.jsonl" \
     --kafka.bootstrap "$bootstrap" --kafka.group "learner-$name" --learner.group_size 4 --learner.quota 4 \
-    --learner.max_updates 2 --learner.max_staleness 0 --learner.lr 1e-3 --learner.seed 7 \
+    --learner.max_updates 2 --learner.max_staleness 0 --learner.mode alternate --learner.lr 1e-3 --learner.seed 7 \
     --learner.dynamic_sampling false --learner.qat nvfp4 --sampling.max_new_tokens 24 \
     --learner.heartbeat_interval_ms 300 --rpc.token_file "$tmp/token" \
     --metrics.jsonl "$tmp/$name-learner.jsonl" >"$tmp/$name-learner.log" 2>&1 &
@@ -88,6 +89,11 @@ jq -s -e 'map(.trace_rows_guided) | add > 0' "$m" >/dev/null || fail "no guided 
 # guided share of 0.44 and a mismatch 10^4 times nearest's before the fix)
 jq -e -s '.[0] | .trace_disagree_share < 0.01 and .disc_mean < 1e-5' "$m" >/dev/null ||
   fail "update 1: guided codes are not the rollout's: $(head -1 "$m" | jq -c '{trace_disagree_share, disc_mean, disc_max}')"
+# update 2 trains version-1 tokens: the replica decoded the BF16 weight stream, the learner
+# must round its F32 masters the same way (qat_set_bf16; without it: a disagree share of
+# 0.25 and |lp_prox - lp_behav| 0.03 from update 2 on in deploy/local runs)
+jq -e -s '.[1] | .version_min >= 1 and .trace_disagree_share < 0.01 and .disc_mean < 1e-5' "$m" >/dev/null ||
+  fail "update 2 (version >= 1): guided codes are not the rollout's: $(sed -n 2p "$m" | jq -c '{version_min, trace_disagree_share, disc_mean, disc_max}')"
 jq -s -e 'all(.[]; .trace_bytes_per_token > 0 and .trace_record_bytes > 0)' "$m" >/dev/null ||
   fail "no trace bytes: $(cat "$m")"
 jq -s -e 'map(.trace_bytes) | add > 0' "$tmp/clean-r0.jsonl" >/dev/null ||

@@ -7,6 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "core/tensor.h"
 #include "cpu/quant.h"
 #include "sched_test_util.h"
 #include "train/model_train.h"
@@ -131,6 +132,9 @@ static void on_group(const qrl_scheduler_group_result *res, void *ctx) {
     }
 }
 
+/* The replica ran a broadcast version (BF16 weights): qrl_model_train_qat_set_bf16 */
+static bool g_replica_bf16;
+
 /* Training forward of prompt + response with the given options; lp [T]. */
 static void train_forward(qrl_model *m, const qrl_model_train_opts *o, rollout_ctx *rc,
                           const qrl_trace_response *rec, float *lp, qrl_qat_stats *st) {
@@ -143,6 +147,7 @@ static void train_forward(qrl_model *m, const qrl_model_train_opts *o, rollout_c
     qrl_model_train_t *tr = NULL;
     qrl_error e;
     cr_assert_eq(qrl_model_train_new_opts(m, o, &tr, &e), QRL_OK, "%s", e.msg);
+    qrl_model_train_qat_set_bf16(tr, g_replica_bf16);
     qrl_model_train_qat_clear(tr);
     cr_assert_eq(qrl_model_train_qat_attach(tr, 0, rc->n_prompt, rc->n_resp, rec, &e), QRL_OK);
     cr_assert_eq(qrl_model_train_forward(tr, tok, tgt, pos, seg, T, lp, NULL, &e), QRL_OK, "%s",
@@ -223,6 +228,49 @@ Test(model_train_qat, guided_codes_on_an_hf_qwen3) {
     qrl_model_free(m);
     qrl_model_free(master);
     qrl_model_free(scaled);
+}
+
+/* m's parameters as a replica receives them over the BF16 weight stream (the tensors:
+ * not rope_inv_freq, which each side computes). */
+static void round_bf16(qrl_model *m) {
+    for (size_t k = 0; k < qrl_model_param_count(m); k++) m->arena[k] = qrl_bf16_to_f32(qrl_f32_to_bf16(m->arena[k]));
+}
+
+/* After a weight broadcast the replica decodes nvfp4(bf16(w)) while the learner's masters
+ * stay F32: the QAT forward must round as the stream did (qat_set_bf16), plain and in the
+ * UAQ parameterization.  Found in the daemon: from update 2 on (version >= 1) 25% of the
+ * guided codes differed from nearest and |lp_prox - lp_behav| grew from 3e-8 to 0.03 per
+ * token, also at lr 1e-12; here, unrounded, the gap is nats. */
+Test(model_train_qat, guided_codes_after_a_bf16_broadcast) {
+    static const int32_t prompt[] = {1, 403, 407, 261, 378, 34, 90};
+    for (int uaq = 0; uaq < 2; uaq++) {
+        qrl_model *replica = st_load_model(), *master = st_load_model();
+        qrl_error e;
+        if (uaq) {
+            cr_assert_eq(qrl_model_apply_uaq(replica, 1.5f, &e), QRL_OK, "%s", e.msg);
+            cr_assert_eq(qrl_model_apply_uaq(master, 1.5f, &e), QRL_OK, "%s", e.msg);
+        }
+        round_bf16(replica);
+        rollout_ctx rc;
+        record_rollout(replica, prompt, 7, &rc);
+        double s_on, s_off, d_on, d_off, dn_on;
+        g_replica_bf16 = true;
+        d_on = qat_gap(master, &rc, rc.rec, &s_on);
+        dn_on = qat_gap(master, &rc, NULL, NULL);
+        g_replica_bf16 = false;
+        d_off = qat_gap(master, &rc, rc.rec, &s_off);
+        cr_log_info("bf16 broadcast%s: max |lp_train - lp_behav| guided %.3g (share %.5f), nearest "
+                    "%.3g; without the BF16 rounding guided %.3g (share %.4f)", uaq ? " (UAQ 1.5)" : "",
+                    d_on, s_on, dn_on, d_off, s_off);
+        cr_assert_lt(d_on, 1e-3);
+        cr_assert_lt(dn_on, 1e-3);
+        cr_assert_lt(s_on, 0.001);
+        cr_assert_gt(d_off, 100 * d_on, "the F32 masters' forward is not the replica's: %g vs %g", d_off, d_on);
+        cr_assert_gt(s_off, 0.01);
+        rollout_ctx_free(&rc);
+        qrl_model_free(replica);
+        qrl_model_free(master);
+    }
 }
 
 Test(model_train_qat, guided_quantization_reproduces_rollout_codes_at_every_site) {
