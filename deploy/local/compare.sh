@@ -167,21 +167,29 @@ compare_one() { # $1 = folder of one seed, $2... = launch.sh flags (the seed)
   } >"$o/compare.md"
   cat "$o/compare.md"
   command -v gnuplot >/dev/null || return 0
+  local fp4cols="" # the fp4 set: the policy as an FP4 replica runs it, after RL, as a third bar
+  [ "$set" != fp4 ] || fp4cols=', "" using 26 title "after RL, FP4 path" lc rgb "#fdae6b"'
   gnuplot <<EOF || true
-set terminal pngcairo size 1200,420 font ",9" noenhanced
+set terminal pngcairo size 1500,460 font ",9" noenhanced
 set output "$o/compare.png"
 set multiplot layout 1,3 title "$(basename "$o"): $set run set"
-set grid; set xlabel "update"; set key bottom right font ",8"
-set title "train reward per update"; set ylabel "mean reward"; set yrange [0:1.05]
-plot for [r in "$runs"] "< grep '^".r."\t' $o/curves.tsv" using 2:3 with lines lw 1.5 title r
-set title "train-rollout discrepancy |lp_prox - lp_behav| per update"; set ylabel "mean per token"
-set logscale y; set yrange [*:*]; set key top right
-plot for [r in "$runs"] "< grep '^".r."\t' $o/curves.tsv" using 2:(\$4 > 0 ? \$4 : 1/0) with lines lw 1.5 title r
-unset logscale y
-set title "test avg@4 before / after RL"; set style data histograms; set style fill solid 0.7
-set boxwidth 0.8; set ylabel "avg@4"; unset xlabel; set yrange [0:*]; set xtics rotate by -35 font ",8"
-set key top left horizontal
-plot "$o/compare.tsv" using 2:xtic(1) title "before RL", "" using 3 title "after RL"
+# nine distinguishable lines: colour and dash per run (index in the run list)
+array C[9] = ["#000000", "#e41a1c", "#377eb8", "#4daf4a", "#984ea3", "#ff7f00", "#a65628", "#f781bf", "#17becf"]
+do for [i=1:9] { set linetype (100 + i) lc rgb C[i] lw (i == 1 ? 2.5 : 1.5) dt 1 }
+do for [i=6:9] { set linetype (100 + i) dt 2 }
+set grid; set xlabel "update"; set key outside bottom center horizontal maxrows 3 font ",8"
+set title "train reward per update (the sampler's policy)"; set ylabel "mean reward"; set yrange [0:1.05]
+plot for [i=1:words("$runs")] "< grep '^".word("$runs", i)."	' $o/curves.tsv" using 2:3 with lines \
+  lt (100 + (i - 1) % 9 + 1) title word("$runs", i)
+set title "train-rollout discrepancy mean |lp_prox - lp_behav| per update"; set ylabel "nats per token (log)"
+set logscale y; set yrange [*:*]; set format y "1e%L"
+plot for [i=1:words("$runs")] "< grep '^".word("$runs", i)."	' $o/curves.tsv" using 2:(\$4 > 0 ? \$4 : 1/0) \
+  with lines lt (100 + (i - 1) % 9 + 1) title word("$runs", i)
+unset logscale y; set format y "%g"
+set title "test avg@4 before / after RL"; set style data histograms; set style fill solid 0.8
+set boxwidth 0.85; set ylabel "avg@4"; unset xlabel; set yrange [0:*]; set xtics rotate by -35 font ",8"
+set key inside top right vertical
+plot "$o/compare.tsv" using 2:xtic(1) title "before RL" lc rgb "#9ecae1", "" using 3 title "after RL" lc rgb "#08519c"$fp4cols
 unset multiplot
 EOF
   echo "plot: $o/compare.png"
