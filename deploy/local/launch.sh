@@ -260,8 +260,8 @@ case $task in arith|story|gsm8k|math500) ;; *) die "unknown --task '$task' (arit
 case " f32 bf16 w8a8-int8 w8a8-fp8 w4a16-nvfp4 w4a16-mxfp4 w4a4-nvfp4 " in
   *" $precision "*) ;; *) die "--precision must be one of f32 bf16 w8a8-int8 w8a8-fp8 w4a16-nvfp4 w4a16-mxfp4 w4a4-nvfp4, not '$precision'" ;;
 esac
-case " f32 bf16 fp8 int8 int4 int4-protected " in
-  *" $kv "*) ;; *) die "--kv-cache must be one of f32 bf16 fp8 int8 int4 int4-protected, not '$kv'" ;;
+case " f32 bf16 fp8 int8 int4 int4-protected fp4 " in
+  *" $kv "*) ;; *) die "--kv-cache must be one of f32 bf16 fp8 int8 int4 int4-protected fp4, not '$kv'" ;;
 esac
 for v in updates:updates G:group-size T:quota max_new:max-new-tokens sft_steps:sft-steps eval_n:eval-n \
          eval_k:eval-k threads:threads sft_threads:sft-threads; do
