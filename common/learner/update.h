@@ -92,7 +92,7 @@ typedef struct qrl_learner_config {
     float accuracy_threshold;      /* a response is correct when reward >= this; 1.0 */
     float uaq_scale;               /* SPEC §3 UAQ s; 1 = off (default) */
     qrl_qat_mode qat;              /* learner.qat (train/model_train.h): the policy's forward
-                                      fake-quantizes to NVFP4 (CPU engine only; the proximal
+                                      fake-quantizes to NVFP4 (CPU and CUDA engines; the proximal
                                       forward is the same QAT policy, the reference stays
                                       F32); default QRL_QAT_OFF */
     bool qat_kv;                   /* QAT: K and V too (the rollout ran the fp4 KV cache) */
