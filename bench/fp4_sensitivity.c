@@ -62,6 +62,11 @@ int main(int argc, char **argv) {
     char def[4096];
     const char *dir = getenv("QRL_DATA_DIR");
     snprintf(def, sizeof def, "%s/llama2c_stories260K/stories260K.bin", dir ? dir : "../shared/data");
+    if (argc > 1 && (!strcmp(argv[1], "--help") || !strcmp(argv[1], "-h"))) {
+        printf("usage: fp4_sensitivity [MODEL]  (default %s): the CPU engine's logit change per\n"
+               "precision / KV format when the token embedding is scaled by 1 + 2^-8 u\n", def);
+        return 0;
+    }
     const char *path = argc > 1 ? argv[1] : def;
     const struct { qrl_precision p; qrl_kv_format kv; const char *name; } runs[] = {
         {QRL_PRECISION_F32, QRL_KV_FORMAT_F32, "f32 / f32 KV"},
@@ -80,7 +85,8 @@ int main(int argc, char **argv) {
     qrl_model_free(probe);
     for (int i = 0; i < N; i++) s = s * 6364136223846793005ull + 1442695040888963407ull, ids[i] = (int32_t)(s >> 33) % V;
     float *a = malloc((size_t)N * V * 4), *b = malloc((size_t)N * V * 4);
-    printf("%s, %d tokens; activations perturbed by 2^-8 relative (the GPU's BF16 rounding)\n", path, N);
+    printf("%s, %d tokens; token embedding scaled by 1 + 2^-8 u (the GPU's BF16 rounding; tied\n"
+           "models move their LM head too); worst / mean over rows of max|dlogit| / max|logit|\n", path, N);
     printf("%-24s %12s %12s\n", "precision / KV", "worst_rel", "mean_rel");
     for (size_t r = 0; r < sizeof runs / sizeof runs[0]; r++) {
         qrl_model *m0 = load(path, runs[r].p, 0), *m1 = load(path, runs[r].p, 1);

@@ -27,7 +27,8 @@
 #   deploy/local/compare.sh [--set int8|fp4] [--runs "R1 R2 ..."] [--seeds "S1 S2 ..."]
 #       [--out DIR] [--dry-run] [launch.sh flags...] [-- daemon flags for every run]
 # --runs: a subset of the set, in that order.  --dry-run: print each run's launch.sh command,
-# check it with launch.sh --dry-run (needs OUT[/seed-S]/sft-only/sft to exist) and exit.  launch.sh flags (e.g. --sft-steps 240 --updates 24) go to the SFT and every run.
+# check its launch.sh flags with launch.sh --dry-run (needs OUT[/seed-S]/sft-only/sft to
+# exist; the daemon keys after -- are checked only when a run starts) and exit.  launch.sh flags (e.g. --sft-steps 240 --updates 24) go to the SFT and every run.
 set -euo pipefail
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 cd "$root"
@@ -41,6 +42,7 @@ while [ $# -gt 0 ]; do
     --runs) only=$2; shift 2 ;;
     --seeds) seeds=$2; shift 2 ;;
     --dry-run) dry=1; shift ;;
+    -h|--help) sed -n '2,/^set -euo/p' "$0" | sed '$d; s/^# \{0,1\}//'; exit 0 ;;
     --) shift; extra=("$@"); break ;;
     --seed) die "use --seeds \"S ...\" (one SFT start per seed)" ;;
     *) pass+=("$1"); shift ;;

@@ -384,7 +384,14 @@ qrl_status rd_engine_start(rd_engine *e, const qrl_model *model, const qrl_token
     e->done_async = done_async;
     e->omp_threads = omp_get_max_threads();
     e->version = sc->version;
-    QRL_TRY(qrl_scheduler_new(model, tok, sc, on_group, e, &e->sched, err));
+    qrl_status st = qrl_scheduler_new(model, tok, sc, on_group, e, &e->sched, err);
+    if (st != QRL_OK && sc->device >= 0) { /* name the keys that chose the device */
+        char msg[sizeof err->msg];
+        snprintf(msg, sizeof msg, "%s", err->msg);
+        return qrl_error_set(err, st, "rollout.device cuda (rollout.cuda_device %d): %s",
+                             sc->device, msg);
+    }
+    if (st != QRL_OK) return st;
     qrl_scheduler_get_stats(e->sched, &e->stats.sched);
     pthread_mutex_init(&e->mu, NULL);
     pthread_cond_init(&e->cv, NULL);

@@ -31,6 +31,9 @@ refused "--set must be int8 or fp4" --set fp8 --dry-run
 refused "'fp4-bogus' is not a run of --set fp4" --set fp4 --runs "bf16 fp4-bogus" --dry-run
 refused "'x' is not a seed number" --set fp4 --seeds "1 x" --dry-run
 refused "use --seeds" --seed 3 --dry-run
+# --help prints the usage and starts nothing (it used to fall through to launch.sh)
+cmp --help --out "$tmp/h" >"$tmp/help" 2>&1 && grep -q -- "--set fp4" "$tmp/help" && [ ! -e "$tmp/h" ] ||
+  fail "--help: rc, usage or a run folder: $(head -3 "$tmp/help")"
 
 # the SFT starts the runs would load (any HF model: launch.sh --dry-run checks it exists)
 for s in 1 2; do
