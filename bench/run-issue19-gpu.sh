@@ -2,7 +2,8 @@
 # On the GPU machine (issue 19): the FP4 decode engine (w4a4-nvfp4, fp4 KV), the TRACE
 # recorder and the CUDA QAT learner in one call, correctness first, then the three
 # benchmarks; a summary table last.  Carry .device-deps and .device-data.
-#   there:  bench/run-issue19-gpu.sh OUTDIR      (logs in OUTDIR/logs.tgz, JSON beside it)
+#   there:  bench/run-issue19-gpu.sh OUTDIR      (logs in OUTDIR/logs.tgz, JSON beside it,
+#           named by the card: fp4-decode-h100.json, trace-h100.json, train-qat-h100.json)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=${1:-/tmp/qrl-issue19}
@@ -17,6 +18,9 @@ tests="test_cuda_nvfp4 test_cuda_w4a4 test_cuda_kv test_cuda_forward_kv test_cud
 targets="$b/bench/fp4_decode $b/bench/trace $b/bench/train_step"
 for t in $tests; do targets="$targets $b/tests/cuda/$t"; done
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+# the JSON names carry the card that measured them (h100, h200, ...)
+card=$(nvidia-smi --query-gpu=name --format=csv,noheader | head -1 | grep -oiE 'h100|h200|a100|b200' | tr A-Z a-z)
+card=${card:-gpu}
 make -k -j"$(nproc)" BUILD=$b $targets > /tmp/qrl19/build.log 2>&1 ||
   grep -E 'error:|undefined reference' /tmp/qrl19/build.log | head -20
 echo "build: $((SECONDS - t0)) s"
@@ -44,10 +48,10 @@ run test_cuda_ops 30
 echo "tests: $((SECONDS - t0)) s"
 tar czf "$out/logs.tgz" -C /tmp qrl19
 mkdir -p bench/results
-timeout 50 $b/bench/fp4_decode --out "$out/fp4-decode-h200.json" > /tmp/qrl19/fp4_decode.txt 2>&1; rf=$?
-timeout 50 $b/bench/trace --out "$out/trace-h200.json" > /tmp/qrl19/trace.txt 2>&1; rt=$?
+timeout 50 $b/bench/fp4_decode --out "$out/fp4-decode-$card.json" > /tmp/qrl19/fp4_decode.txt 2>&1; rf=$?
+timeout 50 $b/bench/trace --out "$out/trace-$card.json" > /tmp/qrl19/trace.txt 2>&1; rt=$?
 timeout 40 $b/bench/train_step --models qwen3-0.6b --seqs 2048 --gpus 1 --steps 4 --qat off,nvfp4,kv \
-  --out "$out/train-qat-h200.json" > /tmp/qrl19/train_qat.txt 2>&1; rq=$?
+  --out "$out/train-qat-$card.json" > /tmp/qrl19/train_qat.txt 2>&1; rq=$?
 tar czf "$out/logs.tgz" -C /tmp qrl19
 for f in /tmp/qrl19/*.log; do grep -aE '^(cuda trace|qat |guided|scheduler kv|stories260K|random-hd128|rescore|rmsnorm_nvfp4|swiglu_nvfp4|w4a4 linear|worst)' "$f" | sort -u | head -12; done
 echo "== fp4_decode rc=$rf"; tail -14 /tmp/qrl19/fp4_decode.txt
