@@ -193,8 +193,8 @@ int main(int argc, char **argv) {
         qrl_die("rollout.trace needs FP4 sites: rollout.precision w4a4-nvfp4 and/or rollout.kv_cache fp4 "
                 "(got rollout.precision %s, rollout.kv_cache %s)", qrl_precision_name(prec),
                 qrl_kv_format_name(kvf));
-    qrl_trace_sites sites;
-    if (S.trace && qrl_trace_sites_parse(S.trace_sites, &sites, &err) != QRL_OK)
+    qrl_trace_sites sites; /* checked with rollout.trace off too: a bad value is a bad value */
+    if (qrl_trace_sites_parse(S.trace_sites, &sites, &err) != QRL_OK)
         qrl_die("rollout.trace_sites: %s", err.msg);
 
     qrl_model *m;

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # qrl-rollout's engine device keys refuse what the CUDA engine cannot run, at start and
 # before touching Kafka (exit 1, one "qrl-rollout: error:" line naming the key):
-#   - rollout.device gpu: not one of cpu|cuda.
+#   - rollout.device gpu: not one of cpu|cuda;
+#   - rollout.trace_sites that do not parse or do not fit the model.
 # (every weight precision and KV format, w4a4-nvfp4 and fp4 included, and rollout.trace
 # run on the CUDA engine: nothing else is refused here.)
 # The CUDA engine itself is tested on a GPU by tests/cuda/test_cuda_scheduler.c.
@@ -29,6 +30,14 @@ expect_refused() {
 }
 
 expect_refused "rollout\.device: 'gpu' is not one of the allowed values: cpu, cuda" --rollout.device gpu
+# the TRACE site spec: named when it is malformed (also with rollout.trace off) and when it
+# does not fit the model (its layers, or no FP4 vector among the sites it selects)
+expect_refused "rollout\.trace_sites: trace sites clause 1: 'garbage' is not key=value" \
+  --rollout.trace_sites garbage
+expect_refused "rollout\.trace_sites: trace sites clause 1: layers=9-99: the model has 5 layers" \
+  --rollout.precision w4a4-nvfp4 --rollout.trace true --rollout.trace_sites layers=9-99,sites=attn_in
+expect_refused "rollout\.trace_sites: trace sites: none of the requested sites is FP4 here" \
+  --rollout.kv_cache fp4 --rollout.trace true --rollout.trace_sites layers=all,sites=attn_in
 
 [ $fails -eq 0 ] && echo "ok: rollout.device refusals" && exit 0
 exit 1
