@@ -97,6 +97,11 @@ qrl_status qrl_cuda_trace_recorder_capture(qrl_cuda_trace_recorder *r, int layer
  * records in the store, so that the quantizer writes the target rows' (S_enc, scales, LSBs)
  * of the codes the GEMM reads, or clear it when the site is not captured.  n must be the
  * site's length.  No launch, no copy. */
+/* w4a4 linear site (layer, kind) of n elements: point q's TRACE sink (trace_ctl,
+ * trace_dst, trace_off, trace_tap_off; nvfp4_quant.cuh) at this pass's row map and the
+ * site's place in each record, so the quantizer that reads q writes the records of the
+ * target rows itself; clears the sink when the site is not captured.  A captured site
+ * whose length is not n is a caller bug (aborts).  Host only, nothing launched. */
 void qrl_cuda_trace_recorder_sink(const qrl_cuda_trace_recorder *r, int layer,
                                   qrl_trace_site_kind kind, int n, qrl_cuda_nvfp4_act *q);
 /* fp4 KV: the device buffer the KV store of layer `layer` writes the pass's K/V records
