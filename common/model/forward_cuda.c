@@ -484,6 +484,7 @@ qrl_status qrl_cuda_forward_prefill(qrl_cuda_forward *f, int seq, const int32_t 
         if (logits && all_logits) from = 0, dst = logits + (size_t)c0 * V;
         else if (logits && c0 + rows == n) from = rows - 1, dst = logits;
         QRL_TRY(run_rows(f, rows, len + c0 + rows, from, err));
+        if (f->rec) qrl_cuda_trace_recorder_poll(f->rec); /* host work while the pass runs */
         if (dst)
             QRL_TRY(cuda_st(cudaMemcpyAsync(dst, f->logits, (size_t)(rows - from) * V * 4,
                                             cudaMemcpyDeviceToHost, f->stream), "logits", err));
@@ -549,6 +550,7 @@ static qrl_status decode_rows(qrl_cuda_forward *f, const int *seqs, const int32_
         exec = NULL;
     }
     if (!exec) QRL_TRY(launch_rows(f, rows, max_len, 0, n_runs, err));
+    if (f->rec) qrl_cuda_trace_recorder_poll(f->rec); /* host work while the pass runs */
     mark_calibrated(f, rows);
     return QRL_OK;
 }

@@ -33,14 +33,24 @@ typedef struct bind {
     uint32_t lo, hi;                /* tokens [lo, hi) not yet copied to buf */
     qrl_trace_buf *st_buf;          /* a copy queued into the staging area, NULL: none */
     uint32_t st_lo, st_hi;
-    bool st_taps;
+    uint64_t st_gen;                /* the copy batch it went in */
+    bool st_taps, st_final;         /* st_final: queued by a release (sync brings it in) */
     long pass;                      /* last pass that targeted the sequence */
 } bind;
+
+/* Copies to the host run on their own stream in batches (the stagings of one pass, or of
+ * the releases between two passes), each closed by an event; a ring of N_BATCH events. */
+#define N_BATCH 64
 
 struct qrl_cuda_trace_recorder {
     const qrl_trace_layout *l;
     int n_layers, max_seqs, max_rows, W, max_targets, n_targets;
-    cudaStream_t stream;
+    cudaStream_t stream, cstream;   /* the forward's; the copies' */
+    cudaEvent_t ev_ready, ev_batch[N_BATCH];
+    int batch_pending[N_BATCH];     /* binds of the batch not yet in their buffers */
+    uint64_t gen;                   /* batches opened so far (the open / last one's number) */
+    bool batch_open;
+    int n_pending;                  /* binds with a queued copy */
     size_t slab, tap_floats, entries;
     plan *plans;                    /* [n_layers][KIND_COUNT] */
     uint32_t *tap_off;              /* [n_sites] float offset of each site in a tap entry */
@@ -54,7 +64,6 @@ struct qrl_cuda_trace_recorder {
     bind *binds;                    /* [max_seqs] */
     target *t;                      /* [max_targets] */
     long pass_id;
-    bool staged;                    /* some bind has a queued copy */
     qrl_trace_tap_fn tap;
     void *tap_ctx;
     uint64_t host_ns;
@@ -163,6 +172,11 @@ qrl_status qrl_cuda_trace_recorder_new(const qrl_trace_layout *l, const qrl_mode
             goto fail;
         }
     }
+    QRL_TRY_GOTO(cst(cudaStreamCreateWithFlags(&r->cstream, cudaStreamNonBlocking), "copy stream",
+                     err), fail);
+    for (int i = -1; i < N_BATCH; i++)
+        QRL_TRY_GOTO(cst(cudaEventCreateWithFlags(i < 0 ? &r->ev_ready : &r->ev_batch[i],
+                                                  cudaEventDisableTiming), "event", err), fail);
     QRL_TRY_GOTO(cst(cudaMemsetAsync(r->d_store, 0, bytes, r->stream), "store clear", err), fail);
     memset(r->h_ctl, 0, ctl);
     *out = r;
@@ -174,6 +188,13 @@ fail:
 
 void qrl_cuda_trace_recorder_free(qrl_cuda_trace_recorder *r) {
     if (!r) return;
+    if (r->cstream) { /* copies in flight land in h_stage */
+        cudaStreamSynchronize(r->cstream);
+        cudaStreamDestroy(r->cstream);
+    }
+    if (r->ev_ready) cudaEventDestroy(r->ev_ready);
+    for (int i = 0; i < N_BATCH; i++)
+        if (r->ev_batch[i]) cudaEventDestroy(r->ev_batch[i]);
     cudaFree(r->d_store);
     cudaFreeHost(r->h_stage);
     cudaFree(r->d_taps);
@@ -236,65 +257,140 @@ bool qrl_cuda_trace_recorder_has_kind(const qrl_cuda_trace_recorder *r, qrl_trac
 
 /* ---- copies to the host ------------------------------------------------------------- */
 
+static void close_batch(qrl_cuda_trace_recorder *r) {
+    if (!r->batch_open) return;
+    cudaEventRecord(r->ev_batch[r->gen % N_BATCH], r->cstream);
+    r->batch_open = false;
+}
+
+static qrl_status commit_bind(qrl_cuda_trace_recorder *r, int seq, bool wait, bool *done,
+                              qrl_error *err);
+
+/* Open a copy batch: its copies wait for everything queued on the forward's stream so far
+ * (the passes that wrote the records).  A ring slot still holding uncommitted binds (64
+ * batches ago) has them brought in first. */
+static qrl_status open_batch(qrl_cuda_trace_recorder *r, qrl_error *err) {
+    if (r->batch_open) return QRL_OK;
+    r->gen++;
+    int slot = (int)(r->gen % N_BATCH);
+    for (int seq = 0; seq < r->max_seqs && r->batch_pending[slot] > 0; seq++) {
+        bind *b = &r->binds[seq];
+        if (b->st_buf && b->st_gen % N_BATCH == (uint64_t)slot)
+            QRL_TRY(commit_bind(r, seq, true, NULL, err));
+    }
+    QRL_TRY(cst(cudaEventRecord(r->ev_ready, r->stream), "record", err));
+    QRL_TRY(cst(cudaStreamWaitEvent(r->cstream, r->ev_ready, 0), "copy wait", err));
+    r->batch_open = true;
+    return QRL_OK;
+}
+
+/* Bring seq's queued copy into its buffer: wait for its batch when `wait`, else only if
+ * the batch has landed (*done says whether it was brought in). */
+static qrl_status commit_bind(qrl_cuda_trace_recorder *r, int seq, bool wait, bool *done,
+                              qrl_error *err) {
+    bind *b = &r->binds[seq];
+    if (done) *done = false;
+    if (!b->st_buf) return QRL_OK;
+    if (r->batch_open && b->st_gen == r->gen) close_batch(r);
+    cudaEvent_t ev = r->ev_batch[b->st_gen % N_BATCH];
+    if (wait) {
+        QRL_TRY(cst(cudaEventSynchronize(ev), "copy wait", err));
+    } else {
+        cudaError_t e = cudaEventQuery(ev);
+        if (e == cudaErrorNotReady) return QRL_OK;
+        QRL_TRY(cst(e, "copy query", err));
+    }
+    uint32_t ns = qrl_trace_layout_n_sites(r->l);
+    const uint32_t *lens = qrl_trace_layout_site_lens(r->l);
+    uint32_t held = qrl_trace_buf_n_tokens(b->st_buf);
+    uint32_t hi = b->st_hi < held ? b->st_hi : held; /* a truncation drops the rest */
+    for (uint32_t t = b->st_lo; t < hi; t++) {
+        size_t e = (size_t)seq * r->W + t % r->W;
+        memcpy(qrl_trace_buf_slab_(b->st_buf, t), r->h_stage + e * r->slab, r->slab);
+        if (b->st_taps && r->tap)
+            for (uint32_t s = 0; s < ns; s++)
+                r->tap(r->tap_ctx, b->st_buf, t, s, r->h_taps + e * r->tap_floats + r->tap_off[s],
+                       lens[s]);
+    }
+    b->st_buf = NULL;
+    r->batch_pending[b->st_gen % N_BATCH]--;
+    r->n_pending--;
+    if (done) *done = true;
+    return QRL_OK;
+}
+
 /* Queue the copy of seq's device-only records [lo, hi) into the staging area (the same
- * entries), to be brought into the buffer by commit(). */
-static qrl_status stage(qrl_cuda_trace_recorder *r, int seq, bind *b, qrl_error *err) {
+ * entries) on the copy stream; commit_bind brings them into the buffer.  One queued copy
+ * per sequence: an earlier one is brought in first (its staging entries are reused). */
+static qrl_status stage(qrl_cuda_trace_recorder *r, int seq, bind *b, bool final,
+                        qrl_error *err) {
     if (b->hi <= b->lo) return QRL_OK;
-    QRL_CHECK(!b->st_buf && b->hi - b->lo <= (uint32_t)r->W);
+    QRL_CHECK(b->hi - b->lo <= (uint32_t)r->W);
+    QRL_TRY(commit_bind(r, seq, true, NULL, err));
+    QRL_TRY(open_batch(r, err));
     size_t base = (size_t)seq * r->W, p0 = b->lo % r->W, cnt = b->hi - b->lo;
     bool taps = r->tap && r->d_taps;
     for (int part = 0; part < 2 && cnt; part++) {
         size_t c = p0 + cnt > (size_t)r->W ? r->W - p0 : cnt, e = base + p0;
         QRL_TRY(cst(cudaMemcpyAsync(r->h_stage + e * r->slab, r->d_store + e * r->slab,
-                                    c * r->slab, cudaMemcpyDeviceToHost, r->stream),
+                                    c * r->slab, cudaMemcpyDeviceToHost, r->cstream),
                     "record copy", err));
         if (taps)
             QRL_TRY(cst(cudaMemcpyAsync(r->h_taps + e * r->tap_floats,
                                         r->d_taps + e * r->tap_floats,
                                         c * r->tap_floats * sizeof(float),
-                                        cudaMemcpyDeviceToHost, r->stream), "tap copy", err));
+                                        cudaMemcpyDeviceToHost, r->cstream), "tap copy", err));
         cnt -= c;
         p0 = 0;
     }
     b->st_buf = b->buf;
     b->st_lo = b->lo;
     b->st_hi = b->hi;
+    b->st_gen = r->gen;
     b->st_taps = taps;
+    b->st_final = final;
     b->lo = b->hi;
-    r->staged = true;
+    r->batch_pending[r->gen % N_BATCH]++;
+    r->n_pending++;
     return QRL_OK;
 }
 
-/* The queued copies have landed (the stream was synchronized): into their buffers. */
-static void commit(qrl_cuda_trace_recorder *r) {
-    if (!r->staged) return;
-    uint32_t ns = qrl_trace_layout_n_sites(r->l);
-    const uint32_t *lens = qrl_trace_layout_site_lens(r->l);
-    for (int seq = 0; seq < r->max_seqs; seq++) {
-        bind *b = &r->binds[seq];
-        if (!b->st_buf) continue;
-        uint32_t held = qrl_trace_buf_n_tokens(b->st_buf);
-        uint32_t hi = b->st_hi < held ? b->st_hi : held; /* a truncation drops the rest */
-        for (uint32_t t = b->st_lo; t < hi; t++) {
-            size_t e = (size_t)seq * r->W + t % r->W;
-            memcpy(qrl_trace_buf_slab_(b->st_buf, t), r->h_stage + e * r->slab, r->slab);
-            if (b->st_taps && r->tap)
-                for (uint32_t s = 0; s < ns; s++)
-                    r->tap(r->tap_ctx, b->st_buf, t, s, r->h_taps + e * r->tap_floats + r->tap_off[s],
-                           lens[s]);
-        }
-        b->st_buf = NULL;
-    }
-    r->staged = false;
+/* Whether the forward writing store entry `e` of seq must wait for the queued copy that
+ * reads it (the copy runs on the other stream). */
+static bool entry_staged(const qrl_cuda_trace_recorder *r, const bind *b, uint32_t e) {
+    if (!b->st_buf) return false;
+    uint32_t W = (uint32_t)r->W, first = b->st_lo % W;
+    return (e + W - first) % W < b->st_hi - b->st_lo;
 }
 
 qrl_status qrl_cuda_trace_recorder_sync(qrl_cuda_trace_recorder *r, qrl_error *err) {
-    if (!r->staged) return QRL_OK;
+    if (r->n_pending == 0) return QRL_OK;
     uint64_t t0 = now_ns();
-    QRL_TRY(cst(cudaStreamSynchronize(r->stream), "sync", err));
-    commit(r);
+    qrl_status st = QRL_OK;
+    for (int seq = 0; seq < r->max_seqs && st == QRL_OK; seq++)
+        if (r->binds[seq].st_buf && r->binds[seq].st_final) st = commit_bind(r, seq, true, NULL, err);
     r->host_ns += now_ns() - t0;
-    return QRL_OK;
+    return st;
+}
+
+void qrl_cuda_trace_recorder_poll(qrl_cuda_trace_recorder *r) {
+    if (r->n_pending == 0 && !r->batch_open) return;
+    uint64_t t0 = now_ns();
+    close_batch(r);
+    /* a quarter window's passes to clear the backlog: well before a sequence stages again
+     * (half a window on), so the forced wait in stage() is rare */
+    int quarter = r->W / 4 > 1 ? r->W / 4 : 1, budget = (r->n_pending + quarter - 1) / quarter;
+    qrl_error e;
+    for (int seq = 0; seq < r->max_seqs && budget > 0 && r->n_pending > 0; seq++) {
+        bool done;
+        if (!r->binds[seq].st_buf) continue;
+        if (commit_bind(r, seq, false, &done, &e) != QRL_OK) {
+            QRL_LOG_ERROR("trace", "sequence %d: %s", seq, e.msg);
+            break;
+        }
+        budget -= done;
+    }
+    r->host_ns += now_ns() - t0;
 }
 
 /* b's view of its buffer after the scheduler truncated it (restart, re-prefill, an
@@ -311,9 +407,12 @@ void qrl_cuda_trace_recorder_release(qrl_cuda_trace_recorder *r, int seq) {
     bind *b = &r->binds[seq];
     reconcile(b);
     qrl_error e;
-    if (b->st_buf && qrl_cuda_trace_recorder_sync(r, &e) != QRL_OK)
-        QRL_LOG_ERROR("trace", "sequence %d: %s", seq, e.msg);
-    if (stage(r, seq, b, &e) != QRL_OK) QRL_LOG_ERROR("trace", "sequence %d: %s", seq, e.msg);
+    if (b->hi > b->lo) {
+        if (stage(r, seq, b, true, &e) != QRL_OK)
+            QRL_LOG_ERROR("trace", "sequence %d: %s", seq, e.msg);
+    } else if (b->st_buf) {
+        b->st_final = true; /* its last records are the queued copy's */
+    }
     b->buf = NULL;
     b->lo = b->hi = 0;
     r->host_ns += now_ns() - t0;
@@ -338,12 +437,10 @@ qrl_status qrl_cuda_trace_recorder_begin_pass(qrl_cuda_trace_recorder *r, int ro
         bind *b = &r->binds[seq];
         QRL_CHECK(b->pass != r->pass_id); /* one target per sequence per pass */
         b->pass = r->pass_id;
-        if (b->st_buf) QRL_TRY(qrl_cuda_trace_recorder_sync(r, err)); /* its staging is reused */
         if (b->buf != tg->buf) { /* a new response on the sequence: the old one's go first */
             if (b->buf) {
                 reconcile(b);
-                QRL_TRY(stage(r, seq, b, err));
-                QRL_TRY(qrl_cuda_trace_recorder_sync(r, err));
+                QRL_TRY(stage(r, seq, b, true, err));
             }
             b->buf = tg->buf;
             b->lo = b->hi = qrl_trace_buf_n_tokens(tg->buf);
@@ -351,17 +448,27 @@ qrl_status qrl_cuda_trace_recorder_begin_pass(qrl_cuda_trace_recorder *r, int ro
         reconcile(b);
         uint32_t tok = tg->token, held = qrl_trace_buf_n_tokens(b->buf);
         if (b->hi < held) { /* records appended by someone else: already on the host */
-            QRL_TRY(stage(r, seq, b, err));
+            QRL_TRY(stage(r, seq, b, false, err));
             b->lo = b->hi = held;
         }
         /* a rewrite must still be in the window: tokens [tok, hi) all on the device */
         QRL_CHECK(tok <= held && tok + (uint32_t)r->W >= b->hi);
-        if (tok == b->hi && b->hi + 1 - b->lo > (uint32_t)r->W) QRL_TRY(stage(r, seq, b, err));
+        /* half a window on the device goes to the host (copy stream), so the copy has the
+         * other half's passes to land before the forward writes its entries again */
+        if (tok == b->hi && b->hi - b->lo >= (uint32_t)(r->W / 2))
+            QRL_TRY(stage(r, seq, b, false, err));
         if (tok < b->lo) b->lo = tok;
         if (tok == b->hi) b->hi++;
         qrl_trace_buf_hold_(b->buf, tok);
-        dst[row] = (int64_t)seq * r->W + tok % r->W;
+        uint32_t e = tok % (uint32_t)r->W;
+        if (entry_staged(r, b, e)) { /* the forward waits for the copy still reading it */
+            if (r->batch_open && b->st_gen == r->gen) close_batch(r);
+            QRL_TRY(cst(cudaStreamWaitEvent(r->stream, r->ev_batch[b->st_gen % N_BATCH], 0),
+                        "forward wait", err));
+        }
+        dst[row] = (int64_t)seq * r->W + e;
     }
+    close_batch(r);
     *ctl = (qrl_cuda_trace_ctl){.store = r->d_store, .taps = r->tap ? r->d_taps : NULL,
                                 .slab = (int64_t)r->slab, .tap_floats = (int64_t)r->tap_floats};
     qrl_status st = cst(cudaMemcpyAsync(r->d_ctl, r->h_ctl, sizeof *ctl + 8 * (size_t)n,
@@ -423,12 +530,7 @@ qrl_status qrl_cuda_trace_recorder_capture_kv_fp4(qrl_cuda_trace_recorder *r, in
     return QRL_OK;
 }
 
-void qrl_cuda_trace_recorder_end_call(qrl_cuda_trace_recorder *r) {
-    uint64_t t0 = now_ns();
-    commit(r);
-    r->n_targets = 0;
-    r->host_ns += now_ns() - t0;
-}
+void qrl_cuda_trace_recorder_end_call(qrl_cuda_trace_recorder *r) { r->n_targets = 0; }
 #else
 typedef int qrl_trace_rec_cuda_unused_; /* ISO C forbids an empty translation unit */
 #endif

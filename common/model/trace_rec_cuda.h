@@ -13,13 +13,17 @@
  *     quantize are never in memory, the BF16 GEMM input holds the codes' values);
  *   - per pass the host uploads the row -> store entry map with one async copy (no host
  *     round trip per token; CUDA-graph replays read it from the same device address);
- *   - a sequence's records come to its qrl_trace_buf in batches: when its window is full
- *     (the copy is queued before the pass that would overwrite it and lands with the
- *     forward's own synchronization), and when the sequence is released
- *     (qrl_cuda_trace_recorder_release, then _sync once per scheduler step).
+ *   - a sequence's records come to its qrl_trace_buf in batches, off the decode step's
+ *     critical path: when half its window is on the device, a copy to pinned staging is
+ *     queued on the recorder's own stream (after the passes that wrote them; the forward
+ *     waits for it only before writing those entries again, half a window later), and
+ *     _poll, called by the forward while its pass runs on the GPU, brings landed copies
+ *     into their buffers, a share of the backlog per call; when the sequence is released
+ *     (qrl_cuda_trace_recorder_release) its last records are queued and _sync (once per
+ *     scheduler step) brings every released sequence's in.
  * A buffer's held count (qrl_trace_buf_n_tokens) grows when a pass targets the token, as
- * on the CPU; the bytes of the records still on the device arrive by the next _end_call /
- * _sync that drains them, so read a buffer only after releasing its sequence and syncing.
+ * on the CPU; the bytes arrive later, so read a buffer only after releasing its sequence
+ * and syncing.
  * Rewrites (token < held) are limited to the last `window` tokens; at most one target per
  * sequence per pass.  The tap, when set, sees each captured F32 vector (BF16 inputs
  * widened) when its record reaches the host, not during the pass.
@@ -63,9 +67,13 @@ void qrl_cuda_trace_recorder_target(qrl_cuda_trace_recorder *r, int row, qrl_tra
 /* Queue the copy of sequence seq's records still on the device (async) and forget the
  * sequence's buffer; they reach the buffer at the next _sync. */
 void qrl_cuda_trace_recorder_release(qrl_cuda_trace_recorder *r, int seq);
-/* Wait for the stream and bring every queued copy into its buffer (taps called).  Errors:
- * CUDA. */
+/* Wait for the copies of every released sequence and bring them into their buffers (taps
+ * called); other sequences' copies stay with _poll.  Errors: CUDA. */
 qrl_status qrl_cuda_trace_recorder_sync(qrl_cuda_trace_recorder *r, qrl_error *err);
+/* Bring the copies that have landed into their buffers, at most a quarter window's share
+ * of the backlog (a host memcpy per token); never waits.  The forward calls it after
+ * launching a pass, so the host work overlaps the GPU's.  Errors are logged. */
+void qrl_cuda_trace_recorder_poll(qrl_cuda_trace_recorder *r);
 /* Host nanoseconds spent in the recorder (target maps, uploads, copies into buffers, taps);
  * the capture kernels run on the device inside the forward's time (bench/trace.c measures
  * them). */
@@ -91,12 +99,6 @@ qrl_status qrl_cuda_trace_recorder_begin_pass(qrl_cuda_trace_recorder *r, int ro
 qrl_status qrl_cuda_trace_recorder_capture(qrl_cuda_trace_recorder *r, int layer,
                                            qrl_trace_site_kind kind, const void *src, bool bf16,
                                            int64_t row_stride, int n, qrl_error *err);
-/* w4a4-nvfp4: the linear site (layer, kind) (attn_in, attn_out, mlp_in, mlp_down) has its
- * GEMM input quantized per row of n values by the engine's own NVFP4 quantizer (the fused
- * RMSNorm / SwiGLU, or qrl_cuda_nvfp4_quantize_rows): point q's TRACE sink at the site's
- * records in the store, so that the quantizer writes the target rows' (S_enc, scales, LSBs)
- * of the codes the GEMM reads, or clear it when the site is not captured.  n must be the
- * site's length.  No launch, no copy. */
 /* w4a4 linear site (layer, kind) of n elements: point q's TRACE sink (trace_ctl,
  * trace_dst, trace_off, trace_tap_off; nvfp4_quant.cuh) at this pass's row map and the
  * site's place in each record, so the quantizer that reads q writes the records of the
@@ -113,8 +115,7 @@ void qrl_cuda_trace_recorder_sink(const qrl_cuda_trace_recorder *r, int layer,
 uint8_t *qrl_cuda_trace_recorder_kv_copy(const qrl_cuda_trace_recorder *r, int layer);
 qrl_status qrl_cuda_trace_recorder_capture_kv_fp4(qrl_cuda_trace_recorder *r, int layer,
                                                   const float *kvf, int n, qrl_error *err);
-/* The forward call has finished and synchronized: bring the drains it queued into their
- * buffers and drop the call's targets. */
+/* The forward call has finished and synchronized: drop the call's targets. */
 void qrl_cuda_trace_recorder_end_call(qrl_cuda_trace_recorder *r);
 
 #endif
