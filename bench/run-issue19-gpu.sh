@@ -3,7 +3,8 @@
 # recorder and the CUDA QAT learner in one call, correctness first, then the three
 # benchmarks; a summary table last.  Carry .device-deps and .device-data.
 #   there:  bench/run-issue19-gpu.sh OUTDIR      (logs in OUTDIR/logs.tgz, JSON beside it,
-#           named by the card: fp4-decode-h100.json, trace-h100.json, train-qat-h100.json)
+#           named by the card: fp4-decode-h100.json, trace-h100.json, train-qat-h100.json;
+#           trace-sync-harvest-*.json: the recorder's previous host harvest, for A/B)
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 out=${1:-/tmp/qrl-issue19}
@@ -50,12 +51,16 @@ tar czf "$out/logs.tgz" -C /tmp qrl19
 mkdir -p bench/results
 timeout 50 $b/bench/fp4_decode --out "$out/fp4-decode-$card.json" > /tmp/qrl19/fp4_decode.txt 2>&1; rf=$?
 timeout 50 $b/bench/trace --out "$out/trace-$card.json" > /tmp/qrl19/trace.txt 2>&1; rt=$?
+# A/B: the previous harvest (every copy on the decode thread after the step's sync)
+QRL_TRACE_SYNC_HARVEST=1 timeout 50 $b/bench/trace --out "$out/trace-sync-harvest-$card.json" \
+  > /tmp/qrl19/trace-sync.txt 2>&1; rs=$?
 timeout 40 $b/bench/train_step --models qwen3-0.6b --seqs 2048 --gpus 1 --steps 4 --qat off,nvfp4,kv \
   --out "$out/train-qat-$card.json" > /tmp/qrl19/train_qat.txt 2>&1; rq=$?
 tar czf "$out/logs.tgz" -C /tmp qrl19
 for f in /tmp/qrl19/*.log; do grep -aE '^(cuda trace|qat |guided|scheduler kv|stories260K|random-hd128|rescore|rmsnorm_nvfp4|swiglu_nvfp4|w4a4 linear|worst)' "$f" | sort -u | head -12; done
 echo "== fp4_decode rc=$rf"; tail -14 /tmp/qrl19/fp4_decode.txt
 echo "== trace rc=$rt"; tail -10 /tmp/qrl19/trace.txt
+echo "== trace, previous harvest (QRL_TRACE_SYNC_HARVEST=1) rc=$rs"; tail -8 /tmp/qrl19/trace-sync.txt
 echo "== train_step qat rc=$rq"; tail -6 /tmp/qrl19/train_qat.txt
 echo "== tests"; for t in $tests; do printf '%-22s %s\n' "$t" "${res[$t]:-not run}"; done
 echo "total: $((SECONDS - t0)) s"

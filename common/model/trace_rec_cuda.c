@@ -50,6 +50,7 @@ struct qrl_cuda_trace_recorder {
     int batch_pending[N_BATCH];     /* binds of the batch not yet in their buffers */
     uint64_t gen;                   /* batches opened so far (the open / last one's number) */
     bool batch_open;
+    bool sync_harvest;              /* QRL_TRACE_SYNC_HARVEST=1: the previous harvest, for A/B */
     int n_pending;                  /* binds with a queued copy */
     size_t slab, tap_floats, entries;
     plan *plans;                    /* [n_layers][KIND_COUNT] */
@@ -138,6 +139,8 @@ qrl_status qrl_cuda_trace_recorder_new(const qrl_trace_layout *l, const qrl_mode
     r->max_targets = max_rows > max_seqs ? max_rows : max_seqs;
     r->stream = (cudaStream_t)stream;
     r->slab = qrl_trace_layout_slab_bytes_(l);
+    const char *sh = getenv("QRL_TRACE_SYNC_HARVEST");
+    r->sync_harvest = sh && sh[0] == '1';
     r->entries = (size_t)max_seqs * (size_t)window;
     r->n_kv_heads = cfg->n_kv_heads;
     r->kv4_bytes = (int64_t)qrl_cuda_kvq_fp4_copy_bytes(cfg->head_dim);
@@ -374,7 +377,7 @@ qrl_status qrl_cuda_trace_recorder_sync(qrl_cuda_trace_recorder *r, qrl_error *e
 }
 
 void qrl_cuda_trace_recorder_poll(qrl_cuda_trace_recorder *r) {
-    if (r->n_pending == 0 && !r->batch_open) return;
+    if (r->sync_harvest || (r->n_pending == 0 && !r->batch_open)) return;
     uint64_t t0 = now_ns();
     close_batch(r);
     /* a quarter window's passes to clear the backlog: well before a sequence stages again
@@ -455,7 +458,7 @@ qrl_status qrl_cuda_trace_recorder_begin_pass(qrl_cuda_trace_recorder *r, int ro
         QRL_CHECK(tok <= held && tok + (uint32_t)r->W >= b->hi);
         /* half a window on the device goes to the host (copy stream), so the copy has the
          * other half's passes to land before the forward writes its entries again */
-        if (tok == b->hi && b->hi - b->lo >= (uint32_t)(r->W / 2))
+        if (tok == b->hi && b->hi - b->lo >= (uint32_t)(r->sync_harvest ? r->W : r->W / 2))
             QRL_TRY(stage(r, seq, b, false, err));
         if (tok < b->lo) b->lo = tok;
         if (tok == b->hi) b->hi++;
@@ -530,7 +533,15 @@ qrl_status qrl_cuda_trace_recorder_capture_kv_fp4(qrl_cuda_trace_recorder *r, in
     return QRL_OK;
 }
 
-void qrl_cuda_trace_recorder_end_call(qrl_cuda_trace_recorder *r) { r->n_targets = 0; }
+void qrl_cuda_trace_recorder_end_call(qrl_cuda_trace_recorder *r) {
+    r->n_targets = 0;
+    if (!r->sync_harvest || r->n_pending == 0) return;
+    uint64_t t0 = now_ns(); /* the previous harvest: every queued copy in, on the decode thread */
+    qrl_error e;
+    for (int seq = 0; seq < r->max_seqs && r->n_pending > 0; seq++)
+        if (commit_bind(r, seq, true, NULL, &e) != QRL_OK) QRL_LOG_ERROR("trace", "%s", e.msg);
+    r->host_ns += now_ns() - t0;
+}
 #else
 typedef int qrl_trace_rec_cuda_unused_; /* ISO C forbids an empty translation unit */
 #endif
