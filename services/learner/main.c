@@ -74,8 +74,8 @@ static const qrl_config_entry CONFIG[] = {
      "linear inputs to NVFP4 as a w4a4-nvfp4 rollout does, straight-through gradients (learner.device cpu or cuda)"),
     QRL_CFG_BOOL("learner.qat_kv", S_, learner.qat_kv, "false", false,
      "learner.qat nvfp4: fake-quantize K and V too (the replicas run rollout.kv_cache fp4)"),
-    QRL_CFG_BOOL("learner.trace_guidance", S_, learner.trace_guidance, "on", false,
-     "learner.qat nvfp4: consume kafka.trace_topic and round as the rollout's TRACE records say (off: "
+    QRL_CFG_BOOL("learner.trace_guidance", S_, learner.trace_guidance, "true", false,
+     "learner.qat nvfp4: consume kafka.trace_topic and round as the rollout's TRACE records say (false: "
      "nearest rounding everywhere, the topic is not read)"),
     QRL_CFG_ENUM("learner.adv", S_, learner.adv, "grpo", "grpo|drgrpo|rloo", false, "advantage estimator"),
     QRL_CFG_BOOL("learner.dynamic_sampling", S_, learner.dynamic_sampling, "true", false,
@@ -144,7 +144,7 @@ static const qrl_config_entry CONFIG[] = {
      "GroupResults in"),
     QRL_CFG_STRING("kafka.dlq_topic", S_, kafka.dlq_topic, QRL_KAFKA_TOPIC_DLQ, false, "dead letters"),
     QRL_CFG_STRING("kafka.trace_topic", S_, kafka.trace_topic, QRL_KAFKA_TOPIC_TRACE, false,
-     "TraceChunks in (learner.qat nvfp4 with learner.trace_guidance on)"),
+     "TraceChunks in (learner.qat nvfp4 with learner.trace_guidance true)"),
     QRL_CFG_STRING("kafka.group", S_, kafka.group, "qrl-learner", false, "consumer group of the results"),
     QRL_CFG_INT("kafka.session_timeout_ms", S_, kafka.session_timeout_ms, "10000", 1000, 3600000, false,
      "group session timeout"),

@@ -385,11 +385,6 @@ qrl_status rd_engine_start(rd_engine *e, const qrl_model *model, const qrl_token
     e->omp_threads = omp_get_max_threads();
     e->version = sc->version;
     qrl_status st = qrl_scheduler_new(model, tok, sc, on_group, e, &e->sched, err);
-    if (st != QRL_OK && sc->trace_record && strncmp(err->msg, "trace sites", 11) == 0) {
-        char msg[sizeof err->msg]; /* the spec against this model (layers, FP4 sites) */
-        snprintf(msg, sizeof msg, "%s", err->msg);
-        return qrl_error_set(err, st, "rollout.trace_sites: %s", msg);
-    }
     if (st != QRL_OK && sc->device >= 0) { /* name the keys that chose the device */
         char msg[sizeof err->msg];
         snprintf(msg, sizeof msg, "%s", err->msg);

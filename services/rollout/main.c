@@ -195,7 +195,7 @@ int main(int argc, char **argv) {
                 qrl_kv_format_name(kvf));
     qrl_trace_sites sites; /* checked with rollout.trace off too: a bad value is a bad value */
     if (qrl_trace_sites_parse(S.trace_sites, &sites, &err) != QRL_OK)
-        qrl_die("rollout.trace_sites: %s", err.msg);
+        qrl_die("rollout.trace_sites '%s': %s", S.trace_sites, err.msg);
 
     qrl_model *m;
     qrl_tokenizer *tok;
@@ -204,6 +204,14 @@ int main(int argc, char **argv) {
     if (qrl_model_load_with_tokenizer(S.model, &lo, &m, &tok, tpath, sizeof tpath, &err) != QRL_OK)
         qrl_die_err(&err);
     if (qrl_model_quantize(m, prec, &err) != QRL_OK) qrl_die_err(&err);
+    if (S.trace) { /* the spec against this model: its layers, an FP4 vector among the sites */
+        qrl_trace_layout *tl;
+        if (qrl_trace_layout_new(&sites, &m->cfg, prec == QRL_PRECISION_W4A4_NVFP4,
+                                 kvf == QRL_KV_FORMAT_FP4, &tl, &err) != QRL_OK)
+            qrl_die("rollout.trace_sites '%s'%s: %s", S.trace_sites,
+                    *S.trace_sites ? "" : " (the default)", err.msg);
+        qrl_trace_layout_free(tl);
+    }
     char dev[32];
     if (cuda) snprintf(dev, sizeof dev, "cuda:%d", S.cuda_device);
     else snprintf(dev, sizeof dev, "cpu");

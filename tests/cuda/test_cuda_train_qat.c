@@ -29,6 +29,7 @@
 #include "train/adamw.h"
 #include "train/model_train.h"
 #include "train/model_train_cuda.h"
+#include "support/trace_rollout.h"
 #include "unit/sched_test_util.h"
 
 #define LOGP_REL 2e-2 /* test_cuda_train.c's bounds */
@@ -180,16 +181,8 @@ Test(cuda_train_qat, weights_match_qrl_model_train_qat_weight_bit_for_bit) {
 
 /* ---- a recorded CPU rollout ------------------------------------------------------------- */
 
-typedef struct tap {
-    const qrl_trace_buf *buf;
-    uint32_t token, site, id, n;
-    float *x;
-    int resp; /* index into rollout.rec */
-} tap;
-
 typedef struct rollout {
-    tap *t;
-    size_t n;
+    trace_rollout tr; /* the recorded vectors, labelled with their response and site id */
     const qrl_model *m;
     int32_t prompt[16], resp[64];
     int n_prompt, n_resp;
@@ -197,32 +190,11 @@ typedef struct rollout {
     qrl_trace_response *rec[2]; /* both responses, decoded */
 } rollout;
 
-static void on_tap(void *ctx, const qrl_trace_buf *buf, uint32_t token, uint32_t site,
-                   const float *x, uint32_t n) {
-    rollout *rc = ctx;
-    cr_assert_lt(rc->n, 100000);
-    rc->t[rc->n++] = (tap){buf, token, site, 0, n, st_dup(x, n * sizeof *x), -1};
-}
-
 static void on_group(const qrl_scheduler_group_result *res, void *ctx) {
     rollout *rc = ctx;
     for (uint32_t r = 0; r < res->group_size && r < 2; r++) {
         const qrl_scheduler_response *o = &res->responses[r];
-        const qrl_trace_layout *l = qrl_trace_buf_layout(o->trace);
-        qrl_trace_pack p;
-        qrl_error e;
-        cr_assert_eq(qrl_trace_buf_pack(o->trace, (uint32_t)o->n_tokens, 3000, &p, &e), QRL_OK);
-        cr_assert_eq(qrl_trace_response_decode(&rc->m->cfg, qrl_trace_layout_site_ids(l),
-                                               qrl_trace_layout_n_sites(l),
-                                               (const uint8_t *const *)p.record, p.len,
-                                               p.token_begin, p.count, p.n_tokens, &rc->rec[r], &e),
-                     QRL_OK, "%s", e.msg);
-        qrl_trace_pack_free(&p);
-        for (size_t i = 0; i < rc->n; i++)
-            if (rc->t[i].buf == o->trace && rc->t[i].token < (uint32_t)o->n_tokens) {
-                rc->t[i].resp = (int)r;
-                rc->t[i].id = qrl_trace_layout_site_ids(l)[rc->t[i].site];
-            }
+        rc->rec[r] = trace_rollout_decode(rc->m, o->trace, (uint32_t)o->n_tokens);
         if (r == 0) {
             rc->n_prompt = res->n_prompt;
             memcpy(rc->prompt, res->prompt, (size_t)res->n_prompt * 4);
@@ -233,34 +205,18 @@ static void on_group(const qrl_scheduler_group_result *res, void *ctx) {
     }
 }
 
-/* w4a4-nvfp4 + fp4-KV CPU rollout of stories260K, one group of 2, every site recorded. */
+/* w4a4-nvfp4 + fp4-KV CPU rollout of stories260K, one group of 2, every site recorded
+ * (tests/support/trace_rollout.h). */
 static void record_rollout(rollout *rc) {
     qrl_model *m = st_load_model();
-    qrl_error e;
     qrl_model_round_bf16(m); /* the masters the QAT engines below hold (a broadcast version) */
-    cr_assert_eq(qrl_model_quantize(m, QRL_PRECISION_W4A4_NVFP4, &e), QRL_OK, "%s", e.msg);
-    *rc = (rollout){.t = calloc(100000, sizeof(tap)), .m = m};
-    qrl_scheduler_config c;
-    qrl_scheduler_config_default(&c);
-    c.max_slots = 2;
-    c.kv_format = QRL_KV_FORMAT_FP4;
-    c.trace_record = true;
-    cr_assert_eq(qrl_trace_sites_parse("layers=all", &c.trace_sites, &e), QRL_OK);
-    qrl_scheduler *s = NULL;
-    cr_assert_eq(qrl_scheduler_new(m, NULL, &c, on_group, rc, &s, &e), QRL_OK, "%s", e.msg);
-    qrl_scheduler_trace_set_tap(s, on_tap, rc);
     static const int32_t prompt[] = {1, 403, 407, 261, 378, 34, 90};
-    qrl_scheduler_group_desc g = {.group_id = 1, .group_size = 2, .prompt = prompt,
-                                  .n_prompt = 7, .max_new_tokens = 24,
-                                  .sampling = {.temperature = 1.0f, .top_p = 1.0f, .seed = 3}};
-    cr_assert_eq(qrl_scheduler_submit(s, &g, &e), QRL_OK, "%s", e.msg);
-    st_run(s);
-    qrl_scheduler_free(s);
+    *rc = (rollout){.m = m};
+    trace_rollout_record(&rc->tr, m, prompt, 7, on_group, rc);
 }
 
 static void rollout_free(rollout *rc) {
-    for (size_t i = 0; i < rc->n; i++) free(rc->t[i].x);
-    free(rc->t);
+    trace_rollout_free(&rc->tr);
     qrl_trace_response_free(rc->rec[0]), qrl_trace_response_free(rc->rec[1]);
     qrl_model_free((qrl_model *)rc->m);
 }
@@ -272,9 +228,9 @@ static void rollout_free(rollout *rc) {
  * token with a table stride of 3 (the third slot poisoned); every 7th row without guidance.
  * Returns the elements whose code equals the rollout's. */
 static uint64_t check_sites(const rollout *rc, uint32_t n, int variant, uint64_t *elements) {
-    size_t *idx = malloc(rc->n * sizeof *idx), rows = 0;
-    for (size_t i = 0; i < rc->n; i++)
-        if (rc->t[i].resp >= 0 && rc->t[i].n == n) idx[rows++] = i;
+    size_t *idx = malloc(rc->tr.n * sizeof *idx), rows = 0;
+    for (size_t i = 0; i < rc->tr.n; i++)
+        if (rc->tr.t[i].resp >= 0 && rc->tr.t[i].n == n) idx[rows++] = i;
     if (rows % 2) rows--; /* whole tokens of 2 heads */
     cr_assert_gt(rows, 0);
     const int cb = (int)(n + 1) / 2, ns = (int)(n + 15) / 16, nb = (int)(n + 7) / 8;
@@ -285,7 +241,7 @@ static uint64_t check_sites(const rollout *rc, uint32_t n, int variant, uint64_t
     memset(guide, 0xEE, rows / 2 * 3 * 4);
     uint64_t dis_cpu = 0, same = 0, guided_el = 0;
     for (size_t r = 0; r < rows; r++) {
-        const tap *t = &rc->t[idx[r]];
+        const trace_tap *t = &rc->tr.t[idx[r]];
         for (uint32_t j = 0; j < n; j++) {
             float v = t->x[j];
             if (variant >= 1) v = qrl_bf16_decode(qrl_bf16_encode(v));
@@ -304,7 +260,7 @@ static uint64_t check_sites(const rollout *rc, uint32_t n, int variant, uint64_t
     gpu_rows(x, (int)rows, (int)n, 2, guide, rows / 2 * 3, 3, blob, rows * (ns + nb), y, codes,
              cnt);
     for (size_t r = 0; r < rows; r++) {
-        const tap *t = &rc->t[idx[r]];
+        const trace_tap *t = &rc->tr.t[idx[r]];
         const float *xr = x + r * n;
         bool g = r % 7 != 3;
         if (g) {

@@ -32,11 +32,15 @@ expect_refused() {
 expect_refused "rollout\.device: 'gpu' is not one of the allowed values: cpu, cuda" --rollout.device gpu
 # the TRACE site spec: named when it is malformed (also with rollout.trace off) and when it
 # does not fit the model (its layers, or no FP4 vector among the sites it selects)
-expect_refused "rollout\.trace_sites: trace sites clause 1: 'garbage' is not key=value" \
+# (checked by qrl-rollout's start against the loaded model, before the engine: the error
+# names the key and the value)
+expect_refused "rollout\.trace_sites 'garbage': trace sites clause 1: 'garbage' is not key=value" \
   --rollout.trace_sites garbage
-expect_refused "rollout\.trace_sites: trace sites clause 1: layers=9-99: the model has 5 layers" \
+expect_refused "rollout\.trace_sites 'layers=9-99,sites=attn_in': trace sites clause 1: layers=9-99: the model has 5 layers" \
   --rollout.precision w4a4-nvfp4 --rollout.trace true --rollout.trace_sites layers=9-99,sites=attn_in
-expect_refused "rollout\.trace_sites: trace sites: none of the requested sites is FP4 here" \
+expect_refused "rollout\.trace_sites 'layers=0-2,sites=k;layers=5,sites=v': trace sites clause 2: layers=5-5: the model has 5 layers \(0-4\)" \
+  --rollout.kv_cache fp4 --rollout.trace true --rollout.trace_sites 'layers=0-2,sites=k;layers=5,sites=v'
+expect_refused "rollout\.trace_sites 'layers=all,sites=attn_in': trace sites: none of the requested sites is FP4 here" \
   --rollout.kv_cache fp4 --rollout.trace true --rollout.trace_sites layers=all,sites=attn_in
 
 [ $fails -eq 0 ] && echo "ok: rollout.device refusals" && exit 0

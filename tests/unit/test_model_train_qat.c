@@ -10,6 +10,7 @@
 #include "core/tensor.h"
 #include "cpu/quant.h"
 #include "sched_test_util.h"
+#include "support/trace_rollout.h"
 #include "train/model_train.h"
 
 /* ---- weights ---------------------------------------------------------------------------- */
@@ -50,16 +51,8 @@ Test(model_train_qat, weights_match_the_rollout_quantizer_bit_for_bit) {
 
 /* ---- guided codes equal the rollout's --------------------------------------------------- */
 
-typedef struct tap {
-    const qrl_trace_buf *buf;
-    uint32_t token, site, n;
-    float *x;
-} tap;
-
 typedef struct rollout_ctx {
-    tap *t;
-    size_t n;
-    const qrl_model *m;
+    trace_rollout tr; /* the recorded vectors */
     int sites_checked, tokens_checked;
     /* group 1 response 0, kept for the training forward */
     int32_t prompt[16], resp[64];
@@ -68,28 +61,6 @@ typedef struct rollout_ctx {
     qrl_trace_response *rec;
 } rollout_ctx;
 
-static void on_tap(void *ctx, const qrl_trace_buf *buf, uint32_t token, uint32_t site,
-                   const float *x, uint32_t n) {
-    rollout_ctx *rc = ctx;
-    cr_assert_lt(rc->n, 100000);
-    rc->t[rc->n++] = (tap){buf, token, site, n, st_dup(x, n * sizeof *x)};
-}
-
-static qrl_trace_response *decode_buf(const qrl_model *m, const qrl_trace_buf *b, uint32_t nt) {
-    qrl_trace_pack p;
-    qrl_error e;
-    cr_assert_eq(qrl_trace_buf_pack(b, nt, 3000, &p, &e), QRL_OK, "%s", e.msg);
-    const qrl_trace_layout *l = qrl_trace_buf_layout(b);
-    qrl_trace_response *r = NULL;
-    cr_assert_eq(qrl_trace_response_decode(&m->cfg, qrl_trace_layout_site_ids(l),
-                                           qrl_trace_layout_n_sites(l),
-                                           (const uint8_t *const *)p.record, p.len,
-                                           p.token_begin, p.count, p.n_tokens, &r, &e),
-                 QRL_OK, "%s", e.msg);
-    qrl_trace_pack_free(&p);
-    return r;
-}
-
 /* For every record of every response: the learner's quantizer on the rollout's input
  * with the decoded record gives the rollout's codes (qrl_nvfp4_quantize_row, what the
  * linear / KV write used), and dequantizes to the same values. */
@@ -97,12 +68,11 @@ static void on_group(const qrl_scheduler_group_result *res, void *ctx) {
     rollout_ctx *rc = ctx;
     for (uint32_t r = 0; r < res->group_size; r++) {
         const qrl_scheduler_response *o = &res->responses[r];
-        qrl_trace_response *rec = decode_buf(rc->m, o->trace, (uint32_t)o->n_tokens);
-        const qrl_trace_layout *l = qrl_trace_buf_layout(o->trace);
-        for (size_t i = 0; i < rc->n; i++) {
-            const tap *t = &rc->t[i];
-            if (t->buf != o->trace || t->token >= (uint32_t)o->n_tokens) continue;
-            uint32_t id = qrl_trace_layout_site_ids(l)[t->site];
+        qrl_trace_response *rec = trace_rollout_decode(rc->tr.m, o->trace, (uint32_t)o->n_tokens);
+        for (size_t i = 0; i < rc->tr.n; i++) {
+            const trace_tap *t = &rc->tr.t[i];
+            if (t->resp != (int)r) continue;
+            uint32_t id = t->id;
             uint8_t want[1024], got[1024], sc[128];
             float genc, y[2048], yw[2048];
             qrl_nvfp4_quantize_row(t->x, t->n, want, sc, &genc);
@@ -159,24 +129,8 @@ static void train_forward(qrl_model *m, const qrl_model_train_opts *o, rollout_c
 /* A w4a4-nvfp4 + fp4-KV CPU rollout of one group of 2 recording every site of every layer
  * (on_group checks each record against the learner's quantizer), m quantized in place. */
 static void record_rollout(qrl_model *m, const int32_t *prompt, int n_prompt, rollout_ctx *rc) {
-    qrl_error e;
-    cr_assert_eq(qrl_model_quantize(m, QRL_PRECISION_W4A4_NVFP4, &e), QRL_OK, "%s", e.msg);
-    *rc = (rollout_ctx){.t = calloc(100000, sizeof(tap)), .m = m};
-    qrl_scheduler_config c;
-    qrl_scheduler_config_default(&c);
-    c.max_slots = 2;
-    c.kv_format = QRL_KV_FORMAT_FP4;
-    c.trace_record = true;
-    cr_assert_eq(qrl_trace_sites_parse("layers=all", &c.trace_sites, &e), QRL_OK);
-    qrl_scheduler *s = NULL;
-    cr_assert_eq(qrl_scheduler_new(m, NULL, &c, on_group, rc, &s, &e), QRL_OK, "%s", e.msg);
-    qrl_scheduler_trace_set_tap(s, on_tap, rc);
-    qrl_scheduler_group_desc g = {.group_id = 1, .group_size = 2, .prompt = prompt,
-                                  .n_prompt = n_prompt, .max_new_tokens = 24,
-                                  .sampling = {.temperature = 1.0f, .top_p = 1.0f, .seed = 3}};
-    cr_assert_eq(qrl_scheduler_submit(s, &g, &e), QRL_OK, "%s", e.msg);
-    st_run(s);
-    qrl_scheduler_free(s);
+    *rc = (rollout_ctx){0};
+    trace_rollout_record(&rc->tr, m, prompt, n_prompt, on_group, rc);
 }
 
 /* max |lp_train - lp_behav| over rc's response 0 of a QAT forward of `master` with
@@ -196,8 +150,7 @@ static double qat_gap(qrl_model *master, rollout_ctx *rc, const qrl_trace_respon
 
 static void rollout_ctx_free(rollout_ctx *rc) {
     qrl_trace_response_free(rc->rec);
-    for (size_t i = 0; i < rc->n; i++) free(rc->t[i].x);
-    free(rc->t);
+    trace_rollout_free(&rc->tr);
 }
 
 /* HF Qwen3 (HALF RoPE, q/k norms, untied head; tests/fixtures/hf/qwen3): every record is
