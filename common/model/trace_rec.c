@@ -4,6 +4,7 @@
 
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <time.h>
 
 #include "core/crc32.h"
@@ -17,7 +18,27 @@ struct qrl_trace_buf {
     uint32_t cap, n;
     size_t slab;
     uint8_t *data; /* [cap][slab]: per site F32 S_enc (unaligned), scales, bits */
+    size_t mapped; /* data is an mmap of this many bytes (0: calloc) */
 };
+
+/* Zeroed storage for a buffer.  A large one (a 512-token response of a 1.7B model is ~36
+ * MB) is filled a window at a time by the CUDA recorder, and with 4 KiB pages its first
+ * touch was most of the recorder's host time (one fault per 4 KiB: ~1.3 GB/s on the H100
+ * machine); transparent huge pages fault 2 MiB at once.  Where the kernel has them off,
+ * madvise fails and the pages stay small. */
+#define HUGE_MIN (4u << 20)
+
+static uint8_t *data_alloc(size_t bytes, size_t *mapped) {
+    *mapped = 0;
+    if (bytes < HUGE_MIN) return calloc(1, bytes);
+    void *p = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return NULL;
+#ifdef MADV_HUGEPAGE
+    (void)madvise(p, bytes, MADV_HUGEPAGE);
+#endif
+    *mapped = bytes;
+    return p;
+}
 
 qrl_status qrl_trace_buf_new(const qrl_trace_layout *l, uint32_t max_tokens,
                              qrl_trace_buf **out, qrl_error *err) {
@@ -31,7 +52,7 @@ qrl_status qrl_trace_buf_new(const qrl_trace_layout *l, uint32_t max_tokens,
         b->l = l;
         b->cap = max_tokens;
         b->slab = qrl_trace_layout_slab_bytes_(l);
-        b->data = calloc(max_tokens, b->slab);
+        b->data = data_alloc((size_t)max_tokens * b->slab, &b->mapped);
     }
     if (!b || !b->data) {
         qrl_trace_buf_free(b);
@@ -44,7 +65,8 @@ qrl_status qrl_trace_buf_new(const qrl_trace_layout *l, uint32_t max_tokens,
 
 void qrl_trace_buf_free(qrl_trace_buf *b) {
     if (!b) return;
-    free(b->data);
+    if (b->mapped) munmap(b->data, b->mapped);
+    else free(b->data);
     free(b);
 }
 

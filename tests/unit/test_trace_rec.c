@@ -8,6 +8,7 @@
 #include <string.h>
 
 #include "core/crc32.h"
+#include "model/trace_rec_internal.h"
 #include "cpu/ops.h"
 #include "cpu/quant.h"
 #include "sched_test_util.h"
@@ -361,15 +362,15 @@ Test(trace_rec, off_allocates_nothing_and_recording_changes_no_token) {
 /* ---- chunks on the wire ---------------------------------------------------------------- */
 
 /* A small synthetic buffer of `nt` tokens on a 2-layer model, filled by the recorder. */
-static void synth_pack(qrl_trace_layout **l, qrl_trace_buf **b, qrl_trace_pack *p, uint32_t nt,
-                       size_t limit) {
+static void synth_pack_cap(qrl_trace_layout **l, qrl_trace_buf **b, qrl_trace_pack *p,
+                           uint32_t nt, uint32_t cap, size_t limit) {
     qrl_model_config c = {.dim = 48, .hidden_dim = 96, .n_layers = 2, .n_heads = 4,
                           .n_kv_heads = 2, .head_dim = 12};
     qrl_trace_sites s;
     qrl_error e;
     qrl_trace_sites_default(&s);
     cr_assert_eq(qrl_trace_layout_new(&s, &c, true, true, l, &e), QRL_OK, "%s", e.msg);
-    cr_assert_eq(qrl_trace_buf_new(*l, nt, b, &e), QRL_OK);
+    cr_assert_eq(qrl_trace_buf_new(*l, cap, b, &e), QRL_OK);
     qrl_trace_recorder *r = NULL;
     cr_assert_eq(qrl_trace_recorder_new(*l, 1, &r, &e), QRL_OK);
     float x[96];
@@ -386,6 +387,33 @@ static void synth_pack(qrl_trace_layout **l, qrl_trace_buf **b, qrl_trace_pack *
     cr_assert_eq(qrl_trace_buf_n_tokens(*b), nt);
     cr_assert_eq(qrl_trace_buf_pack(*b, nt, limit, p, &e), QRL_OK, "%s", e.msg);
     qrl_trace_recorder_free(r);
+}
+
+static void synth_pack(qrl_trace_layout **l, qrl_trace_buf **b, qrl_trace_pack *p, uint32_t nt,
+                       size_t limit) {
+    synth_pack_cap(l, b, p, nt, nt, limit);
+}
+
+/* A buffer of >= 4 MiB takes the mmap (transparent huge page) storage: zeroed, and the same
+ * records as a small one. */
+Test(trace_rec, a_large_buffer_holds_the_same_records) {
+    qrl_trace_layout *l1, *l2;
+    qrl_trace_buf *small, *large;
+    qrl_trace_pack p1, p2;
+    synth_pack_cap(&l1, &small, &p1, 24, 24, 1 << 20);
+    uint32_t cap = (uint32_t)((8u << 20) / qrl_trace_layout_slab_bytes_(l1)) + 1;
+    synth_pack_cap(&l2, &large, &p2, 24, cap, 1 << 20);
+    cr_assert_geq(qrl_trace_buf_bytes(large), (size_t)8 << 20);
+    cr_assert_eq(p1.count, p2.count);
+    for (size_t i = 0; i < p1.count; i++) {
+        cr_assert_eq(p1.len[i], p2.len[i]);
+        cr_assert_eq(memcmp(p1.record[i], p2.record[i], p1.len[i]), 0, "record %zu", i);
+    }
+    const uint8_t *last = qrl_trace_buf_slab_(large, cap - 1); /* never written: zero */
+    for (size_t k = 0; k < qrl_trace_layout_slab_bytes_(l2); k++) cr_assert_eq(last[k], 0);
+    qrl_trace_pack_free(&p1), qrl_trace_pack_free(&p2);
+    qrl_trace_buf_free(small), qrl_trace_buf_free(large);
+    qrl_trace_layout_free(l1), qrl_trace_layout_free(l2);
 }
 
 static Qrl__TraceChunk *decode_chunk(const qrl_wire_chunks *w, size_t i) {
