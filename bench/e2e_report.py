@@ -230,7 +230,7 @@ def analyse(cdir, work):
         row['tokens'] = sum(toks) if len(toks) == len(gids) and gids else \
             (u.get('response_len_mean', 0) * len(gids) * G if gids else None)
         row['response_len_mean'] = u.get('response_len_mean')
-        for key in ('disc_mean', 'disc_p99', 'disc_max', 'trace_rows_guided', 'trace_rows_unguided',
+        for key in ('version_min', 'disc_mean', 'disc_p99', 'disc_max', 'trace_rows_guided', 'trace_rows_unguided',
                     'trace_disagree_share', 'trace_bytes_per_token', 'trace_record_bytes'):
             if key in u:
                 row[key] = u[key]
@@ -494,13 +494,17 @@ def main():
         print(r['name'][:w[0]].ljust(w[0]) + ' ' + ' '.join(str(v).rjust(w[i + 1]) for i, v in enumerate(vals))
               + ('' if r['status'] == 'ok' else f'  [{r["status"]}]'))
     if any('updates' in r and r['updates'] for r in results):
-        print('\nper update: period / rollout / wait / prox / train / snapshot / sync s, tokens, e2e tok/s')
+        print('\nper update: period / rollout / wait / prox / train / snapshot / sync s, tokens, e2e tok/s; the oldest'
+              ' version trained, |lp_prox - lp_behav| mean (QAT: guided rows / trained, disagree share)')
         for r in results:
             for u in r.get('updates', []):
                 print(f'  {r["name"][:44].ljust(44)} {u["update"]:>2} {fmt(u["period_s"], 2, 7)} '
                       f'{fmt(u["rollout_s"], 2, 7)} {fmt(u["wait_s"], 2, 7)} {fmt(u["prox_s"], 2, 6)} '
                       f'{fmt(u["train_s"], 2, 6)} {fmt(u["snapshot_s"], 2, 6)} {fmt(u["sync_s"], 3, 7)} '
-                      f'{fmt(u["tokens"], 0, 8)} {fmt(u["e2e_tokens_per_s"], 0, 8)}')
+                      f'{fmt(u["tokens"], 0, 8)} {fmt(u["e2e_tokens_per_s"], 0, 8)}  v{fmt(u.get("version_min"))} '
+                      f'{"-" if u.get("disc_mean") is None else format(u["disc_mean"], ".2g")}'
+                      + (f' {u["trace_rows_guided"]}/{u["trace_rows_guided"] + u["trace_rows_unguided"]}'
+                         f' {u.get("trace_disagree_share", 0):.2g}' if r['meta'].get('qat') else ''))
     if anchors:
         print('\nengine alone (bench/e2e_engine, the same slots, KV budget and prompts):')
         for shape, an in anchors.items():

@@ -24,13 +24,14 @@ rc=0
 E2E_NAME=$name E2E_TOTAL_S=${E2E_TOTAL_S:-370} BUILD=${BUILD:-build-gpu} bench/run-e2e-gpu.sh "$out" \
   --configs "$shape/bf16/early/overlap,$shape/fp4+trace/early/overlap" "$@" || rc=$?
 [ -f "$out/$name.json" ] || { echo "no report ($out/$name.json); rc=$rc"; exit 1; }
-python3 - "$out/$name.json" <<'PY'
+python3 - "$out/$name.json" "$rc" <<'PY'
 import json, sys
 d = json.load(open(sys.argv[1]))
 def f(x, nd=2):
     return '-' if x is None else (f'{x:.{nd}f}' if isinstance(x, float) else str(x))
-print(f'\nTRACE end to end ({d.get("gpu")}): T={d["plan"]["quota"]} x G={d["plan"]["group_size"]}, '
-      f'{d["plan"]["updates"]} updates; steady means (updates 2..N)')
+print(f'\nTRACE end to end ({d.get("gpu")}; e2e.sh rc={sys.argv[2]}): T={d["plan"]["quota"]} x '
+      f'G={d["plan"]["group_size"]}, {d["plan"]["updates"]} updates; steady means (updates 2..N); guided = rows '
+      f'guided / trained, miss/ev = responses whose records were missing / evicted at the join')
 print(f'{"config":36} {"status":8} {"e2e t/s":>8} {"vs bf16":>7} {"eng t/s":>8} {"eff":>5} {"period":>6} '
       f'{"prox":>5} {"train":>5} {"B/tok":>6} {"MB/s":>6} {"share":>6} {"eng sh":>6} {"guided":>7} '
       f'{"miss/ev":>7} {"disagree":>8} {"disc mean":>9} {"disc max":>8}')
@@ -53,5 +54,4 @@ for c in d['configs']:
     if c['status'] != 'ok':
         print(f'  status: {c["status"]}')
 PY
-echo "run-e2e-trace-gpu: rc=$rc"
 exit $rc
