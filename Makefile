@@ -177,7 +177,7 @@ $(BUILD)/bench/%: bench/%.c $(LINK_LIBS)
 # ---- test tiers ----------------------------------------------------------------------
 # tests/layering.sh: the dependency rules of docs/architecture.md; it runs first and fails
 # the target, but the test tiers still run after it.
-test: all $(UNIT_TESTS) $(FUZZ_REPLAY) $(INTEG_BINS)
+test: all $(UNIT_TESTS) $(FUZZ_REPLAY) $(INTEG_BINS) $(BUILD)/bench/e2e_engine # e2e_trace.sh's anchor
 	@BUILD=$(BUILD) tests/layering.sh; l=$$?; \
 	 BUILD=$(BUILD) tests/run.sh unit fuzz integration multihost; r=$$?; \
 	 [ $$l -eq 0 ] && [ $$r -eq 0 ]

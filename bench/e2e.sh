@@ -21,11 +21,20 @@
 # A configuration is SHAPE/FORMAT/LENGTH/MODE, e.g. qwen3-1.7b/w8a8-int8/early/overlap:
 #   SHAPE   qwen3-0.6b | qwen3-1.7b | qwen3-4b (--device cpu: qwen3-tiny)
 #   FORMAT  bf16 | w8a8-int8 | w8a8-fp8 | int4kv (BF16 weights, int4-protected KV) |
-#           w4a16-nvfp4, or PRECISION+KV (e.g. w8a8-int8+int4-protected)
+#           w4a16-nvfp4 | w4a4-nvfp4 | fp4 (= w4a4-nvfp4+fp4), or PRECISION+KV (e.g.
+#           w8a8-int8+int4-protected); a w4a4-nvfp4 format may end in +trace or +qat
+#           (issue 19, SPEC §6; the fp4-trace / fp4-qat runs of deploy/local/compare.sh):
+#     +trace  the replicas record TRACE (rollout.trace true, TraceChunks on the config's own
+#             trace topic) and the learner trains QAT with guidance (learner.qat nvfp4,
+#             learner.qat_kv true with an fp4 KV cache, learner.trace_guidance on,
+#             learner.trace_store_mb sized for two quotas of records); its engine-alone
+#             anchor runs with the recorder on.  E.g. qwen3-0.6b/fp4+trace/early/overlap
+#     +qat    the same learner with nearest rounding (trace_guidance off), no records
 #   LENGTH  early (512 new tokens; cpu 16) | late (4096; cpu 48) | a number
 #   MODE    overlap | alternate (learner.mode)
 # --configs takes a comma list; a '*' in an entry matches every value of that field of the
-# full grid (qwen3-1.7b/*/early/overlap).  --quick (the default) is qwen3-1.7b at the early
+# full grid (qwen3-1.7b/*/early/overlap; the grid has the five formats above, not w4a4-nvfp4,
+# fp4 or +trace / +qat, which are named).  --quick (the default) is qwen3-1.7b at the early
 # length: bf16, w8a8-int8 overlap, bf16 alternate, w8a8-fp8, int4kv, w4a16-nvfp4 overlap (in
 # that order), about 6 minutes on one H200 with model creation; --full is every shape x
 # format x length x mode (an hour and more).
@@ -140,17 +149,29 @@ case $mode_sel in
 esac
 [ ${#sel[@]} -gt 0 ] || die "no configuration selected"
 
-# fields of one configuration: sets c_shape c_fmt c_prec c_kv c_len c_mode c_id
+# fields of one configuration: sets c_shape c_fmt c_prec c_kv c_len c_mode c_id, and
+# c_qat (0/1: learner.qat nvfp4) and c_trace (0/1: rollout.trace + learner.trace_guidance)
 parse_config() {
   IFS=/ read -r c_shape c_fmt c_len c_mode <<<"$1"
   [ -n "$c_mode" ] || die "configuration '$1' is not SHAPE/FORMAT/LENGTH/MODE"
-  case $c_fmt in
+  local f=$c_fmt
+  c_qat=0 c_trace=0
+  case $f in
+    *+trace) c_qat=1 c_trace=1 f=${f%+trace} ;;
+    *+qat) c_qat=1 f=${f%+qat} ;;
+  esac
+  [ "$f" != fp4 ] || f=w4a4-nvfp4+fp4
+  case $f in
     bf16) c_prec=bf16 c_kv=bf16 ;;
-    w8a8-int8|w8a8-fp8|w4a16-nvfp4|w4a16-mxfp4) c_prec=$c_fmt c_kv=bf16 ;;
+    w8a8-int8|w8a8-fp8|w4a16-nvfp4|w4a16-mxfp4|w4a4-nvfp4) c_prec=$f c_kv=bf16 ;;
     int4kv) c_prec=bf16 c_kv=int4-protected ;;
-    *+*) c_prec=${c_fmt%%+*} c_kv=${c_fmt#*+} ;;
+    *+*+*) die "configuration '$1': format '$c_fmt' has more than PRECISION+KV (+trace or +qat last)" ;;
+    *+*) c_prec=${f%%+*} c_kv=${f#*+} ;;
     *) die "configuration '$1': unknown format '$c_fmt'" ;;
   esac
+  # the learner's QAT mirrors w4a4-nvfp4 weights and activations (SPEC §6)
+  [ $c_qat = 0 ] || [ "$c_prec" = w4a4-nvfp4 ] ||
+    die "configuration '$1': +trace / +qat need w4a4-nvfp4 weights (learner.qat nvfp4 mirrors them), not $c_prec"
   case $c_len in early) c_len=$early ;; late) c_len=$late ;; esac
   [[ $c_len =~ ^[1-9][0-9]*$ ]] || die "configuration '$1': length '$c_len' is not early, late or a number"
   [[ $c_mode = overlap || $c_mode = alternate ]] || die "configuration '$1': mode must be overlap or alternate"
@@ -179,11 +200,34 @@ shape_learner_args() { # $1 shape, $2 max_new
 }
 # Seconds a configuration should take at least (starts, updates, shutdown): one starts only
 # when that much is left of the budget; it may run up to 4x that + 60 s (or what is left).
-estimate() { # $1 shape, $2 max_new
-  if [ "$device" = cpu ]; then echo $((20 + updates * (5 + $2 / 4))); return; fi
-  local k=1
-  [ "$1" != qwen3-4b ] || k=2
-  echo $(( (25 + updates * (3 + $2 / 150)) * k ))
+estimate() { # $1 shape, $2 max_new, $3 1 for a QAT / TRACE configuration (slower)
+  if [ "$device" = cpu ]; then echo $(( (20 + updates * (5 + $2 / 4)) * (2 + ${3:-0}) / 2 )); return; fi
+  local k=2
+  [ "$1" != qwen3-4b ] || k=4
+  echo $(( (25 + updates * (3 + $2 / 150)) * (k + ${3:-0}) / 2 ))
+}
+# learner.trace_store_mb of a +trace configuration: two quotas of records (the one in
+# training and the next one arriving) + 25%, at least the default 256.  Record bytes per
+# token at the default sites (docs/performance.md "TRACE recorder overhead": 4 + n/16 + n/8
+# per captured vector): the four linear inputs of every layer and, for the deeper half,
+# K and V per KV head; Qwen3-0.6B 44,352, 1.7B 71,232.
+trace_store_mb() { # $1 model folder, $2 shape, $3 max_new (--dry-run, no model yet: the shape's numbers)
+  python3 - "$1/config.json" "$2" "$3" "$quota" "$gsize" <<'PY'
+import json, os, sys
+ln, T, G = (int(x) for x in sys.argv[3:6])
+# hidden, layers, heads, KV heads, head dim, intermediate (services/tools/task_shapes.c)
+shapes = {'qwen3-0.6b': (1024, 28, 16, 8, 128, 3072), 'qwen3-1.7b': (2048, 28, 16, 8, 128, 6144),
+          'qwen3-4b': (2560, 36, 32, 8, 128, 9728), 'qwen3-tiny': (64, 2, 2, 1, 32, 128)}
+if os.path.exists(sys.argv[1]):
+    c = json.load(open(sys.argv[1]))
+    h, L, nh, kvh = c['hidden_size'], c['num_hidden_layers'], c['num_attention_heads'], c['num_key_value_heads']
+    hd, inter = c.get('head_dim') or h // nh, c['intermediate_size']
+else:
+    h, L, nh, kvh, hd, inter = shapes[sys.argv[2]]
+site = lambda n: 4 + n // 16 + n // 8
+bpt = L * (2 * site(h) + site(nh * hd) + site(inter)) + (L - L // 2) * 2 * kvh * site(hd)
+print(max(256, int(2.5 * T * G * ln * bpt / 2**20) + 1))
+PY
 }
 
 # ---- data ----------------------------------------------------------------------------------
@@ -332,6 +376,7 @@ run_anchor() { # $1 shape
     parse_config "$c"
     [ "$c_shape" = "$s" ] || continue
     r="$c_prec:$c_kv:$c_len"
+    [ $c_trace = 0 ] || r=$r:trace # the engine with the TRACE recorder on
     [[ ",$runs," == *",$r,"* ]] || runs=${runs:+$runs,}$r
   done
   local gm=0 dev=-1
@@ -361,7 +406,7 @@ run_config() { # $1 configuration
   parse_config "$1"
   local dir=$work/configs/$c_id m=${model_of[$c_shape]} est limit port nonce i
   mkdir -p "$dir"
-  est=$(estimate "$c_shape" "$c_len")
+  est=$(estimate "$c_shape" "$c_len" $c_qat)
   limit=$(( $(left) - 25 ))
   if [ $dry = 0 ] && [ "$limit" -lt "$est" ]; then
     log "$1: skipped (estimate ${est}s, ${limit}s left)"
@@ -370,7 +415,8 @@ run_config() { # $1 configuration
   fi
   [ "$limit" -le $((est * 4 + 60)) ] || limit=$((est * 4 + 60))
   nonce=$(date +%s%N | tail -c 10)
-  local pre="e2e.$c_id.$nonce" port gm
+  local pre="e2e.$c_id.$nonce" port gm store=0
+  [ $c_trace = 0 ] || store=$(trace_store_mb "$m" "$c_shape" "$c_len")
   port=$(free_port)
   gm=0
   [ "$device" = cpu ] || gm=$(awk -v g="$(shape_gpu_mem "$c_shape")" -v n="$replicas" 'BEGIN { printf "%.4f", g / n }')
@@ -378,11 +424,26 @@ run_config() { # $1 configuration
 {"name": "$1", "shape": "$c_shape", "format": "$c_fmt", "precision": "$c_prec", "kv_cache": "$c_kv",
  "max_new_tokens": $c_len, "mode": "$c_mode", "quota": $quota, "group_size": $gsize, "updates": $updates,
  "slots": $slots, "replicas": $replicas, "gpu_memory_utilization": $gm, "device": "$device",
+ "qat": $c_qat, "trace": $c_trace, "trace_store_mb": $store,
  "estimate_s": $est, "limit_s": $limit, "started_unix_ms": $(now_ms), "status": "running"}
 EOF
+  local topics="$pre.prompts,$pre.results,$pre.dlq"
+  [ $c_trace = 0 ] || topics+=",$pre.trace"
   if [ $dry = 0 ]; then
     QRL_KAFKA_ADMIN=$bin/qrl-kafka-admin deploy/kafka/kafka.sh create-topics --bootstrap "$bootstrap" --partitions 4 \
-      --topics "$pre.prompts,$pre.results,$pre.dlq" >>"$work/kafka.log" 2>&1 || { log "$1: creating topics failed"; return 0; }
+      --topics "$topics" >>"$work/kafka.log" 2>&1 || { log "$1: creating topics failed"; return 0; }
+  fi
+  # +qat / +trace (deploy/local/compare.sh's fp4-qat / fp4-trace): the learner's QAT forward
+  # as the replicas round; with +trace the records on the configuration's own trace topic
+  local lqat=() rtrace=()
+  if [ $c_qat = 1 ]; then
+    lqat=(--learner.qat nvfp4 --learner.qat_kv "$([ "$c_kv" = fp4 ] && echo true || echo false)")
+    if [ $c_trace = 1 ]; then
+      lqat+=(--learner.trace_guidance on --learner.trace_store_mb "$store" --kafka.trace_topic "$pre.trace")
+      rtrace=(--rollout.trace true --kafka.trace_topic "$pre.trace")
+    else
+      lqat+=(--learner.trace_guidance off)
+    fi
   fi
   local ldev=() rdev=()
   if [ "$device" = cuda ]; then
@@ -399,9 +460,11 @@ EOF
     --sampling.max_new_tokens "$c_len" --weights.bucket_bytes 67108864 --learner.heartbeat_timeout_ms 60000
     --kafka.bootstrap "$bootstrap" --kafka.prompts_topic "$pre.prompts" --kafka.results_topic "$pre.results"
     --kafka.dlq_topic "$pre.dlq" --kafka.group "$pre.learner" --rpc.listen "127.0.0.1:$port"
-    --rpc.token_file "$work/token" --metrics.jsonl "$dir/learner.jsonl" "${ldev[@]}" "${lshape[@]}" "${learner_args[@]}")
+    --rpc.token_file "$work/token" --metrics.jsonl "$dir/learner.jsonl" "${ldev[@]}" "${lshape[@]}" "${lqat[@]}"
+    "${learner_args[@]}")
   local rcmds=()
-  log "$1: learner + $replicas replica(s), ${c_prec} weights, ${c_kv} KV, $c_len new tokens, $c_mode (limit ${limit}s)"
+  log "$1: learner + $replicas replica(s), ${c_prec} weights, ${c_kv} KV, $c_len new tokens, $c_mode$(
+    [ $c_qat = 0 ] || printf ', learner QAT'; [ $c_trace = 0 ] || printf ' + TRACE (store %s MiB)' "$store") (limit ${limit}s)"
   if [ $dry = 1 ]; then
     show "${lcmd[@]}"
   else
@@ -422,7 +485,7 @@ EOF
       --kafka.results_topic "$pre.results" --kafka.dlq_topic "$pre.dlq" --kafka.group "$pre.rollout"
       --kafka.session_timeout_ms 6000 --learner.addr "127.0.0.1:$port" --rpc.token_file "$work/token"
       --metrics.jsonl "$dir/r$i.jsonl"
-      "${rdev[@]}" "${rollout_args[@]}")
+      "${rdev[@]}" "${rtrace[@]}" "${rollout_args[@]}")
     if [ $dry = 1 ]; then show "${rcmd[@]}"; else start_proc "$dir/r$i.log" $((limit + 30)) "${rcmd[@]}"; rp+=("${pids[-1]}"); fi
   done
   [ $dry = 0 ] || return 0

@@ -9,7 +9,7 @@
  * defaults (T = 1, top-p 1, top-k 0), the group's verifier run on every response.
  *
  *   build/bench/e2e_engine --model DIR --dataset FILE.jsonl
- *       [--runs PREC:KV:MAXNEW[,PREC:KV:MAXNEW...]]   (default bf16:bf16:512)
+ *       [--runs PREC:KV:MAXNEW[:trace][,...]]   (default bf16:bf16:512)
  *       [--groups 16] [--updates 1] [--in-flight G (default --groups)]
  *       [--group-size 8] [--slots 128] [--device N (-1 = CPU; default 0)]
  *       [--gpu-memory-utilization F (0 = off)] [--prefill-chunk 256] [--max-staleness 1]
@@ -26,7 +26,11 @@
  * defaults (U = 1, F = T) are one quota submitted at once, whose batch shrinks in its tail;
  * bench/e2e.sh passes the loop's updates and max_concurrency, so the anchor keeps its slots
  * as full as the overlapping loop can.  With --max-s the loop stops there and the run is
- * marked truncated (tokens/s of the part done).  Prints a table; --json writes
+ * marked truncated (tokens/s of the part done).  A run ending in `:trace` turns the TRACE
+ * recorder on (default sites, as rollout.trace true: SPEC §6; w4a4-nvfp4 and/or fp4 KV) and
+ * reports its record bytes per token and its share of the forward time (the scheduler's
+ * trace_capture_us / forward_us); packing the records into TraceChunks and producing them
+ * are the daemon's, not counted here.  Prints a table; --json writes
  * {"bench": "e2e_engine", ..., "runs": [...]}. */
 #include <errno.h>
 #include <jansson.h>
@@ -49,6 +53,7 @@
 typedef struct run_spec {
     char precision[32], kv[32];
     int max_new;
+    bool trace; /* the TRACE recorder on (":trace") */
 } run_spec;
 
 typedef struct tally {
@@ -87,10 +92,11 @@ static int parse_runs(const char *s, run_spec *out, int cap) {
     char *dup = strdup(s), *save = NULL;
     for (char *tokn = strtok_r(dup, ",", &save); tokn; tokn = strtok_r(NULL, ",", &save)) {
         if (n == cap) die("--runs: at most %d runs", cap);
-        char p[32], k[32];
-        int mn;
-        if (sscanf(tokn, "%31[^:]:%31[^:]:%d", p, k, &mn) != 3 || mn < 1)
-            die("--runs: '%s' is not PRECISION:KV:MAX_NEW_TOKENS", tokn);
+        char p[32], k[32], x[16] = "";
+        int mn, got = sscanf(tokn, "%31[^:]:%31[^:]:%d:%15s", p, k, &mn, x);
+        if (got < 3 || mn < 1 || (got == 4 && strcmp(x, "trace") != 0))
+            die("--runs: '%s' is not PRECISION:KV:MAX_NEW_TOKENS[:trace]", tokn);
+        out[n].trace = got == 4;
         snprintf(out[n].precision, sizeof out[n].precision, "%s", p);
         snprintf(out[n].kv, sizeof out[n].kv, "%s", k);
         out[n].max_new = mn;
@@ -119,7 +125,7 @@ int main(int argc, char **argv) {
     for (int i = 1; i < argc; i++) {
         const char *a = argv[i];
         if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
-            puts("usage: e2e_engine --model DIR --dataset FILE.jsonl [--runs PREC:KV:MAXNEW,...] [--groups 16]\n"
+            puts("usage: e2e_engine --model DIR --dataset FILE.jsonl [--runs PREC:KV:MAXNEW[:trace],...] [--groups 16]\n"
                  "  [--updates 1] [--in-flight GROUPS] [--group-size 8] [--slots 128] [--device N|-1] [--gpu-memory-utilization F] [--prefill-chunk 256]\n"
                  "  [--max-staleness 1] [--kv-sink 16] [--kv-recent 128] [--prompt-field question]\n"
                  "  [--answer-field answer] [--task gsm8k] [--chat-template auto] [--seed 1] [--threads 0]\n"
@@ -190,8 +196,8 @@ int main(int argc, char **argv) {
            gmu > 0 ? " (gpu_memory_utilization set)" : "", prompt_mean);
 
     json_t *jruns = json_array();
-    printf("%-12s %-15s %7s %9s %8s %9s %9s %8s %8s %6s\n", "precision", "kv", "max_new", "tokens", "seconds",
-           "tokens/s", "kv_blocks", "batch", "setup_s", "trunc");
+    printf("%-12s %-15s %7s %9s %8s %9s %9s %8s %8s %6s %s\n", "precision", "kv", "max_new", "tokens", "seconds",
+           "tokens/s", "kv_blocks", "batch", "setup_s", "trunc", "trace B/token, share");
     for (int r = 0; r < n_runs; r++) {
         const run_spec *rs = &runs[r];
         qrl_precision prec;
@@ -211,6 +217,7 @@ int main(int argc, char **argv) {
         sc.kv_recent = recent;
         sc.eos_token_id = m->cfg.n_eos > 0 ? m->cfg.eos_ids[0] : qrl_tokenizer_eos(tok);
         sc.device = device;
+        sc.trace_record = rs->trace; /* default sites (n_clauses 0); before the fit: it counts the recorder */
         if (device >= 0 && gmu > 0 && qrl_scheduler_config_fit_gpu(&sc, m, gmu, &err) != QRL_OK)
             die("run %s/%s: %s", rs->precision, rs->kv, err.msg);
         tally t = {0};
@@ -259,8 +266,14 @@ int main(int argc, char **argv) {
         uint64_t gen = st.tokens_generated - st0.tokens_generated, steps = st.steps - st0.steps,
                  rows = st.decode_rows - st0.decode_rows, pre = st.prefill_tokens - st0.prefill_tokens;
         double tps = secs > 0 ? (double)gen / secs : 0, batch = steps ? (double)rows / (double)steps : 0;
-        printf("%-12s %-15s %7d %9llu %8.2f %9.0f %9d %8.1f %8.1f %6s\n", rs->precision, rs->kv, rs->max_new,
-               (unsigned long long)gen, secs, tps, st.kv_total_blocks, batch, t_setup, truncated ? "yes" : "no");
+        /* TRACE: the recorder's host time inside the forward calls (CUDA: not its device work) */
+        uint64_t fwd_us = st.forward_us - st0.forward_us, cap_us = st.trace_capture_us - st0.trace_capture_us;
+        double share = fwd_us ? (double)cap_us / (double)fwd_us : 0;
+        size_t bpt = rs->trace ? qrl_trace_layout_record_bytes_per_token(qrl_scheduler_trace_layout(s)) : 0;
+        char tr[64] = "-";
+        if (rs->trace) snprintf(tr, sizeof tr, "%zu, %.3f", bpt, share);
+        printf("%-12s %-15s %7d %9llu %8.2f %9.0f %9d %8.1f %8.1f %6s %s\n", rs->precision, rs->kv, rs->max_new,
+               (unsigned long long)gen, secs, tps, st.kv_total_blocks, batch, t_setup, truncated ? "yes" : "no", tr);
         fflush(stdout);
         json_t *j = json_object();
         json_object_set_new(j, "precision", json_string(rs->precision));
@@ -284,6 +297,11 @@ int main(int argc, char **argv) {
         json_object_set_new(j, "tokens_per_s", json_real(tps));
         json_object_set_new(j, "setup_s", json_real(t_setup));
         json_object_set_new(j, "truncated", json_boolean(truncated));
+        json_object_set_new(j, "trace", json_boolean(rs->trace));
+        if (rs->trace) {
+            json_object_set_new(j, "trace_record_bytes_per_token", json_integer((json_int_t)bpt));
+            json_object_set_new(j, "trace_capture_share", json_real(share));
+        }
         json_array_append_new(jruns, j);
         qrl_scheduler_free(s);
     }

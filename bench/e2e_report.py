@@ -27,8 +27,22 @@ Per update k (t_end = its learner.jsonl unix_ms, after training and the snapshot
   replica idle share   engine idle seconds (idle_s deltas) over the time between swaps
 Summary over the steady updates (k >= 2 when there are 2 or more): e2e rollout tokens/s =
 sum tokens / sum periods; loop efficiency = that / the engine-alone tokens/s of the same
-precision, KV format and length; sync s per billion parameters; learner idle share =
-1 - sum update_s / sum periods (snapshot and waiting count as idle)."""
+precision, KV format and length (and the TRACE recorder on or off); sync s per billion
+parameters; learner idle share = 1 - sum update_s / sum periods (snapshot and waiting count
+as idle).
+
+TRACE (a +trace configuration; any configuration for the discrepancy), under summary.trace:
+  from r<i>.jsonl (per group): chunks, bytes (TraceChunk messages), bytes_per_token (record
+  bytes per response token, token-weighted over the groups), and the last line's
+  bytes_per_s and capture_share (since the replica started: trace-topic bytes acknowledged
+  per second; the recorder's share of the engine's forward time, host side on CUDA);
+  steady_mb_per_s = trace bytes of the steady updates' groups / their periods;
+  from learner.jsonl: rows_guided, rows_unguided (sums over the updates), guided_share,
+  disagree_share (mean), learner_bytes_per_token (mean), record_bytes (sum); disc_mean,
+  disc_p99 (means over the steady updates) and disc_max (max): |lp_prox - lp_behav|, the
+  train-rollout log-prob discrepancy; the learner's stop line `trace: chunks= ... evicted=
+  missing= ...` as store; the engine alone's capture_share; vs_bf16 = e2e tokens/s over the
+  BF16 configuration's of the same shape, length and mode."""
 import argparse
 import datetime
 import glob
@@ -107,10 +121,44 @@ def anchor_of(work, meta):
     except (OSError, ValueError):
         return None
     for r in a.get('runs', []):
-        if (r['precision'], r['kv_cache'], r['max_new_tokens']) == (meta['precision'], meta['kv_cache'],
-                                                                   meta['max_new_tokens']):
+        if (r['precision'], r['kv_cache'], r['max_new_tokens'], bool(r.get('trace'))) == (
+                meta['precision'], meta['kv_cache'], meta['max_new_tokens'], bool(meta.get('trace'))):
             return r
     return None
+
+
+def trace_summary(meta, ups, steady, rep_lines, llog, group_ids_steady, period_sum):
+    """summary.trace (module doc): the replicas' record costs and the learner's guidance."""
+    t = {}
+    if meta.get('trace'):
+        chunks = sum(g.get('trace_chunks', 0) for lines in rep_lines.values() for g in lines)
+        nbytes = sum(g.get('trace_bytes', 0) for lines in rep_lines.values() for g in lines)
+        tok = sum(g.get('tokens', 0) for lines in rep_lines.values() for g in lines if 'trace_bytes_per_token' in g)
+        rb = sum(g['trace_bytes_per_token'] * g.get('tokens', 0) for lines in rep_lines.values() for g in lines
+                 if 'trace_bytes_per_token' in g)
+        last = [lines[-1] for lines in rep_lines.values() if lines and 'trace_bytes_per_s' in lines[-1]]
+        t.update({'chunks': chunks, 'bytes': nbytes, 'bytes_per_token': rb / tok if tok else None,
+                  'bytes_per_s': sum(x['trace_bytes_per_s'] for x in last) if last else None,
+                  'capture_share': mean([x.get('trace_capture_share') for x in last])})
+        sb = sum(g.get('trace_bytes', 0) for lines in rep_lines.values() for g in lines
+                 if g.get('group_id') in group_ids_steady)
+        t['steady_mb_per_s'] = sb / 1e6 / period_sum if period_sum else None
+    if meta.get('qat'):
+        g = sum(u.get('trace_rows_guided', 0) for u in ups)
+        ug = sum(u.get('trace_rows_unguided', 0) for u in ups)
+        t.update({'rows_guided': g, 'rows_unguided': ug, 'guided_share': g / (g + ug) if g + ug else None,
+                  'disagree_share': mean([u.get('trace_disagree_share') for u in ups if u.get('trace_rows_guided')]),
+                  'learner_bytes_per_token': mean([u.get('trace_bytes_per_token') for u in ups
+                                                   if u.get('trace_record_bytes')]),
+                  'record_bytes': sum(u.get('trace_record_bytes', 0) for u in ups)})
+        stop = next((kv for (_, _, _, msg, kv) in llog if msg.startswith('trace: chunks=')), None)
+        if stop:
+            t['store'] = {k: int(v) for k, v in stop.items() if v.isdigit()}
+    # the train-rollout log-prob discrepancy, every configuration (the learner's, per update)
+    for key in ('disc_mean', 'disc_p99'):
+        t[key] = mean([u.get(key) for u in steady])
+    t['disc_max'] = max([u['disc_max'] for u in ups if u.get('disc_max') is not None], default=None)
+    return t
 
 
 def analyse(cdir, work):
@@ -135,6 +183,7 @@ def analyse(cdir, work):
     # replicas
     reps = {}
     group_rep = {}
+    rep_lines = {}
     for rl in sorted(glob.glob(os.path.join(cdir, 'r*.log'))):
         rid = os.path.basename(rl)[:-4]
         lines = read_log(rl)
@@ -155,6 +204,7 @@ def analyse(cdir, work):
             elif msg.startswith('gpu memory budget '):
                 budget = msg
         groups = read_jsonl(os.path.join(cdir, rid + '.jsonl'))
+        rep_lines[rid] = groups
         for g in groups:
             ack = g['unix_ms'] / 1e3
             group_rep[g['group_id']] = {'replica': rid, 'tokens': g.get('tokens'), 'ack': ack,
@@ -180,6 +230,10 @@ def analyse(cdir, work):
         row['tokens'] = sum(toks) if len(toks) == len(gids) and gids else \
             (u.get('response_len_mean', 0) * len(gids) * G if gids else None)
         row['response_len_mean'] = u.get('response_len_mean')
+        for key in ('version_min', 'disc_mean', 'disc_p99', 'disc_max', 'trace_rows_guided', 'trace_rows_unguided',
+                    'trace_disagree_share', 'trace_bytes_per_token', 'trace_record_bytes'):
+            if key in u:
+                row[key] = u[key]
         starts, ends = [], []
         for g in gids:
             gr = group_rep.get(g)
@@ -257,7 +311,13 @@ def analyse(cdir, work):
     s['sync_versions'] = [u['version'] for u in sy]
     paths = sorted({u['weights_path'] for u in updates if u['weights_path']})
     s['weights_path'] = ','.join(paths) if paths else None
+    steady_ids = {g for u, raw in zip(updates, ups) if u in steady and u['period_s'] is not None
+                  for g in raw.get('groups', [])}
+    s['trace'] = trace_summary(meta, updates, steady, rep_lines, llog, steady_ids, sum(per) if per else None)
     a = anchor_of(work, meta)
+    if a and a.get('trace'):
+        s['trace']['engine_capture_share'] = a.get('trace_capture_share')
+        s['trace']['engine_bytes_per_token'] = a.get('trace_record_bytes_per_token')
     if a:
         s['engine_tokens_per_s'] = a['tokens_per_s']
         s['engine_truncated'] = a.get('truncated', False)
@@ -277,6 +337,11 @@ def fmt(x, nd=2, width=0):
     return t.rjust(width) if width else t
 
 
+def fmt_small(x):
+    """MB and MB/s: 1 decimal, 3 below 10 (the CPU runs' kilobytes)."""
+    return fmt(x, 1 if x is not None and x >= 10 else 3)
+
+
 def one_line(r):
     if r.get('status') == 'skipped':
         return f'{r["name"]}: skipped'
@@ -286,7 +351,21 @@ def one_line(r):
             f' rollout {fmt(s["rollout_s"])} s, wait {fmt(s["wait_s"])} s, prox {fmt(s["prox_s"])} s,'
             f' train {fmt(s["train_s"])} s, snapshot {fmt(s["snapshot_s"])} s, sync {fmt(s["sync_s"], 3)} s'
             f' ({fmt(s["sync_s_per_b"], 3)} s/B, {s["weights_path"] or "-"}), idle learner'
-            f' {fmt(s.get("learner_idle_share"))} replica {fmt(s.get("replica_idle_share"))}')
+            f' {fmt(s.get("learner_idle_share"))} replica {fmt(s.get("replica_idle_share"))}' + trace_line(s))
+
+
+def trace_line(s):
+    t = s.get('trace') or {}
+    out = ''
+    if 'chunks' in t:
+        out += (f'; TRACE {t["chunks"]} chunks, {fmt_small(t["bytes"] / 1e6)} MB, {fmt(t["bytes_per_token"], 0)} B/token,'
+                f' {fmt_small(t["steady_mb_per_s"])} MB/s, capture share {fmt(t["capture_share"], 3)}')
+    if 'rows_guided' in t:
+        out += (f'; guided {t["rows_guided"]} / unguided {t["rows_unguided"]} rows, disagree'
+                f' {fmt(t["disagree_share"], 4)}')
+    if t.get('disc_mean') is not None:
+        out += f'; disc mean {t["disc_mean"]:.3g} max {fmt(t["disc_max"], 3)}'
+    return out
 
 
 def speedups(results):
@@ -309,7 +388,11 @@ def speedups(results):
             g = s['engine_tokens_per_s'] / b_eng if s.get('engine_tokens_per_s') and b_eng else None
             out.append({'shape': shape, 'max_new_tokens': ln, 'mode': mode, 'format': r['meta']['format'],
                         'config': r['name'], 'e2e_speedup': e, 'engine_speedup': g,
-                        'e2e_over_engine_speedup': e / g if e and g else None})
+                        'e2e_over_engine_speedup': e / g if e and g else None,
+                        'qat': bool(r['meta'].get('qat')), 'trace': bool(r['meta'].get('trace'))})
+            if 'trace' in s:
+                s['trace']['vs_bf16'] = e
+                s['trace']['bf16_e2e_tokens_per_s'] = b_e2e
     return out
 
 
@@ -322,12 +405,14 @@ def targets(results, sp, late_len):
            for r in done if r['summary'].get('loop_efficiency') is not None}
     t['loop_efficiency_ge_0.8_overlap_0.5_alternate'] = {
         'values': {k: v for k, (v, _) in eff.items()}, 'met': all(v >= b for v, b in eff.values()) if eff else None}
+    # the format targets are issue 18's: a QAT / TRACE configuration (issue 19) trains
+    # differently and is left out of them
     gap = {x['config']: x['e2e_over_engine_speedup'] for x in sp
-           if x['e2e_over_engine_speedup'] is not None and x['format'] != 'bf16'}
+           if x['e2e_over_engine_speedup'] is not None and x['format'] != 'bf16' and not x.get('qat')}
     t['e2e_speedup_within_5pct_of_engine_speedup'] = {'values': gap,
                                                       'met': all(abs(v - 1.0) <= 0.05 for v in gap.values()) if gap else None}
     late = {x['config']: x['e2e_speedup'] for x in sp if x['max_new_tokens'] >= late_len and
-            x['e2e_speedup'] is not None and x['format'] != 'bf16'}
+            x['e2e_speedup'] is not None and x['format'] != 'bf16' and not x.get('qat')}
     t['no_format_slower_than_bf16_late'] = {'values': late, 'met': all(v >= 1.0 for v in late.values()) if late else None}
     return t
 
@@ -409,25 +494,56 @@ def main():
         print(r['name'][:w[0]].ljust(w[0]) + ' ' + ' '.join(str(v).rjust(w[i + 1]) for i, v in enumerate(vals))
               + ('' if r['status'] == 'ok' else f'  [{r["status"]}]'))
     if any('updates' in r and r['updates'] for r in results):
-        print('\nper update: period / rollout / wait / prox / train / snapshot / sync s, tokens, e2e tok/s')
+        print('\nper update: period / rollout / wait / prox / train / snapshot / sync s, tokens, e2e tok/s; the oldest'
+              ' version trained, |lp_prox - lp_behav| mean (QAT: guided rows / trained, disagree share)')
         for r in results:
             for u in r.get('updates', []):
                 print(f'  {r["name"][:44].ljust(44)} {u["update"]:>2} {fmt(u["period_s"], 2, 7)} '
                       f'{fmt(u["rollout_s"], 2, 7)} {fmt(u["wait_s"], 2, 7)} {fmt(u["prox_s"], 2, 6)} '
                       f'{fmt(u["train_s"], 2, 6)} {fmt(u["snapshot_s"], 2, 6)} {fmt(u["sync_s"], 3, 7)} '
-                      f'{fmt(u["tokens"], 0, 8)} {fmt(u["e2e_tokens_per_s"], 0, 8)}')
+                      f'{fmt(u["tokens"], 0, 8)} {fmt(u["e2e_tokens_per_s"], 0, 8)}  v{fmt(u.get("version_min"))} '
+                      f'{"-" if u.get("disc_mean") is None else format(u["disc_mean"], ".2g")}'
+                      + (f' {u["trace_rows_guided"]}/{u["trace_rows_guided"] + u["trace_rows_unguided"]}'
+                         f' {u.get("trace_disagree_share", 0):.2g}' if r['meta'].get('qat') else ''))
     if anchors:
         print('\nengine alone (bench/e2e_engine, the same slots, KV budget and prompts):')
         for shape, an in anchors.items():
             for x in an.get('runs', []):
                 print(f'  {shape:12} {x["precision"]:12} {x["kv_cache"]:15} {x["max_new_tokens"]:>6} new tokens: '
                       f'{x["tokens_per_s"]:9.0f} tok/s ({x["seconds"]:.2f} s, batch {x["mean_batch"]:.1f}, '
-                      f'kv_blocks {x["kv_blocks"]}){" truncated" if x.get("truncated") else ""}')
+                      f'kv_blocks {x["kv_blocks"]}){" truncated" if x.get("truncated") else ""}'
+                      + (f', TRACE recorder on: {x.get("trace_record_bytes_per_token")} B/token, share'
+                         f' {fmt(x.get("trace_capture_share"), 3)}' if x.get('trace') else ''))
     if sp:
         print('\nspeedup over BF16 (same shape, length, mode): end to end vs engine alone')
         for x in sp:
             print(f'  {x["shape"]:12} {x["max_new_tokens"]:>6} {x["mode"]:9} {x["format"]:14} e2e '
                   f'{fmt(x["e2e_speedup"])}x  engine {fmt(x["engine_speedup"])}x  ratio {fmt(x["e2e_over_engine_speedup"])}')
+    tr = [r for r in results if 'summary' in r and (r['meta'].get('qat') or r['meta'].get('trace'))]
+    if tr:
+        print('\nTRACE (issue 19): the replicas\' records (chunks, MB, record bytes per token, MB/s over the steady'
+              ' updates, recorder share of the forward time in the loop / engine alone) and the learner\'s guided /'
+              ' unguided rows, guided codes off nearest (disagree), |lp_prox - lp_behav| mean / max; vs bf16 ='
+              ' e2e tok/s over the BF16 configuration\'s')
+        th = ('config', 'e2e t/s', 'bf16 t/s', 'vs bf16', 'chunks', 'MB', 'B/tok', 'MB/s', 'share', 'eng sh',
+              'guided', 'unguid', 'disagree', 'disc mean', 'disc max', 'evict/miss')
+        tw = (44, 8, 8, 7, 7, 8, 7, 7, 6, 6, 6, 6, 8, 9, 8, 10)
+        print(' '.join(h.ljust(tw[0]) if i == 0 else h.rjust(tw[i]) for i, h in enumerate(th)))
+        base_rows = [r for r in results if 'summary' in r and r['meta']['precision'] == 'bf16'
+                     and r['meta']['kv_cache'] == 'bf16' and not r['meta'].get('qat')]
+        for r in base_rows + tr:
+            s, t = r['summary'], r['summary'].get('trace', {})
+            st = t.get('store') or {}
+            em = f'{st["evicted"]}/{st["missing"]}' if 'evicted' in st and 'missing' in st else '-'
+            vals = (fmt(s['e2e_tokens_per_s'], 0), fmt(t.get('bf16_e2e_tokens_per_s'), 0), fmt(t.get('vs_bf16'), 3),
+                    t.get('chunks', '-'), fmt_small(t['bytes'] / 1e6 if 'bytes' in t else None),
+                    fmt(t.get('bytes_per_token'), 0), fmt_small(t.get('steady_mb_per_s')), fmt(t.get('capture_share'), 3),
+                    fmt(t.get('engine_capture_share'), 3), t.get('rows_guided', '-'), t.get('rows_unguided', '-'),
+                    fmt(t.get('disagree_share'), 4),
+                    f'{t["disc_mean"]:.3g}' if t.get('disc_mean') is not None else '-',
+                    f'{t["disc_max"]:.3g}' if t.get('disc_max') is not None else '-', em)
+            print(r['name'][:tw[0]].ljust(tw[0]) + ' ' + ' '.join(str(v).rjust(tw[i + 1]) for i, v in enumerate(vals))
+                  + ('' if r['status'] == 'ok' else f'  [{r["status"]}]'))
     print('\ntargets (issue 18):')
     for k, v in doc['targets'].items():
         print(f'  {k}: {"met" if v["met"] else "MISSED" if v["met"] is not None else "no data"}')

@@ -7,7 +7,8 @@
 # Sets up the carried libraries and Kafka runtime, builds what is missing (make all bench),
 # then runs bench/e2e.sh --data-dir .device-data with its logs in OUTDIR/$E2E_NAME-work and
 # the JSON in OUTDIR/$E2E_NAME.json (and bench/results/$E2E_NAME.json); the e2e budget is what
-# is left of ~520 s after the build (at most 450 s) unless --budget-s is given.
+# is left of E2E_TOTAL_S (default 520) s after the build (at most 450 s) unless --budget-s is
+# given.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 t0=$SECONDS
@@ -19,7 +20,7 @@ build=${BUILD:-build}
 make -j"$(nproc)" BUILD="$build" all bench > "$out/build.log" 2>&1 || { tail -30 "$out/build.log"; exit 1; }
 echo "build: $((SECONDS - t0)) s"
 budget=()
-[[ " $* " == *" --budget-s "* ]] || { b=$((520 - (SECONDS - t0))); [ $b -le 450 ] || b=450; budget=(--budget-s "$b"); }
+[[ " $* " == *" --budget-s "* ]] || { b=$((${E2E_TOTAL_S:-520} - (SECONDS - t0))); [ $b -le 450 ] || b=450; budget=(--budget-s "$b"); }
 rc=0
 name=${E2E_NAME:-e2e-h200}
 bench/e2e.sh --build "$build" --data-dir .device-data --work "$out/$name-work" --out "$out/$name.json" \

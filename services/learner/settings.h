@@ -42,6 +42,7 @@ typedef struct ld_settings {
         int qat; /* ld_qat */
         bool qat_kv;
         bool trace_guidance;
+        int trace_store_mb; /* learner.trace_store_mb: the TRACE chunk store's bound (trace.h) */
         int adv; /* index in grpo|drgrpo|rloo */
         bool dynamic_sampling;
         double accuracy_threshold;

@@ -58,9 +58,11 @@ static tr_entry *entry_find(uint64_t group_id, uint32_t response, const char *re
     return NULL;
 }
 
-/* Room for `bytes` more: evict the responses whose first chunk is oldest. */
-static void make_room(size_t bytes) {
-    while (T.n && T.k.held_bytes + bytes > LD_TRACE_STORE_BYTES) {
+/* Room for `bytes` more under learner.trace_store_mb: evict the responses whose first
+ * chunk is oldest. */
+static void make_room(const ld_core *c, size_t bytes) {
+    size_t cap = (size_t)c->s->learner.trace_store_mb << 20;
+    while (T.n && T.k.held_bytes + bytes > cap) {
         size_t old = 0;
         for (size_t i = 1; i < T.n; i++)
             if (T.e[i].first_ms < T.e[old].first_ms) old = i;
@@ -106,7 +108,7 @@ void ld_trace_record(ld_core *c, const qrl_kafka_message *m, qrl_kafka_offset *o
         qrl_wire_free(pm);
         return;
     }
-    make_room(m->len);
+    make_room(c, m->len);
     e = entry_find(t->group_id, t->response_index, rep); /* eviction moves entries */
     if (!e) {
         if (T.n == T.cap) {

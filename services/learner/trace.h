@@ -12,7 +12,7 @@
  * topic.  Chunk records are committed as soon as they are stored: a learner that restarts
  * loses the stored chunks, and the results they belonged to train unguided (counted).
  *
- * Bounds: at most LD_TRACE_STORE_BYTES of chunk messages are held (the oldest response's
+ * Bounds: at most learner.trace_store_mb MiB of chunk messages are held (the oldest response's
  * chunks are evicted first, counted); a response's chunks are forgotten
  * LD_TRACE_EXPIRE_MS after its last chunk arrived without its result being taken, and at
  * once when its group is taken (chunks of a group already taken are dropped on arrival,
@@ -23,7 +23,6 @@
 #include "daemon.h"
 #include "model/trace_rec.h"
 
-#define LD_TRACE_STORE_BYTES ((size_t)256 << 20) /* chunk bytes held, all responses */
 #define LD_TRACE_EXPIRE_MS 300000                /* 5 min after a response's last chunk */
 
 /* The decoded records of one result's responses (owned; trace[k] NULL: none). */
