@@ -38,6 +38,7 @@ echo "e2e gets $left s"
 E2E_NAME=e2e-trace-$card E2E_TOTAL_S=$left BUILD=$b bench/run-e2e-trace-gpu.sh $w/e2e > "$w/e2e.txt" 2>&1
 echo "e2e rc=$?"
 cp $w/e2e/*.json "$out/" 2>/dev/null
-tar czf "$out/logs.tgz" -C /tmp q19 2>/dev/null
+(cd /tmp && find q19 -type f \( -name '*.log' -o -name '*.txt' -o -name '*.json' -o -name '*.jsonl' \) \
+  -size -20M -print0 | tar czf "$out/logs.tgz" --null -T -) 2>/dev/null
 tail -25 "$w/e2e.txt"
 echo "total: $((SECONDS - t0)) s"
