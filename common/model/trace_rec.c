@@ -278,8 +278,17 @@ qrl_status qrl_trace_buf_pack(const qrl_trace_buf *b, uint32_t n_tokens,
             st = qrl_error_set(err, QRL_STATUS_NOMEM, "trace pack: record of %zu bytes", size);
             goto done;
         }
-        QRL_TRY_GOTO(qrl_trace_record_encode(nt, ns, lens, ents, out->record[c], size,
-                                                  &out->len[c], err), done);
+        st = qrl_trace_record_encode(nt, ns, lens, ents, out->record[c], size, &out->len[c], err);
+        if (st != QRL_OK) { /* a bad entry: say which response tokens the record held */
+            if (err) {
+                char why[QRL_ERROR_MSG_MAX];
+                memcpy(why, err->msg, sizeof why);
+                why[sizeof why - 1] = 0;
+                qrl_error_set(err, st, "trace pack: record of response tokens %u..%u: %s", t0,
+                              t0 + nt - 1, why);
+            }
+            goto done;
+        }
         out->token_begin[c] = t0;
         out->token_count[c] = nt;
         crc = qrl_crc32(crc, out->record[c], out->len[c]);
@@ -344,8 +353,20 @@ qrl_status qrl_trace_response_decode(const qrl_model_config *cfg, const uint32_t
             goto fail;
         }
         memcpy(r->bytes[c], records[c], lens[c]);
-        st = qrl_trace_record_decode(r->bytes[c], lens[c], &r->rec[c], err);
-        if (st != QRL_OK) goto fail;
+        /* the field checks here are what keeps a record that cannot guide (a NaN block
+         * scale, an S_enc out of range) from the QAT engines: they read records only
+         * through a decoded response */
+        qrl_trace_names nm = {token_begin[c], site_ids, n_sites};
+        st = qrl_trace_record_decode_named(r->bytes[c], lens[c], &nm, &r->rec[c], err);
+        if (st != QRL_OK) {
+            if (err) {
+                char why[QRL_ERROR_MSG_MAX];
+                memcpy(why, err->msg, sizeof why);
+                why[sizeof why - 1] = 0;
+                qrl_error_set(err, st, "trace response: chunk %zu: %s", c, why);
+            }
+            goto fail;
+        }
         const qrl_trace_record_t *rc = r->rec[c];
         if (qrl_trace_record_n_sites(rc) != n_sites) {
             st = qrl_error_set(err, QRL_STATUS_CORRUPT, "trace response: chunk %zu has %u sites, "

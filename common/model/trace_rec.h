@@ -199,7 +199,10 @@ typedef struct qrl_trace_pack {
 /* Split records [0, n_tokens) of b into records of at most max_record_bytes each (as many
  * tokens per record as fit).  n_tokens 0 gives count 0.  *out overwritten; empty on error.
  * Errors: OUT_OF_RANGE (b holds fewer than n_tokens records; one token's record is larger
- * than max_record_bytes: says both sizes), NOMEM. */
+ * than max_record_bytes: says both sizes), INVALID_ARGUMENT (an entry the record format
+ * refuses, naming response tokens, site and field: a NaN block scale, which the quantizer
+ * writes for a non-finite input, so a response whose activations went non-finite has no
+ * records), NOMEM. */
 qrl_status qrl_trace_buf_pack(const qrl_trace_buf *b, uint32_t n_tokens,
                               size_t max_record_bytes, qrl_trace_pack *out, qrl_error *err);
 void qrl_trace_pack_free(qrl_trace_pack *p);
@@ -210,9 +213,11 @@ typedef struct qrl_trace_response qrl_trace_response;
 
 /* Decode the chunks of one response (records[i] of lens[i] bytes covering response tokens
  * [token_begin[i], +n), in chunk order, each copied) for model cfg, with the site ids of
- * the chunks.  Checks every record (qrl_trace_record_decode), that all have the sites of
- * `site_ids` with the model's lengths, and that the ranges are contiguous from 0 to
- * n_tokens.  *out owned by the caller (qrl_trace_response_free).  Errors: CORRUPT (naming
+ * the chunks.  Checks every record (qrl_trace_record_decode: every field, so no decoded
+ * entry has a NaN block scale or an S_enc out of range and guided values stay finite), that
+ * all have the sites of `site_ids` with the model's lengths, and that the ranges are
+ * contiguous from 0 to n_tokens.  Messages name the chunk, the response token and the site
+ * id.  *out owned by the caller (qrl_trace_response_free).  Errors: CORRUPT (naming
  * the chunk and what differs), NOMEM. */
 qrl_status qrl_trace_response_decode(const qrl_model_config *cfg, const uint32_t *site_ids,
                                      size_t n_sites, const uint8_t *const *records,

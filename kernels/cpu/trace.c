@@ -1,7 +1,9 @@
 /* TRACE records: capture, guided rounding, binary encoder/decoder (trace.h, SPEC §6). */
 #include "cpu/trace.h"
 
+#include <float.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -114,6 +116,23 @@ static qrl_status check_counts(uint32_t n_tokens, uint32_t n_sites, qrl_status s
 
 static bool site_len_ok(uint32_t len) { return len >= 1 && len <= QRL_TRACE_MAX_SITE_LEN; }
 
+/* Field ranges: what qrl_trace_capture writes for a vector it can guide (trace.h).  S_enc
+ * = 2688 / amax is at least 2688 / FLT_MAX for finite amax (1 for amax 0 or Inf, FLT_MAX
+ * when the quotient overflows); below that 1 / S_enc overflows and every dequantized
+ * value of the vector is Inf or NaN. */
+float qrl_trace_min_global_enc(void) { return qrl_nvfp4_global_enc(FLT_MAX); }
+
+static bool global_enc_ok(float g) { return g >= qrl_trace_min_global_enc() && g <= FLT_MAX; }
+
+/* Why block scale code s cannot guide (NULL: it can).  0x7F is the quantizer's mark of a
+ * block with a NaN/Inf input: its dequantization factor is NaN, so guided values are NaN. */
+static const char *scale_problem(uint8_t s) {
+    if (s & 0x80) return "negative (sign bit set)";
+    if (s == QRL_E4M3_NAN) return "NaN (E4M3 0x7F: the rollout's quantizer writes it for a "
+                                  "block whose input was not finite)";
+    return NULL;
+}
+
 qrl_status qrl_trace_record_size(uint32_t n_tokens, uint32_t n_sites, const uint32_t *site_len,
                                  size_t *size, qrl_error *err) {
     QRL_TRY(check_counts(n_tokens, n_sites, QRL_STATUS_INVALID_ARGUMENT, err));
@@ -158,15 +177,17 @@ qrl_status qrl_trace_record_encode(uint32_t n_tokens, uint32_t n_sites, const ui
                 return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                                      "trace entry (token %u, site %u): len %u != site_len %u",
                                      t, s, e->len, site_len[s]);
-            if (!(isfinite(e->global_enc) && e->global_enc > 0.0f))
+            if (!global_enc_ok(e->global_enc))
                 return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                                      "trace entry (token %u, site %u): global_enc %g is not "
-                                     "finite and positive", t, s, (double)e->global_enc);
+                                     "finite and in [%g, FLT_MAX]", t, s, (double)e->global_enc,
+                                     (double)qrl_trace_min_global_enc());
             for (uint32_t b = 0; b < ns; b++)
-                if (e->scales[b] & 0x80)
+                if (scale_problem(e->scales[b]))
                     return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                                          "trace entry (token %u, site %u): block scale %u "
-                                         "= 0x%02x is negative", t, s, b, e->scales[b]);
+                                         "= 0x%02x is %s", t, s, b, e->scales[b],
+                                         scale_problem(e->scales[b]));
             uint32_t gbits;
             memcpy(&gbits, &e->global_enc, 4);
             st32(g, gbits);
@@ -184,8 +205,24 @@ qrl_status qrl_trace_record_encode(uint32_t n_tokens, uint32_t n_sites, const ui
 
 void qrl_trace_record_free(qrl_trace_record_t *rec) { free(rec); }
 
+/* " (id 0x...)" for site s when names carry its id, "" otherwise; into b [24]. */
+static const char *site_id_str(const qrl_trace_names *nm, uint32_t s, char *b) {
+    b[0] = 0;
+    if (nm && nm->site_ids && s < nm->n_site_ids)
+        snprintf(b, 24, " (id 0x%x)", (unsigned)nm->site_ids[s]);
+    return b;
+}
+
 qrl_status qrl_trace_record_decode(const uint8_t *buf, size_t len, qrl_trace_record_t **out,
                                    qrl_error *err) {
+    return qrl_trace_record_decode_named(buf, len, NULL, out, err);
+}
+
+qrl_status qrl_trace_record_decode_named(const uint8_t *buf, size_t len,
+                                         const qrl_trace_names *nm, qrl_trace_record_t **out,
+                                         qrl_error *err) {
+    const uint64_t tb = nm ? nm->token_base : 0;
+    char sid[24];
     const qrl_status C = QRL_STATUS_CORRUPT;
     *out = NULL;
     if (!buf || len < HEADER_BYTES)
@@ -249,23 +286,34 @@ qrl_status qrl_trace_record_decode(const uint8_t *buf, size_t len, qrl_trace_rec
     rec->off_global = HEADER_BYTES + 4ull * n_sites;
     rec->off_scales = rec->off_global + 4ull * n_tokens * n_sites;
     rec->off_bits = rec->off_scales + (uint64_t)n_tokens * sc;
-    /* field checks: the CRC guards against accidents, these against a wrong writer */
+    /* field checks: the CRC guards against accidents, these against a wrong writer (or a
+     * right one whose values cannot guide: trace.h) */
     for (uint64_t i = 0; i < (uint64_t)n_tokens * n_sites; i++) {
         uint64_t off = rec->off_global + 4 * i;
         float g = ldf32(buf + off);
-        if (!(isfinite(g) && g > 0.0f)) {
-            st = qrl_error_set(err, C, "trace record: global_enc[token %llu][site %llu] at "
-                               "offset %llu = %g, must be finite and > 0",
-                               (unsigned long long)(i / n_sites), (unsigned long long)(i % n_sites),
-                               (unsigned long long)off, (double)g);
+        uint32_t s = (uint32_t)(i % n_sites);
+        if (!global_enc_ok(g)) {
+            st = qrl_error_set(err, C, "trace record: global_enc[token %llu][site %u%s] at "
+                               "offset %llu = %g, must be finite and in [%g, FLT_MAX]",
+                               (unsigned long long)(tb + i / n_sites), s, site_id_str(nm, s, sid),
+                               (unsigned long long)off, (double)g,
+                               (double)qrl_trace_min_global_enc());
             goto fail;
         }
     }
-    for (uint64_t off = rec->off_scales; off < rec->off_bits; off++)
-        if (buf[off] & 0x80) {
-            st = qrl_error_set(err, C, "trace record: block scale at offset %llu = 0x%02x is "
-                               "negative", (unsigned long long)off, buf[off]);
-            goto fail;
+    for (uint32_t t = 0; t < n_tokens; t++)
+        for (uint32_t s = 0; s < n_sites; s++) {
+            uint64_t off = rec->off_scales + t * sc + rec->scale_prefix[s];
+            uint32_t nb = (rec->site_len[s] + QRL_NVFP4_BLOCK - 1) / QRL_NVFP4_BLOCK;
+            for (uint32_t b = 0; b < nb; b++) {
+                const char *why = scale_problem(buf[off + b]);
+                if (!why) continue;
+                st = qrl_error_set(err, C, "trace record: block scale %u of [token %llu][site "
+                                   "%u%s] at offset %llu = 0x%02x is %s", b,
+                                   (unsigned long long)(tb + t), s, site_id_str(nm, s, sid),
+                                   (unsigned long long)(off + b), buf[off + b], why);
+                goto fail;
+            }
         }
     for (uint32_t t = 0; t < n_tokens; t++)
         for (uint32_t s = 0; s < n_sites; s++) {
@@ -274,7 +322,8 @@ qrl_status qrl_trace_record_decode(const uint8_t *buf, size_t len, qrl_trace_rec
             uint64_t off = rec->off_bits + t * bt + rec->bit_prefix[s] + (l + 7) / 8 - 1;
             if (buf[off] >> (l % 8)) {
                 st = qrl_error_set(err, C, "trace record: nonzero padding bits at offset %llu "
-                                   "(token %u, site %u)", (unsigned long long)off, t, s);
+                                   "([token %llu][site %u%s])", (unsigned long long)off,
+                                   (unsigned long long)(tb + t), s, site_id_str(nm, s, sid));
                 goto fail;
             }
         }

@@ -14,11 +14,17 @@
  *   0   char[4] magic "QTRC"      4  u8 version (1)    5  u8 block (16)
  *   6   u16 flags (0)             8  u32 n_tokens      12 u32 n_sites
  *   16  u32 site_len[n_sites]     elements per token at each site, 1..2^24
- *   f32 global_enc[n_tokens][n_sites]          finite and > 0
- *   u8  scales[n_tokens][sum_s ceil(len_s/16)] E4M3, sign bit clear
+ *   f32 global_enc[n_tokens][n_sites]          in [2688 / FLT_MAX, FLT_MAX]
+ *   u8  scales[n_tokens][sum_s ceil(len_s/16)] E4M3 0x00..0x7E (sign clear, not NaN)
  *   u8  bits[n_tokens][sum_s ceil(len_s/8)]    element j at bit j%8 of byte j/8 of its
  *                                              (token, site) run; padding bits are 0
- *   u32 crc32 (IEEE, as zlib) of every byte before it */
+ *   u32 crc32 (IEEE, as zlib) of every byte before it
+ * The field ranges are what qrl_trace_capture writes for a vector whose elements are all
+ * finite.  For a non-finite element the quantizer writes block scale 0x7F (NaN), which
+ * would make every guided value of the block NaN: the encoder refuses such an entry (the
+ * rollout sends no records for that response) and the decoder refuses a record holding
+ * one (the learner trains that response unguided), so a record that decodes never yields
+ * a non-finite dequantization factor under its own or the learner's S_enc. */
 #ifndef QRL_CPU_TRACE_H
 #define QRL_CPU_TRACE_H
 
@@ -70,10 +76,14 @@ void qrl_trace_guided_quantize(const float *x, const qrl_trace_entry *e, uint8_t
  * range, size overflow). */
 qrl_status qrl_trace_record_size(uint32_t n_tokens, uint32_t n_sites, const uint32_t *site_len,
                                  size_t *size, qrl_error *err);
+/* Smallest S_enc a record may hold: qrl_nvfp4_global_enc(FLT_MAX) = 2688 / FLT_MAX (the
+ * quantizer's smallest for finite input; below it 1 / S_enc overflows). */
+float qrl_trace_min_global_enc(void);
+
 /* Encode entries [n_tokens * n_sites] (token-major: entry t*n_sites + s; entries[i].len
  * must equal site_len[s]) into buf [cap]; *written = bytes used.  Errors:
- * INVALID_ARGUMENT (bad entry: length, non-finite or non-positive global scale, negative
- * block scale), OUT_OF_RANGE (cap too small). */
+ * INVALID_ARGUMENT (bad entry, naming token, site and field: length, global scale outside
+ * the format's range, block scale negative or NaN), OUT_OF_RANGE (cap too small). */
 qrl_status qrl_trace_record_encode(uint32_t n_tokens, uint32_t n_sites, const uint32_t *site_len,
                                    const qrl_trace_entry *entries, uint8_t *buf, size_t cap,
                                    size_t *written, qrl_error *err);
@@ -82,13 +92,26 @@ qrl_status qrl_trace_record_encode(uint32_t n_tokens, uint32_t n_sites, const ui
  * outlive it. */
 typedef struct qrl_trace_record qrl_trace_record_t;
 
-/* Validate buf [len] completely (header, sizes, CRC, every global scale, block scale and
- * padding bit) and return a record handle (free with qrl_trace_record_free).  Never reads
- * outside buf.  Errors: CORRUPT (bad magic, truncated or trailing bytes, CRC mismatch,
- * invalid field; the message names the field and its byte offset), UNSUPPORTED (other
- * version or block size), NOMEM. */
+/* Validate buf [len] completely (header, sizes, CRC, every global scale and block scale
+ * against the ranges above, every padding bit) and return a record handle (free with
+ * qrl_trace_record_free).  Never reads outside buf.  Errors: CORRUPT (bad magic,
+ * truncated or trailing bytes, CRC mismatch, invalid field; the message names the field,
+ * its token and site and its byte offset), UNSUPPORTED (other version or block size),
+ * NOMEM. */
 qrl_status qrl_trace_record_decode(const uint8_t *buf, size_t len, qrl_trace_record_t **out,
                                    qrl_error *err);
+/* How error messages name a record's tokens and sites (one chunk of a response): token t
+ * of the record is called token_base + t, site s gets " (id 0x...)" from site_ids
+ * [n_site_ids] when s < n_site_ids (site_ids may be NULL). */
+typedef struct qrl_trace_names {
+    uint32_t token_base;
+    const uint32_t *site_ids;
+    size_t n_site_ids;
+} qrl_trace_names;
+/* qrl_trace_record_decode with messages numbered by names (NULL: as the record). */
+qrl_status qrl_trace_record_decode_named(const uint8_t *buf, size_t len,
+                                         const qrl_trace_names *names, qrl_trace_record_t **out,
+                                         qrl_error *err);
 void qrl_trace_record_free(qrl_trace_record_t *rec);
 uint32_t qrl_trace_record_n_tokens(const qrl_trace_record_t *rec);
 uint32_t qrl_trace_record_n_sites(const qrl_trace_record_t *rec);

@@ -97,9 +97,10 @@ static const qrl_config_entry CONFIG[] = {
                    "rollout.trace: captured sites, clauses 'layers=A-B|all|deep,sites=attn_in,k,v,attn_out,"
                    "mlp_in,mlp_down' separated by ';' (\"\" = default: every linear input, K/V of the deeper "
                    "half; docs/rollout-daemon.md)"),
-    QRL_CFG_ENUM("rollout.trace_fault", S_, trace_fault, "none", "none|drop|duplicate|reorder|mix", false,
-                 "testing / fault injection only: drop each group's first TraceChunk, send every chunk twice, "
-                 "reverse their order, or all three (mix)"),
+    QRL_CFG_ENUM("rollout.trace_fault", S_, trace_fault, "none", "none|drop|duplicate|reorder|mix|nan_scale",
+                 false, "testing / fault injection only: drop each group's first TraceChunk, send every chunk "
+                 "twice, reverse their order, give response 1's first record a NaN block scale with valid "
+                 "CRCs (nan_scale), or all four (mix)"),
     QRL_CFG_STRING("kafka.bootstrap", S_, kafka.bootstrap, "127.0.0.1:19092", false,
                    "Kafka brokers host:port[,host:port]"),
     QRL_CFG_STRING("kafka.prompts_topic", S_, kafka.prompts_topic, QRL_KAFKA_TOPIC_PROMPTS, false,

@@ -37,7 +37,9 @@ typedef enum rd_trace_fault {
     RD_TRACE_FAULT_DROP,      /* the group's first chunk (response 0's chunk 0) is not sent */
     RD_TRACE_FAULT_DUPLICATE, /* every chunk is sent twice */
     RD_TRACE_FAULT_REORDER,   /* the group's chunks are sent in reverse order */
-    RD_TRACE_FAULT_MIX,       /* all three at once */
+    RD_TRACE_FAULT_MIX,       /* all four at once */
+    RD_TRACE_FAULT_NAN_SCALE, /* response 1's chunk 0: first block scale 0x7F (E4M3 NaN), CRCs
+                                 recomputed: valid chunks whose record cannot guide */
 } rd_trace_fault;
 
 /* The daemon's settings: every key of main.c's config table, filled by qrl_config_bind
@@ -191,8 +193,9 @@ void rd_trace_count(struct rd_metrics_trace *t, const rd_group *g);
 void rd_trace_jsonl(FILE *f, const rd_group *g, struct rd_metrics_trace *t, rd_engine *e, uint64_t now_us);
 /* Produce g's TraceChunks as one set on `topic` keyed key[klen] (payloads borrowed from
  * g->trace until acknowledged, tag g, g->sets_unacked counted), through `fault`
- * (rd_trace_fault, tests only: the learner must survive a lost, a duplicated and a
- * reordered chunk).  No chunks (or all dropped): nothing is produced. */
+ * (rd_trace_fault, tests only: the learner must survive a lost, a duplicated, a reordered
+ * chunk and one whose record has a NaN block scale; nan_scale re-encodes g->trace first).
+ * No chunks (or all dropped): nothing is produced. */
 struct qrl_service;
 void rd_trace_produce(struct qrl_service *svc, const char *topic, int fault, rd_group *g, const char *key,
                       size_t klen);

@@ -12,8 +12,11 @@
 #      dispatched group trained exactly once; a garbage record on the trace topic goes to
 #      the dead-letter topic.
 #   2. the same with rollout.trace_fault mix (each group's first chunk lost, every chunk sent
-#      twice, in reverse order): the responses that lost a chunk train unguided and are
-#      counted, the others are still guided, duplicates are counted, nothing is dropped.
+#      twice, in reverse order, and response 1's first record given an E4M3 NaN block scale
+#      with both CRCs recomputed): the responses that lost a chunk train unguided and are
+#      counted missing, the NaN records are refused by name and counted corrupt (their
+#      responses unguided), the others are still guided, duplicates are counted, no
+#      optimizer step is skipped, nothing is dropped.
 # Whatever it started is stopped on every exit path.  Skips (77) without java or the
 # Kafka jars unless QRL_REQUIRE_KAFKA=1.
 set -euo pipefail
@@ -119,5 +122,15 @@ jq -s -e 'map(.trace_rows_guided) | add > 0' "$m" >/dev/null ||
 line=$(grep -o 'trace: chunks=.*' "$tmp/faults-learner.log")
 echo "$line" | grep -q " duplicates=[1-9]" || fail "duplicates not seen: $line"
 echo "$line" | grep -q " missing=[1-9]" || fail "incomplete responses not counted: $line"
+# a CRC-valid record with a NaN block scale poisoned a whole update (every step skipped on a
+# non-finite gradient): it must be refused by name, counted, and the update train normally
+echo "$line" | grep -q " corrupt=[1-9]" || fail "NaN-scale records not counted corrupt: $line"
+grep -q "trace group=[0-9]* response=1 from faults-r0: CORRUPT: trace response: chunk 0: trace record: block scale 0 of \[token 0\]\[site 0 (id 0x0)\] at offset [0-9]* = 0x7f is NaN.*(trained unguided)" \
+  "$tmp/faults-learner.log" || fail "no refusal line for the NaN-scale record: $(grep -m3 'trace group=' "$tmp/faults-learner.log")"
+! grep -q "event=step_skipped" "$tmp/faults-learner.log" ||
+  fail "steps skipped: $(grep -m2 'event=step_skipped' "$tmp/faults-learner.log")"
+jq -s -e 'all(.[]; .steps_skipped == 0 and .steps_taken > 0)' "$m" >/dev/null ||
+  fail "steps skipped or none taken: $(jq -s -c 'map([.steps_taken, .steps_skipped])' "$m")"
+echo "faults: $(grep -m1 -o 'trace group=[0-9]* response=1 .*0x7f is NaN' "$tmp/faults-learner.log")"
 echo "faults: $line"
 echo "learner trace test passed in $(secs "$t_all") s"

@@ -1,5 +1,6 @@
 /* TRACE records: capture, binary layout, decoder checks, guided rounding (trace.h). */
 #include <criterion/criterion.h>
+#include <float.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -255,10 +256,62 @@ Test(trace_record, corrupt_records_are_refused) {
     fix_crc(b, n);
     expect_refused(b, n, QRL_STATUS_CORRUPT, "global_enc[token 2][site 1] at offset 56");
     const size_t off_scales = 16 + 12 + 4 * NT * NS;
-    MUTATE(off_scales + 1, 0x90, QRL_STATUS_CORRUPT, "block scale at offset");
+    MUTATE(off_scales + 1, 0x90, QRL_STATUS_CORRUPT,
+           "block scale 1 of [token 0][site 0] at offset 89 = 0x90 is negative");
     /* bits of (token 0, site 1): 20 elements, last byte has 4 padding bits */
     const size_t off_bits = off_scales + NT * 9, pad = off_bits + 8 + 2;
     MUTATE(pad, (uint8_t)(RO.buf[pad] | 0x80), QRL_STATUS_CORRUPT, "padding bits at offset");
+    /* E4M3 NaN (0x7F, sign clear): the quantizer's mark of a non-finite input, a NaN
+     * dequantization factor if it guided; token 1, site 2 is scale byte 9 + 4 + 2 + 1 */
+    MUTATE(off_scales + 9 + 7, 0x7F, QRL_STATUS_CORRUPT,
+           "block scale 1 of [token 1][site 2] at offset 104 = 0x7f is NaN");
+    MUTATE(off_scales + 9 + 7, 0xFF, QRL_STATUS_CORRUPT, "= 0xff is negative");
+    /* 0x7E (448) is the largest the quantizer writes and is accepted */
+    memcpy(b, RO.buf, n);
+    b[off_scales + 9 + 7] = 0x7E;
+    fix_crc(b, n);
+    {
+        qrl_trace_record_t *rec;
+        qrl_error err;
+        cr_assert_eq(qrl_trace_record_decode(b, n, &rec, &err), QRL_OK, "%s", err.msg);
+        qrl_trace_record_free(rec);
+    }
+    /* S_enc: infinite, zero, negative, and so small that 1 / S_enc overflows (every
+     * dequantized value Inf or NaN); token 3, site 0 is at 28 + 4 * 9 */
+    const float bad_g[] = {INFINITY, -INFINITY, 0.0f, -0.0f, -1.0f, 1e-40f, 1e-37f};
+    for (size_t i = 0; i < sizeof bad_g / sizeof *bad_g; i++) {
+        memcpy(b, RO.buf, n);
+        memcpy(b + 28 + 4 * 9, &bad_g[i], 4);
+        fix_crc(b, n);
+        expect_refused(b, n, QRL_STATUS_CORRUPT, "global_enc[token 3][site 0] at offset 64");
+    }
+    /* the bounds themselves are the quantizer's: 2688 / FLT_MAX and FLT_MAX decode */
+    const float ok_g[] = {qrl_trace_min_global_enc(), FLT_MAX, 1.0f};
+    cr_assert_eq(qrl_trace_min_global_enc(), qrl_nvfp4_global_enc(FLT_MAX));
+    cr_assert(isnormal(1.0f / qrl_trace_min_global_enc()));
+    for (size_t i = 0; i < 3; i++) {
+        memcpy(b, RO.buf, n);
+        memcpy(b + 28 + 4 * 9, &ok_g[i], 4);
+        fix_crc(b, n);
+        qrl_trace_record_t *rec;
+        qrl_error err;
+        cr_assert_eq(qrl_trace_record_decode(b, n, &rec, &err), QRL_OK, "%g: %s", ok_g[i], err.msg);
+        qrl_trace_record_free(rec);
+    }
+    /* named decoding (a response's chunk): tokens from the chunk's first, sites by id */
+    {
+        memcpy(b, RO.buf, n);
+        b[off_scales + 9 + 7] = 0x7F;
+        fix_crc(b, n);
+        const uint32_t ids[NS] = {0x10000, 0x13000, 0x15000};
+        qrl_trace_names nm = {100, ids, NS};
+        qrl_trace_record_t *rec = (qrl_trace_record_t *)1;
+        qrl_error err;
+        cr_assert_eq(qrl_trace_record_decode_named(b, n, &nm, &rec, &err), QRL_STATUS_CORRUPT);
+        cr_assert_null(rec);
+        cr_assert(strstr(err.msg, "block scale 1 of [token 101][site 2 (id 0x15000)] at offset "
+                                  "104 = 0x7f is NaN") != NULL, "%s", err.msg);
+    }
 #undef MUTATE
     /* a site length of zero with a consistent size is still refused by name */
     {
@@ -287,10 +340,35 @@ Test(trace_record, encoder_refuses_bad_entries) {
     cr_assert_eq(qrl_trace_record_encode(NT, NS, site_len, RO.e, b, RO.len, &w, &err),
                  QRL_STATUS_INVALID_ARGUMENT);
     RO.e[4] = saved;
+    RO.e[4].global_enc = 1e-40f; /* 1 / S_enc overflows */
+    cr_assert_eq(qrl_trace_record_encode(NT, NS, site_len, RO.e, b, RO.len, &w, &err),
+                 QRL_STATUS_INVALID_ARGUMENT);
+    cr_assert(strstr(err.msg, "token 1, site 1): global_enc 9.99995e-41 is not finite and in [7.89932e-36, FLT_MAX]") != NULL, "%s", err.msg);
+    RO.e[4] = saved;
     uint8_t neg[2] = {0x38, 0xB8};
     RO.e[4].scales = neg;
     cr_assert_eq(qrl_trace_record_encode(NT, NS, site_len, RO.e, b, RO.len, &w, &err),
                  QRL_STATUS_INVALID_ARGUMENT);
+    RO.e[4] = saved;
+    /* what the quantizer writes for a non-finite input: a NaN block scale, refused (the
+     * rollout sends no records for that response rather than ones the learner refuses) */
+    float xnan[20];
+    uint8_t ncodes[10], nscales[2], nbits[3];
+    float ng;
+    for (int i = 0; i < 20; i++) xnan[i] = (float)i;
+    xnan[17] = NAN;
+    qrl_trace_capture(xnan, 20, ncodes, nscales, nbits, &ng);
+    cr_assert_eq(nscales[1], 0x7F);
+    cr_assert(isfinite(ng) && ng > 0.0f);
+    RO.e[4] = (qrl_trace_entry){20, ng, nscales, nbits};
+    cr_assert_eq(qrl_trace_record_encode(NT, NS, site_len, RO.e, b, RO.len, &w, &err),
+                 QRL_STATUS_INVALID_ARGUMENT);
+    cr_assert(strstr(err.msg, "token 1, site 1): block scale 1 = 0x7f is NaN") != NULL, "%s",
+              err.msg);
+    /* and why: guided by it, the block's values come out NaN */
+    float y[20];
+    qrl_trace_guided_quantize(RO.x[1][1], &RO.e[4], NULL, y, NULL);
+    cr_assert(isnan(y[16]) && isfinite(y[0]));
     RO.e[4] = saved;
     /* garbage in padding bits is cleared by the encoder */
     uint8_t bits[3] = {RO.bits[1][1][0], RO.bits[1][1][1], (uint8_t)(RO.bits[1][1][2] | 0xF0)};

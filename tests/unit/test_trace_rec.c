@@ -394,6 +394,80 @@ static void synth_pack(qrl_trace_layout **l, qrl_trace_buf **b, qrl_trace_pack *
     synth_pack_cap(l, b, p, nt, nt, limit);
 }
 
+/* A record that passes every CRC but cannot guide (the newcomer's proxy: an E4M3 NaN block
+ * scale, or an S_enc whose reciprocal overflows) is refused when the learner decodes the
+ * response, naming chunk, response token, site id and offset; the rollout never packs one. */
+Test(trace_rec, records_that_cannot_guide_are_refused_by_name) {
+    qrl_trace_layout *l;
+    qrl_trace_buf *b;
+    qrl_trace_pack p;
+    qrl_error e;
+    synth_pack(&l, &b, &p, 40, 2048);
+    cr_assert_gt(p.count, 2);
+    qrl_model_config c = {.dim = 48, .hidden_dim = 96, .n_layers = 2, .n_heads = 4,
+                          .n_kv_heads = 2, .head_dim = 12};
+    const uint32_t *ids = qrl_trace_layout_site_ids(l);
+    uint32_t ns = qrl_trace_layout_n_sites(l);
+    qrl_trace_response *rsp = NULL;
+    cr_assert_eq(qrl_trace_response_decode(&c, ids, ns, (const uint8_t *const *)p.record, p.len,
+                                           p.token_begin, p.count, p.n_tokens, &rsp, &e),
+                 QRL_OK, "%s", e.msg);
+    qrl_trace_response_free(rsp);
+    /* chunk 1, its first token, site 0: the first scale byte after the S_enc section */
+    uint8_t *r1 = p.record[1];
+    uint32_t nt1 = p.token_count[1];
+    size_t off_g = 16 + 4 * (size_t)ns, off_s = off_g + 4 * (size_t)nt1 * ns;
+    uint8_t saved_s = r1[off_s];
+    uint8_t saved_g[4];
+    memcpy(saved_g, r1 + off_g + 4, 4); /* S_enc of (token 0, site 1) */
+    char want[256];
+    for (int k = 0; k < 5; k++) {
+        r1[off_s] = saved_s;
+        memcpy(r1 + off_g + 4, saved_g, 4);
+        const float g[4] = {NAN, INFINITY, 0.0f, -2.0f};
+        if (k == 0) {
+            r1[off_s] = 0x7F;
+            snprintf(want, sizeof want, "trace response: chunk 1: trace record: block scale 0 of "
+                     "[token %u][site 0 (id 0x%x)] at offset %zu = 0x7f is NaN", p.token_begin[1],
+                     ids[0], off_s);
+        } else {
+            memcpy(r1 + off_g + 4, &g[k - 1], 4);
+            snprintf(want, sizeof want, "trace response: chunk 1: trace record: global_enc[token "
+                     "%u][site 1 (id 0x%x)] at offset %zu = ", p.token_begin[1], ids[1], off_g + 4);
+        }
+        uint32_t crc = qrl_crc32(0, r1, p.len[1] - 4);
+        memcpy(r1 + p.len[1] - 4, &crc, 4); /* little-endian host, as the record */
+        rsp = (qrl_trace_response *)1;
+        qrl_error_clear(&e);
+        cr_assert_eq(qrl_trace_response_decode(&c, ids, ns, (const uint8_t *const *)p.record, p.len,
+                                               p.token_begin, p.count, p.n_tokens, &rsp, &e),
+                     QRL_STATUS_CORRUPT, "case %d", k);
+        cr_assert_null(rsp);
+        cr_assert(strncmp(e.msg, want, strlen(want)) == 0, "case %d: '%s' does not start with '%s'",
+                  k, e.msg, want);
+    }
+    qrl_trace_pack_free(&p);
+    /* the rollout's side: a response whose activations went non-finite is not packed (the
+     * replica logs it and sends no records; the learner trains it unguided, counted) */
+    qrl_trace_recorder *r = NULL;
+    cr_assert_eq(qrl_trace_recorder_new(l, 1, &r, &e), QRL_OK);
+    qrl_trace_recorder_clear(r);
+    qrl_trace_recorder_target(r, 0, b, 5);
+    cr_assert(qrl_trace_recorder_begin_pass(r, 0, 1));
+    float x[96];
+    for (int i = 0; i < 96; i++) x[i] = (float)i;
+    x[40] = INFINITY;
+    for (int ly = 0; ly < 2; ly++)
+        for (int k = 0; k < QRL_TRACE_SITE_KIND_COUNT_; k++) qrl_trace_recorder_capture(r, 0, ly, k, x);
+    cr_assert_eq(qrl_trace_buf_pack(b, 40, 2048, &p, &e), QRL_STATUS_INVALID_ARGUMENT);
+    cr_assert(strstr(e.msg, "response tokens ") && strstr(e.msg, "site 0): block scale 2 = 0x7f is NaN"),
+              "%s", e.msg);
+    cr_assert_eq(p.count, 0u);
+    qrl_trace_recorder_free(r);
+    qrl_trace_buf_free(b);
+    qrl_trace_layout_free(l);
+}
+
 /* A buffer of >= 4 MiB takes the mmap (transparent huge page) storage: zeroed, and the same
  * records as a small one. */
 Test(trace_rec, a_large_buffer_holds_the_same_records) {
