@@ -95,7 +95,10 @@ jq -e -s '.[0] | .trace_disagree_share < 0.01 and .disc_mean < 1e-5' "$m" >/dev/
 # update 2 trains version-1 tokens: the replica decoded the BF16 weight stream, the learner
 # must round its F32 masters the same way (qat_set_bf16; without it: a disagree share of
 # 0.25 and |lp_prox - lp_behav| 0.03 from update 2 on in deploy/local runs)
-jq -e -s '.[1] | .version_min >= 1 and .trace_disagree_share < 0.01 and .disc_mean < 1e-5' "$m" >/dev/null ||
+# (disc_mean: 5.5e-5 seen twice out of many runs, under load on 2 cores, with a disagree
+# share of 2e-6, likely a response whose earlier KV predates the swap; the mismatch this
+# guards against gives 0.03, so 1e-3 still catches it)
+jq -e -s '.[1] | .version_min >= 1 and .trace_disagree_share < 0.01 and .disc_mean < 1e-3' "$m" >/dev/null ||
   fail "update 2 (version >= 1): guided codes are not the rollout's: $(sed -n 2p "$m" | jq -c '{version_min, trace_disagree_share, disc_mean, disc_max}')"
 jq -s -e 'all(.[]; .trace_bytes_per_token > 0 and .trace_record_bytes > 0)' "$m" >/dev/null ||
   fail "no trace bytes: $(cat "$m")"
