@@ -35,9 +35,11 @@ typedef struct ld_trace_set {
 
 typedef struct ld_trace_counts {
     uint64_t chunks, bytes;     /* chunks stored (each index once) and their message bytes */
-    uint64_t duplicates, late, other_run, dead_letters, evicted, expired;
-    uint64_t joined, missing, corrupt; /* responses at take: decoded / none or incomplete / bad */
-    size_t held_bytes;          /* chunk bytes in the store now */
+    uint64_t duplicates, late, other_run, undispatched, dead_letters, evicted, expired;
+    /* responses at take: decoded / none or incomplete / bad / decoded but of none of the
+     * sites this learner fake-quantizes (trained unguided: ld_trace_take) */
+    uint64_t joined, missing, corrupt, sites_none;
+    size_t held_bytes;          /* heap bytes the store holds now (wire/trace_store.h) */
 } ld_trace_counts;
 
 /* Whether this learner reads kafka.trace_topic (learner.qat nvfp4, trace_guidance on). */
