@@ -122,6 +122,14 @@ int qrl_trace_layout_find(const qrl_trace_layout *l, int layer, qrl_trace_site_k
 bool qrl_trace_layout_wants(const qrl_trace_layout *l, int layer, qrl_trace_site_kind kind);
 /* Encoded record bytes per token (4 * n_sites + scales + bits; trace.h). */
 size_t qrl_trace_layout_record_bytes_per_token(const qrl_trace_layout *l);
+/* The learner's check of records against its QAT forward, which fake-quantizes the kinds
+ * in want_kinds (mask of 1u << kind) at every layer of cfg: of those (layer, kind) pairs
+ * (*wanted) how many the site ids ids[n] cover (*covered; any head counts).  missing
+ * (may be NULL) gets the uncovered pairs, recorded (may be NULL) every recorded pair, as
+ * "attn_in all layers, k layers 0-1+3" (truncated to its length). */
+void qrl_trace_sites_coverage(const qrl_model_config *cfg, const uint32_t *ids, size_t n, unsigned want_kinds,
+                              size_t *covered, size_t *wanted, char *missing, size_t missing_len,
+                              char *recorded, size_t recorded_len);
 
 /* ---- per-sequence record buffer -------------------------------------------------------- */
 

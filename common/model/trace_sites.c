@@ -322,3 +322,59 @@ size_t qrl_trace_layout_slab_bytes_(const qrl_trace_layout *l) { return l->slab_
 uint32_t qrl_trace_layout_offset_(const qrl_trace_layout *l, uint32_t site) {
     return l->offset[site];
 }
+
+/* ---- coverage: what a QAT forward quantizes against what records carry ----------------- */
+
+/* Append "kind layers R" for each kind of `kinds` set anywhere in on[kind][layer] (R the
+ * layer ranges, "all layers" when every one), comma separated. */
+static size_t describe(char *out, size_t cap, size_t len, const bool *on, int n_layers, unsigned kinds) {
+    for (int k = 0; k < QRL_TRACE_SITE_KIND_COUNT_; k++) {
+        if (!(kinds >> k & 1u)) continue;
+        const bool *row = on + (size_t)k * (size_t)n_layers;
+        int count = 0;
+        for (int l = 0; l < n_layers; l++) count += row[l];
+        if (!count || len + 1 >= cap) continue;
+        len += (size_t)snprintf(out + len, cap - len, "%s%s ", len ? ", " : "", kind_names[k]);
+        if (count == n_layers) {
+            if (len + 1 < cap) len += (size_t)snprintf(out + len, cap - len, "all layers");
+            continue;
+        }
+        if (len + 1 < cap) len += (size_t)snprintf(out + len, cap - len, "layers ");
+        for (int l = 0, first = 1; l < n_layers && len + 1 < cap; l++) {
+            if (!row[l] || (l > 0 && row[l - 1])) continue;
+            int e = l;
+            while (e + 1 < n_layers && row[e + 1]) e++;
+            len += (size_t)(e > l ? snprintf(out + len, cap - len, "%s%d-%d", first ? "" : "+", l, e)
+                                  : snprintf(out + len, cap - len, "%s%d", first ? "" : "+", l));
+            first = 0;
+        }
+    }
+    return len < cap ? len : cap - 1;
+}
+
+void qrl_trace_sites_coverage(const qrl_model_config *cfg, const uint32_t *ids, size_t n, unsigned want_kinds,
+                              size_t *covered, size_t *wanted, char *missing, size_t missing_len,
+                              char *recorded, size_t recorded_len) {
+    int L = cfg->n_layers > 0 ? cfg->n_layers : 0;
+    size_t cells = (size_t)QRL_TRACE_SITE_KIND_COUNT_ * (size_t)(L ? L : 1);
+    bool *have = calloc(cells, sizeof *have), *miss = calloc(cells, sizeof *miss);
+    QRL_CHECK(have && miss);
+    for (size_t i = 0; i < n; i++) {
+        int layer = (int)(ids[i] >> 16), kind = (int)(ids[i] >> 12 & 0xf);
+        if (layer < L && kind < QRL_TRACE_SITE_KIND_COUNT_) have[(size_t)kind * (size_t)L + (size_t)layer] = true;
+    }
+    size_t cov = 0, want = 0;
+    for (int k = 0; k < QRL_TRACE_SITE_KIND_COUNT_; k++)
+        for (int l = 0; want_kinds >> k & 1u && l < L; l++) {
+            size_t c = (size_t)k * (size_t)L + (size_t)l;
+            want++, cov += have[c], miss[c] = !have[c];
+        }
+    *covered = cov, *wanted = want;
+    if (missing && missing_len) missing[0] = 0, describe(missing, missing_len, 0, miss, L, QRL_TRACE_KINDS_ALL);
+    if (recorded && recorded_len) {
+        recorded[0] = 0;
+        if (!describe(recorded, recorded_len, 0, have, L, QRL_TRACE_KINDS_ALL))
+            snprintf(recorded, recorded_len, "no site of this model");
+    }
+    free(have), free(miss);
+}

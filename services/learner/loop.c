@@ -58,10 +58,11 @@ static void begin_close(void) {
     if (ld_trace_consumed(c)) {
         ld_trace_counts tk = ld_trace_counts_now();
         QRL_LOG_INFO("learner", "trace: chunks=%" PRIu64 " bytes=%" PRIu64 " duplicates=%" PRIu64 " late=%" PRIu64
-                     " other_run=%" PRIu64 " dead_letters=%" PRIu64 " evicted=%" PRIu64 " expired=%" PRIu64
-                     " joined=%" PRIu64 " missing=%" PRIu64 " corrupt=%" PRIu64, tk.chunks, tk.bytes,
-                     tk.duplicates, tk.late, tk.other_run, tk.dead_letters, tk.evicted, tk.expired, tk.joined,
-                     tk.missing, tk.corrupt);
+                     " other_run=%" PRIu64 " undispatched=%" PRIu64 " dead_letters=%" PRIu64 " evicted=%" PRIu64
+                     " expired=%" PRIu64 " joined=%" PRIu64 " missing=%" PRIu64 " corrupt=%" PRIu64
+                     " sites_none=%" PRIu64, tk.chunks, tk.bytes, tk.duplicates, tk.late, tk.other_run,
+                     tk.undispatched, tk.dead_letters, tk.evicted, tk.expired, tk.joined, tk.missing, tk.corrupt,
+                     tk.sites_none);
     }
     ld_control_closing();
     qrl_service_close(c->svc);

@@ -78,8 +78,9 @@ static const qrl_config_entry CONFIG[] = {
      "learner.qat nvfp4: consume kafka.trace_topic and round as the rollout's TRACE records say (false: "
      "nearest rounding everywhere, the topic is not read)"),
     QRL_CFG_INT("learner.trace_store_mb", S_, learner.trace_store_mb, "256", 1, 1 << 20, false,
-     "learner.trace_guidance true: MiB of TraceChunks held until their results go into an update (the "
-     "oldest response's are evicted beyond it; about 2 quotas of response tokens x the record bytes per token)"),
+     "learner.trace_guidance true: MiB of heap the TraceChunks take until their results go into an update (the "
+     "response least recently added to is evicted beyond it; about 2 quotas of response tokens x the record bytes "
+     "per token, plus ~0.5 KB per chunk)"),
     QRL_CFG_ENUM("learner.adv", S_, learner.adv, "grpo", "grpo|drgrpo|rloo", false, "advantage estimator"),
     QRL_CFG_BOOL("learner.dynamic_sampling", S_, learner.dynamic_sampling, "true", false,
      "drop groups whose rewards are all equal (DAPO)"),

@@ -8,69 +8,32 @@
 
 #include "core/log.h"
 #include "dispatch.h"
+#include "wire/trace_store.h"
 #include "wire/wire.h"
 
-/* The chunks held for one response of one replica's answer to a group. */
-typedef struct tr_entry {
-    uint64_t group_id;
-    uint32_t response;
-    char *replica;              /* owned */
-    Qrl__TraceChunk **chunks;   /* owned (qrl_wire_free), each chunk index once */
-    size_t n, cap;
-    size_t bytes;               /* message bytes of them */
-    uint64_t first_ms, last_ms; /* arrival of the first / latest chunk */
-} tr_entry;
-
 static struct {
-    tr_entry *e;
-    size_t n, cap;
+    qrl_trace_store st; /* (group, response, replica) -> chunks (wire/trace_store.h) */
     ld_trace_counts k;
+    uint32_t *site_ids; /* the last site list sites_verdict judged, and its verdict */
+    size_t n_site_ids;
+    int verdict;
+    bool warned_none, warned_part;
 } T;
 
-static void entry_free(tr_entry *e) {
-    for (size_t i = 0; i < e->n; i++) qrl_wire_free(&e->chunks[i]->base);
-    free(e->chunks);
-    free(e->replica);
-    T.k.held_bytes -= e->bytes;
-}
-
-static void entry_remove(size_t i) {
-    entry_free(&T.e[i]);
-    T.e[i] = T.e[--T.n];
-}
-
 void ld_trace_free(void) {
-    while (T.n) entry_remove(T.n - 1);
-    free(T.e);
+    qrl_trace_store_free(&T.st);
+    free(T.site_ids);
     memset(&T, 0, sizeof T);
 }
 
-ld_trace_counts ld_trace_counts_now(void) { return T.k; }
+ld_trace_counts ld_trace_counts_now(void) {
+    ld_trace_counts k = T.k;
+    k.held_bytes = qrl_trace_store_held_bytes(&T.st);
+    return k;
+}
 
 bool ld_trace_consumed(const ld_core *c) {
     return c->s->learner.qat == LD_QAT_NVFP4 && c->s->learner.trace_guidance;
-}
-
-static tr_entry *entry_find(uint64_t group_id, uint32_t response, const char *replica) {
-    for (size_t i = 0; i < T.n; i++)
-        if (T.e[i].group_id == group_id && T.e[i].response == response && strcmp(T.e[i].replica, replica) == 0)
-            return &T.e[i];
-    return NULL;
-}
-
-/* Room for `bytes` more under learner.trace_store_mb: evict the responses whose first
- * chunk is oldest. */
-static void make_room(const ld_core *c, size_t bytes) {
-    size_t cap = (size_t)c->s->learner.trace_store_mb << 20;
-    while (T.n && T.k.held_bytes + bytes > cap) {
-        size_t old = 0;
-        for (size_t i = 1; i < T.n; i++)
-            if (T.e[i].first_ms < T.e[old].first_ms) old = i;
-        QRL_LOG_WARN("learner", "trace store full (%zu bytes): evicting group=%" PRIu64 " response=%u",
-                     T.k.held_bytes, T.e[old].group_id, T.e[old].response);
-        T.k.evicted++;
-        entry_remove(old);
-    }
 }
 
 void ld_trace_record(ld_core *c, const qrl_kafka_message *m, qrl_kafka_offset *off) {
@@ -97,46 +60,34 @@ void ld_trace_record(ld_core *c, const qrl_kafka_message *m, qrl_kafka_offset *o
     }
     qrl_service_record_done(c->svc, off); /* stored from here on (trace.h: lost on a restart) */
     uint8_t gs = ld_group_state(t->group_id);
-    const char *rep = t->replica_id ? t->replica_id : "";
-    tr_entry *e = entry_find(t->group_id, t->response_index, rep);
-    bool dup = false;
-    for (size_t i = 0; e && i < e->n; i++) dup |= e->chunks[i]->chunk_index == t->chunk_index;
-    if (t->run_id != c->run_id || gs == GS_TRAINING || gs == GS_TRAINED || gs == GS_DROPPED || dup) {
-        if (t->run_id != c->run_id) T.k.other_run++;
-        else if (dup) T.k.duplicates++;
-        else T.k.late++;
+    /* a group this run has not dispatched can have no result to guide (intake.c dead-letters
+     * such results), and one already in an update is spent */
+    bool undispatched = gs == GS_NONE && t->group_id >= ld_dispatch_counts_now().next_id;
+    if (t->run_id != c->run_id || undispatched || gs == GS_TRAINING || gs == GS_TRAINED || gs == GS_DROPPED) {
+        *(t->run_id != c->run_id ? &T.k.other_run : undispatched ? &T.k.undispatched : &T.k.late) += 1;
         qrl_wire_free(pm);
         return;
     }
-    make_room(c, m->len);
-    e = entry_find(t->group_id, t->response_index, rep); /* eviction moves entries */
-    if (!e) {
-        if (T.n == T.cap) {
-            T.cap = T.cap ? 2 * T.cap : 64;
-            T.e = realloc(T.e, T.cap * sizeof *T.e);
-            QRL_CHECK(T.e != NULL);
-        }
-        e = &T.e[T.n++];
-        *e = (tr_entry){.group_id = t->group_id, .response = t->response_index, .replica = strdup(rep),
-                        .first_ms = ld_unix_ms()};
-        QRL_CHECK(e->replica != NULL);
+    size_t evicted = 0;
+    uint64_t ev_group = 0;
+    uint32_t ev_response = 0;
+    if (qrl_trace_store_add(&T.st, t, ld_unix_ms(), (size_t)c->s->learner.trace_store_mb << 20, &evicted,
+                            &ev_group, &ev_response) == QRL_TRACE_STORE_DUPLICATE) {
+        T.k.duplicates++;
+        return;
     }
-    if (e->n == e->cap) {
-        e->cap = e->cap ? 2 * e->cap : 4;
-        e->chunks = realloc(e->chunks, e->cap * sizeof *e->chunks);
-        QRL_CHECK(e->chunks != NULL);
+    if (evicted) {
+        QRL_LOG_WARN("learner", "trace store full (learner.trace_store_mb %d): evicted %zu responses, the last "
+                     "group=%" PRIu64 " response=%u", c->s->learner.trace_store_mb, evicted, ev_group, ev_response);
+        T.k.evicted += evicted;
     }
-    e->chunks[e->n++] = t;
-    e->bytes += m->len;
-    e->last_ms = ld_unix_ms();
-    T.k.held_bytes += m->len;
     T.k.chunks++;
     T.k.bytes += m->len;
 }
 
 /* Join and decode entry e for a response of `tokens` tokens: the records, or NULL with
  * *corrupt telling an incomplete set (false) from a bad one (true). */
-static qrl_trace_response *join_one(ld_core *c, const tr_entry *e, uint32_t tokens, bool *corrupt) {
+static qrl_trace_response *join_one(ld_core *c, const qrl_trace_store_entry *e, uint32_t tokens, bool *corrupt) {
     *corrupt = false;
     const Qrl__TraceChunk **ord = malloc(e->n * sizeof *ord);
     const uint8_t **recs = malloc(e->n * sizeof *recs);
@@ -166,6 +117,39 @@ static qrl_trace_response *join_one(ld_core *c, const tr_entry *e, uint32_t toke
     return rec;
 }
 
+/* What records with these site ids guide of what this learner fake-quantizes (the linear
+ * inputs at every layer, with learner.qat_kv K and V too): 0 nothing, 1 part, 2 all.  A
+ * replica recording other sites (w4a16 with the fp4 KV cache records only K and V) would
+ * otherwise count as guided while every quantizer it feeds rounds to nearest.  One warning
+ * per kind of mismatch; the verdict is kept for the last list (replicas share one). */
+static int sites_verdict(const ld_core *c, const uint32_t *ids, size_t n) {
+    if (T.site_ids && n == T.n_site_ids && !memcmp(ids, T.site_ids, n * sizeof *ids)) return T.verdict;
+    bool kv = c->s->learner.qat_kv;
+    size_t cov = 0, wanted = 0;
+    char miss[256], rec[256];
+    qrl_trace_sites_coverage(&c->model->cfg, ids, n, QRL_TRACE_KINDS_LINEAR | (kv ? QRL_TRACE_KINDS_KV : 0), &cov,
+                             &wanted, miss, sizeof miss, rec, sizeof rec);
+    int v = cov == 0 ? 0 : cov < wanted ? 1 : 2;
+    if (v == 0 && !T.warned_none) {
+        QRL_LOG_WARN("learner", "trace records carry %s, but this learner fake-quantizes attn_in, attn_out, mlp_in, "
+                     "mlp_down%s at all layers (learner.qat nvfp4, learner.qat_kv %s): they guide none of its "
+                     "sites, so their responses train unguided (counted: trace sites_none)", rec, kv ? ", k, v" : "",
+                     kv ? "true" : "false");
+        T.warned_none = true;
+    }
+    if (v == 1 && !T.warned_part) {
+        QRL_LOG_WARN("learner", "trace records cover %zu of the %zu (layer, site) pairs this learner fake-quantizes; "
+                     "these have no records and round to nearest: %s", cov, wanted, miss);
+        T.warned_part = true;
+    }
+    free(T.site_ids);
+    T.site_ids = malloc((n ? n : 1) * sizeof *ids);
+    QRL_CHECK(T.site_ids != NULL);
+    memcpy(T.site_ids, ids, n * sizeof *ids);
+    T.n_site_ids = n, T.verdict = v;
+    return v;
+}
+
 void ld_trace_take(ld_core *c, const Qrl__GroupResult *r, ld_trace_set *out) {
     memset(out, 0, sizeof *out);
     out->n = (uint32_t)r->n_responses;
@@ -175,9 +159,15 @@ void ld_trace_take(ld_core *c, const Qrl__GroupResult *r, ld_trace_set *out) {
     for (uint32_t k = 0; k < out->n; k++) {
         uint32_t tokens = (uint32_t)r->responses[k]->n_token_ids;
         if (tokens == 0) continue; /* nothing to train, nothing to guide */
-        tr_entry *e = entry_find(r->group_id, k, rep);
+        const qrl_trace_store_entry *e = qrl_trace_store_find(&T.st, r->group_id, k, rep);
         bool corrupt = false;
         out->trace[k] = e ? join_one(c, e, tokens, &corrupt) : NULL;
+        if (out->trace[k] && !sites_verdict(c, e->chunks[0]->site_ids, e->chunks[0]->n_site_ids)) {
+            qrl_trace_response_free(out->trace[k]);
+            out->trace[k] = NULL;
+            T.k.sites_none++;
+            continue;
+        }
         if (out->trace[k]) {
             T.k.joined++;
             for (size_t i = 0; i < e->n; i++) out->record_bytes += e->chunks[i]->record.len;
@@ -186,8 +176,7 @@ void ld_trace_take(ld_core *c, const Qrl__GroupResult *r, ld_trace_set *out) {
             *(corrupt ? &T.k.corrupt : &T.k.missing) += 1;
         }
     }
-    for (size_t i = T.n; i-- > 0;) /* the group is in an update now: every chunk of it is spent */
-        if (T.e[i].group_id == r->group_id) entry_remove(i);
+    qrl_trace_store_drop_group(&T.st, r->group_id); /* in an update now: every chunk of it is spent */
 }
 
 void ld_trace_set_free(ld_trace_set *s) {
@@ -195,11 +184,4 @@ void ld_trace_set_free(ld_trace_set *s) {
     if (s) free(s->trace);
 }
 
-void ld_trace_expire(ld_core *c) {
-    uint64_t now = ld_unix_ms();
-    for (size_t i = T.n; i-- > 0;)
-        if (now - T.e[i].last_ms > LD_TRACE_EXPIRE_MS) {
-            T.k.expired++;
-            entry_remove(i);
-        }
-}
+void ld_trace_expire(ld_core *c) { T.k.expired += qrl_trace_store_expire(&T.st, ld_unix_ms(), LD_TRACE_EXPIRE_MS); }

@@ -12,11 +12,23 @@
  * topic.  Chunk records are committed as soon as they are stored: a learner that restarts
  * loses the stored chunks, and the results they belonged to train unguided (counted).
  *
- * Bounds: at most learner.trace_store_mb MiB of chunk messages are held (the oldest response's
- * chunks are evicted first, counted); a response's chunks are forgotten
- * LD_TRACE_EXPIRE_MS after its last chunk arrived without its result being taken, and at
- * once when its group is taken (chunks of a group already taken are dropped on arrival,
- * counted late).  Loop thread only. */
+ * Store: wire/trace_store.h, indexed (storing a chunk is O(1) amortized, a take costs its
+ * group's responses; the scan per chunk it replaced timed the consumer session out at 80k
+ * chunks).  Chunks are dropped on arrival, counted, when they belong to another run
+ * (other_run), to a group this run has not dispatched (undispatched: its result could not
+ * be trained either, intake.c dead-letters it) or to a group already in an update (late).
+ * Bounds: at most learner.trace_store_mb MiB of heap is held (what the decoded chunks and
+ * the index take, ~0.5 KB per small chunk, about the wire bytes for large records; beyond
+ * it the response least recently added to is evicted first, counted); a response's chunks
+ * are forgotten LD_TRACE_EXPIRE_MS after its last chunk arrived without its result being
+ * taken, and at once when its group is taken.
+ *
+ * Sites: records guide only the quantizers whose sites they carry.  At the take a record's
+ * site list is checked against what this learner fake-quantizes (learner.qat: the linear
+ * inputs at every layer; learner.qat_kv: K and V too): records of none of them (a w4a16
+ * replica with the fp4 KV cache records only K and V) leave the response unguided, counted
+ * (sites_none), with one warning naming both sides; records of part of them guide where
+ * they exist and one warning names the sites without records.  Loop thread only. */
 #ifndef QRL_LD_TRACE_H
 #define QRL_LD_TRACE_H
 
@@ -35,9 +47,11 @@ typedef struct ld_trace_set {
 
 typedef struct ld_trace_counts {
     uint64_t chunks, bytes;     /* chunks stored (each index once) and their message bytes */
-    uint64_t duplicates, late, other_run, dead_letters, evicted, expired;
-    uint64_t joined, missing, corrupt; /* responses at take: decoded / none or incomplete / bad */
-    size_t held_bytes;          /* chunk bytes in the store now */
+    uint64_t duplicates, late, other_run, undispatched, dead_letters, evicted, expired;
+    /* responses at take: decoded / none or incomplete / bad / decoded but of none of the
+     * sites this learner fake-quantizes (trained unguided: ld_trace_take) */
+    uint64_t joined, missing, corrupt, sites_none;
+    size_t held_bytes;          /* heap bytes the store holds now (wire/trace_store.h) */
 } ld_trace_counts;
 
 /* Whether this learner reads kafka.trace_topic (learner.qat nvfp4, trace_guidance on). */

@@ -17,6 +17,10 @@
 #      counted missing, the NaN records are refused by name and counted corrupt (their
 #      responses unguided), the others are still guided, duplicates are counted, no
 #      optimizer step is skipped, nothing is dropped.
+#   3. a site mismatch: the replica on w4a16-nvfp4 with the fp4 KV cache records K and V only,
+#      the learner (qat nvfp4, qat_kv false) fake-quantizes the linear inputs: no row counts
+#      as guided, the responses are counted (sites_none) and one warning names both sides
+#      (before: trace_rows_guided 16, disagree 0 while disc_mean was 1.15).
 # Whatever it started is stopped on every exit path.  Skips (77) without java or the
 # Kafka jars unless QRL_REQUIRE_KAFKA=1.
 set -euo pipefail
@@ -37,9 +41,11 @@ for i in $(seq 0 19); do
     "${words[$((i % 12))]}" >>"$tmp/data.jsonl"
 done
 
-# run NAME FAULT: a learner (2 updates, QAT) and one TRACE replica until both exit 0
+# run NAME FAULT [REPLICA ARGS]: a learner (2 updates, QAT) and one TRACE replica (default
+# precision w4a4-nvfp4) until both exit 0
 run() {
-  local name=$1 fault=$2 t
+  local name=$1 fault=$2 t rargs=("${@:3}")
+  [ ${#rargs[@]} -gt 0 ] || rargs=(--rollout.precision w4a4-nvfp4)
   t=$(date +%s.%N)
   QRL_LOG_LEVEL=info "$learner" --learner.model "$model" --learner.tokenizer "$tokenizer" \
     --dataset.chat_template none --dataset.task contains --learner.threads 1 --dataset.path "$tmp/data.jsonl" \
@@ -52,7 +58,7 @@ run() {
   local pl=$! port
   port=$(log_port "$tmp/$name-learner.log")
   "$rollout" --rollout.model "$model" --rollout.tokenizer "$tokenizer" --kafka.bootstrap "$bootstrap" \
-    --kafka.group "rollout-$name" --rollout.precision w4a4-nvfp4 --rollout.trace true \
+    --kafka.group "rollout-$name" "${rargs[@]}" --rollout.trace true \
     --rollout.trace_fault "$fault" --kafka.max_trace_bytes 2048 --rollout.replica_id "$name-r0" \
     --rollout.slots 4 --rollout.max_concurrency 2 --rollout.threads 1 --kafka.session_timeout_ms 6000 \
     --rpc.token_file "$tmp/token" --metrics.jsonl "$tmp/$name-r0.jsonl" \
@@ -115,6 +121,8 @@ grep -q "trace: chunks=[1-9].* dead_letters=1 " "$tmp/clean-learner.log" ||
   fail "garbage trace record not dead-lettered: $(grep 'trace: chunks' "$tmp/clean-learner.log")"
 grep -q "dead letter partition=.*PARSE" "$tmp/clean-learner.log" || fail "no dead-letter line"
 echo "clean: $(grep -o 'trace: chunks=.*' "$tmp/clean-learner.log")"
+grep -q "trace records c" "$tmp/clean-learner.log" && fail "clean: site warning: $(grep 'trace records c' "$tmp/clean-learner.log")"
+grep -q " sites_none=0$" "$tmp/clean-learner.log" || fail "clean: sites_none: $(grep -o 'trace: chunks=.*' "$tmp/clean-learner.log")"
 
 # ---- 2. lost, duplicated and reordered chunks --------------------------------------------------
 run faults mix
@@ -136,4 +144,17 @@ jq -s -e 'all(.[]; .steps_skipped == 0 and .steps_taken > 0)' "$m" >/dev/null ||
   fail "steps skipped or none taken: $(jq -s -c 'map([.steps_taken, .steps_skipped])' "$m")"
 echo "faults: $(grep -m1 -o 'trace group=[0-9]* response=1 .*0x7f is NaN' "$tmp/faults-learner.log")"
 echo "faults: $line"
+
+# ---- 3. records of sites the learner does not fake-quantize -------------------------------------
+run sites none --rollout.precision w4a16-nvfp4 --rollout.kv_cache fp4
+m=$tmp/sites-learner.jsonl
+jq -s -e 'all(.[]; .trace_rows_guided == 0) and (map(.trace_rows_unguided) | add > 0)' "$m" >/dev/null ||
+  fail "K/V-only records counted as guiding a linear-QAT learner: $(jq -s -c 'map([.trace_rows_guided, .trace_rows_unguided, .disc_mean])' "$m")"
+line=$(grep -o 'trace: chunks=.*' "$tmp/sites-learner.log")
+echo "$line" | grep -q " sites_none=[1-9]" || fail "site mismatch not counted: $line"
+[ "$(grep -c 'guide none of its sites' "$tmp/sites-learner.log")" -eq 1 ] ||
+  fail "expected one site-mismatch warning: $(grep -c 'guide none of its sites' "$tmp/sites-learner.log")"
+grep 'guide none of its sites' "$tmp/sites-learner.log" | grep -q "carry k .*v .*fake-quantizes attn_in.*qat_kv false" ||
+  fail "the warning does not name both sides: $(grep 'guide none' "$tmp/sites-learner.log")"
+echo "sites: $line"
 echo "learner trace test passed in $(secs "$t_all") s"
