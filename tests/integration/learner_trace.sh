@@ -8,7 +8,7 @@
 #      cost bytes (> 0 per token, in learner.jsonl and the replica's metrics.jsonl), update 1
 #      (version-0 tokens, version-0 parameters) gives the rollout's codes (disagree share
 #      < 1%, |lp_prox - lp_behav| < 1e-5), and so does update 2 (version-1 tokens: the
-#      replica decoded the BF16 weight stream, the learner rounds as it did), every
+#      replica decoded the BF16 weight stream, the learner rounds as it did; < 1e-3), every
 #      dispatched group trained exactly once; a garbage record on the trace topic goes to
 #      the dead-letter topic.
 #   2. the same with rollout.trace_fault mix (each group's first chunk lost, every chunk sent
