@@ -63,6 +63,9 @@ struct qrl_service {
     size_t unacked;
     uint64_t fail_warned_ms;          /* last "delivery ... failed" line (one a second) */
     size_t fail_quiet;                /* failures not logged since */
+    bool leaving;                     /* qrl_service_leave's flush: failures counted here */
+    size_t leave_fails;
+    char leave_why[300];
     int assigned;                     /* partitions held, as last logged */
     uint64_t assigned_checked_ms, consumer_warned_ms;
     FILE *metrics;
@@ -89,6 +92,7 @@ static void out_failed(qrl_service_t *s, svc_out *o, qrl_status st, const char *
     o->failed = o->judge = true;
     o->st = st;
     snprintf(o->why, sizeof o->why, "%s", why);
+    if (s->leaving && s->leave_fails++ == 0) snprintf(s->leave_why, sizeof s->leave_why, "%s: %s", o->topic, why);
     uint64_t now = uv_now(&s->loop);
     if (s->fail_warned_ms && now - s->fail_warned_ms < 1000) {
         s->fail_quiet++;
@@ -464,10 +468,16 @@ qrl_status qrl_service_leave(qrl_service_t *s, int timeout_ms, qrl_error *err) {
     /* outstanding async commits are finished first by librdkafka */
     qrl_kafka_consumer_close(s->consumer);
     s->consumer = NULL;
+    /* failures before this flush were the tick's to judge (given up or resent) */
+    s->leaving = true;
     qrl_status st = qrl_kafka_producer_flush(s->producer, timeout_ms, err);
     qrl_kafka_producer_destroy(s->producer);
     s->producer = NULL;
-    return st;
+    if (st == QRL_STATUS_TIMEOUT) return st;
+    if (s->leave_fails)
+        return qrl_error_set(err, QRL_STATUS_NETWORK, "%zu deliveries failed while leaving (first: %s)",
+                             s->leave_fails, s->leave_why);
+    return QRL_OK;
 }
 
 void qrl_service_destroy(qrl_service_t *s) {

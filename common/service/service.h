@@ -209,8 +209,9 @@ void qrl_service_reply_control(qrl_service_t *s, qrl_rpc_call_t *call, const cha
 
 /* After qrl_service_run returned and the daemon's threads are joined: leave the consumer
  * group (uncommitted records move to the other members), then wait up to timeout_ms for
- * every queued record to be delivered.  Errors: those of qrl_kafka_producer_flush (the
- * caller reports them and exits 1). */
+ * every queued record to be delivered.  Errors (the caller reports them and exits 1):
+ * TIMEOUT (records still queued), NETWORK (a delivery failed during this wait; failures
+ * before it were the tick's to resend or give up). */
 qrl_status qrl_service_leave(qrl_service_t *s, int timeout_ms, qrl_error *err);
 
 /* Free everything the service owns (the loop is closed; owned payloads still unsent are
