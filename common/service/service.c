@@ -98,8 +98,11 @@ static void out_failed(qrl_service_t *s, svc_out *o, qrl_status st, const char *
         s->fail_quiet++;
         return;
     }
-    QRL_LOG_WARN(s->o.tag, "%s %s failed: %s (%zu more failures since the last such line)", what, o->topic, why,
-                 s->fail_quiet);
+    if (s->fail_quiet)
+        QRL_LOG_WARN(s->o.tag, "%s %s failed: %s (and %zu other failures since the last such line)", what, o->topic,
+                     why, s->fail_quiet);
+    else
+        QRL_LOG_WARN(s->o.tag, "%s %s failed: %s", what, o->topic, why);
     s->fail_warned_ms = now;
     s->fail_quiet = 0;
 }

@@ -420,8 +420,8 @@ static qrl_status service_new(rd_daemon *d, qrl_error *err) {
     };
     qrl_rpc_server_opts_tls(&so.rpc, d->cfg);
     qrl_service_callbacks cb = {.record = on_record, .may_consume = may_consume, .acknowledged = on_acked,
-                                .undeliverable = on_undeliverable, .tick = on_tick, .state = state_of, .pause = on_pause, .stop = on_stop,
-                                .status = on_status, .closed = on_closed};
+                                .undeliverable = on_undeliverable, .tick = on_tick, .state = state_of,
+                                .pause = on_pause, .stop = on_stop, .status = on_status, .closed = on_closed};
     QRL_TRY(qrl_service_new(&so, &cb, d, &d->svc, err));
     uv_loop_t *loop = qrl_service_loop(d->svc);
     uv_async_init(loop, &d->done_async, on_done);
