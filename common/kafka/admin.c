@@ -298,3 +298,40 @@ done:
     rd_kafka_destroy(rk);
     return st;
 }
+
+qrl_status qrl_kafka_topic_name_check(const char *key, const char *topic, qrl_error *err) {
+    size_t n = topic ? strlen(topic) : 0;
+    if (n == 0) return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "%s: the topic name is empty", key);
+    if (n > 249 || strcmp(topic, ".") == 0 || strcmp(topic, "..") == 0 ||
+        strspn(topic, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-") != n)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "%s: '%.64s' is not a Kafka topic name (1-249 characters of A-Z a-z 0-9 . _ -)", key,
+                             topic);
+    return QRL_OK;
+}
+
+qrl_status qrl_kafka_topics_check(const char *bootstrap, const char *const *keys, const char *const *topics,
+                                  size_t n, int timeout_ms, int64_t *max_bytes, qrl_error *err) {
+    for (size_t i = 0; i < n; i++) QRL_TRY(qrl_kafka_topic_name_check(keys[i], topics[i], err));
+    rd_kafka_t *rk;
+    QRL_TRY(admin_new(bootstrap, &rk, err));
+    int64_t deadline = qrl_kafka_now_ms_() + timeout_ms;
+    qrl_status st = wait_on(rk, bootstrap, timeout_ms, NULL, err);
+    for (size_t i = 0; st == QRL_OK && i < n; i++) {
+        int parts = -1;
+        bool led = false;
+        st = topic_state(rk, bootstrap, topics[i], remaining_ms(deadline) + 1000, &parts, &led, err);
+        if (st == QRL_OK && parts < 0)
+            st = qrl_error_set(err, QRL_STATUS_NOT_FOUND,
+                               "%s: topic %s does not exist on %s (deploy/kafka/kafka.sh create-topics --topics %s)",
+                               keys[i], topics[i], bootstrap, topics[i]);
+        if (st == QRL_OK && max_bytes) {
+            qrl_error ignored;
+            if (describe_config(rk, bootstrap, topics[i], remaining_ms(deadline) + 1000, &max_bytes[i], &ignored) !=
+                QRL_OK)
+                max_bytes[i] = -1;
+        }
+    }
+    rd_kafka_destroy(rk);
+    return st;
+}

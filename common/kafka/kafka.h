@@ -217,4 +217,17 @@ qrl_status qrl_kafka_topics_create(const char *bootstrap, const char *const *top
 qrl_status qrl_kafka_topic_describe(const char *bootstrap, const char *topic, int timeout_ms,
                                     int *partitions, int64_t *max_message_bytes, qrl_error *err);
 
+/* Whether `topic` is a legal Kafka topic name: 1..249 characters of [A-Za-z0-9._-], not
+ * "." or "..".  Errors: INVALID_ARGUMENT naming the config key `key` and the name. */
+qrl_status qrl_kafka_topic_name_check(const char *key, const char *topic, qrl_error *err);
+
+/* Check at a daemon's start that topics[i] (the value of config key keys[i]) exist on
+ * `bootstrap`: one metadata request each, all within about timeout_ms.  With max_bytes
+ * non-NULL, max_bytes[i] gets topic i's max.message.bytes (-1 when it could not be read).
+ * Errors: INVALID_ARGUMENT (a name qrl_kafka_topic_name_check refuses), NOT_FOUND ("KEY:
+ * topic T does not exist on B"), TIMEOUT/NETWORK when no broker answered (the caller
+ * may go on: it cannot tell). */
+qrl_status qrl_kafka_topics_check(const char *bootstrap, const char *const *keys, const char *const *topics,
+                                  size_t n, int timeout_ms, int64_t *max_bytes, qrl_error *err);
+
 #endif

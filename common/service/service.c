@@ -30,6 +30,11 @@ typedef struct svc_out {
     size_t n;
     size_t left;                      /* records queued and not yet reported */
     bool failed;                      /* one of them failed: send the whole set again */
+    bool judge;                       /* a failure the `undeliverable` callback has not seen */
+    int fails;                        /* attempts that failed (BUSY not counted) */
+    uint64_t first_fail_ms, retry_at_ms; /* loop clock: first failure, earliest next attempt */
+    qrl_status st;                    /* the last failure */
+    char why[256];
     bool owned;
     void *tag;
 } svc_out;
@@ -56,6 +61,11 @@ struct qrl_service {
     svc_out *resend;                  /* sets to send (again) from the tick */
     svc_out *all;
     size_t unacked;
+    uint64_t fail_warned_ms;          /* last "delivery ... failed" line (one a second) */
+    size_t fail_quiet;                /* failures not logged since */
+    bool leaving;                     /* qrl_service_leave's flush: failures counted here */
+    size_t leave_fails;
+    char leave_why[300];
     int assigned;                     /* partitions held, as last logged */
     uint64_t assigned_checked_ms, consumer_warned_ms;
     FILE *metrics;
@@ -76,6 +86,27 @@ static void out_free(qrl_service_t *s, svc_out *o) {
     free(o);
 }
 
+/* A failed send or delivery of o: kept for the `undeliverable` callback; logged at most
+ * once a second (a refused topic fails every attempt at once: no line per attempt). */
+static void out_failed(qrl_service_t *s, svc_out *o, qrl_status st, const char *what, const char *why) {
+    o->failed = o->judge = true;
+    o->st = st;
+    snprintf(o->why, sizeof o->why, "%s", why);
+    if (s->leaving && s->leave_fails++ == 0) snprintf(s->leave_why, sizeof s->leave_why, "%s: %s", o->topic, why);
+    uint64_t now = uv_now(&s->loop);
+    if (s->fail_warned_ms && now - s->fail_warned_ms < 1000) {
+        s->fail_quiet++;
+        return;
+    }
+    if (s->fail_quiet)
+        QRL_LOG_WARN(s->o.tag, "%s %s failed: %s (and %zu other failures since the last such line)", what, o->topic,
+                     why, s->fail_quiet);
+    else
+        QRL_LOG_WARN(s->o.tag, "%s %s failed: %s", what, o->topic, why);
+    s->fail_warned_ms = now;
+    s->fail_quiet = 0;
+}
+
 /* Queue every record of o; what cannot be queued now (BUSY) is sent again from the tick. */
 static void out_send(qrl_service_t *s, svc_out *o) {
     o->failed = false;
@@ -85,7 +116,7 @@ static void out_send(qrl_service_t *s, svc_out *o) {
         qrl_status st = qrl_kafka_producer_send(s->producer, o->topic, o->key_len ? o->key : NULL, o->key_len,
                                                 o->payloads[i], o->lens[i], o, &err);
         if (st != QRL_OK) {
-            if (st != QRL_STATUS_BUSY) QRL_LOG_WARN(s->o.tag, "send to %s: %s (retrying)", o->topic, err.msg);
+            if (st != QRL_STATUS_BUSY) out_failed(s, o, st, "send to", err.msg);
             o->failed = true;
             break;
         }
@@ -101,10 +132,7 @@ static void on_delivery(void *user, void *opaque, const qrl_kafka_delivery *dv) 
     qrl_service_t *s = user;
     svc_out *o = opaque;
     if (!o) return;
-    if (dv->status != QRL_OK) {
-        QRL_LOG_WARN(s->o.tag, "delivery to %s failed: %s (sending again)", dv->topic, dv->error ? dv->error : "?");
-        o->failed = true;
-    }
+    if (dv->status != QRL_OK) out_failed(s, o, dv->status, "delivery to", dv->error ? dv->error : "?");
     if (--o->left > 0) return;
     if (o->failed) {
         o->next = s->resend;
@@ -219,16 +247,47 @@ static void consume(qrl_service_t *s) {
 
 /* ---- tick, signals, close ------------------------------------------------------------ */
 
+/* A failure of o the daemon has not seen: give o up (true: o is freed) or set its backoff. */
+static bool out_give_up(qrl_service_t *s, svc_out *o, uint64_t now) {
+    o->judge = false;
+    if (o->fails++ == 0) o->first_fail_ms = now;
+    if (s->cb.undeliverable &&
+        s->cb.undeliverable(s->user, o->tag, o->topic, o->st, o->why, o->fails, now - o->first_fail_ms)) {
+        s->unacked--;
+        out_free(s, o);
+        return true;
+    }
+    int k = o->fails < 6 ? o->fails - 1 : 5;
+    o->retry_at_ms = now + (uint64_t)(k < 5 ? 50 << k : 2000);
+    return false;
+}
+
 static void on_tick(uv_timer_t *t) {
     qrl_service_t *s = t->data;
     qrl_kafka_producer_poll(s->producer, 0);
-    svc_out *r = s->resend;
+    uint64_t now = uv_now(&s->loop);
+    svc_out *r = s->resend, *wait = NULL;
     s->resend = NULL;
     while (r) {
         svc_out *next = r->next;
         r->next = NULL;
-        out_send(s, r);
+        if (r->judge && out_give_up(s, r, now)) {
+            r = next;
+            continue;
+        }
+        if (now < r->retry_at_ms) {
+            r->next = wait; /* backing off */
+            wait = r;
+        } else {
+            out_send(s, r);
+        }
         r = next;
+    }
+    while (wait) {
+        svc_out *next = wait->next;
+        wait->next = s->resend;
+        s->resend = wait;
+        wait = next;
     }
     if (!s->closing) consume(s);
     /* Log assignment changes (rebalances); an in-process query, so only now and then. */
@@ -412,10 +471,16 @@ qrl_status qrl_service_leave(qrl_service_t *s, int timeout_ms, qrl_error *err) {
     /* outstanding async commits are finished first by librdkafka */
     qrl_kafka_consumer_close(s->consumer);
     s->consumer = NULL;
+    /* failures before this flush were the tick's to judge (given up or resent) */
+    s->leaving = true;
     qrl_status st = qrl_kafka_producer_flush(s->producer, timeout_ms, err);
     qrl_kafka_producer_destroy(s->producer);
     s->producer = NULL;
-    return st;
+    if (st == QRL_STATUS_TIMEOUT) return st;
+    if (s->leave_fails)
+        return qrl_error_set(err, QRL_STATUS_NETWORK, "%zu deliveries failed while leaving (first: %s)",
+                             s->leave_fails, s->leave_why);
+    return QRL_OK;
 }
 
 void qrl_service_destroy(qrl_service_t *s) {

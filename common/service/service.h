@@ -56,6 +56,16 @@ typedef struct qrl_service_callbacks {
     /* Every record of a set given to qrl_service_produce / _dead_letter is acknowledged by
      * the broker (acks=all); `tag` is the one given there.  Called once per set. */
     void (*acknowledged)(void *user, void *tag);
+    /* A set given to qrl_service_produce / _dead_letter failed (again): `st`/`why` are the
+     * last failure (not qrl_status_retriable: the broker refuses it and will go on refusing,
+     * e.g. OUT_OF_RANGE for a record over the topic's max.message.bytes, NOT_FOUND for a
+     * topic that does not exist, INVALID_ARGUMENT for an invalid topic name), `fails` how
+     * many attempts of the set failed, `failing_ms` since the first.  Return true to give the
+     * set up: it is forgotten (owned payloads freed, `acknowledged` never runs for it);
+     * false to send it again after a backoff (50 ms doubling to 2 s).  Called from the tick,
+     * never from inside qrl_service_produce; it may produce.  NULL: always again. */
+    bool (*undeliverable)(void *user, void *tag, const char *topic, qrl_status st, const char *why, int fails,
+                          uint64_t failing_ms);
     /* Once per tick, after the producer was polled, sets waiting were sent again and the
      * consumer was polled. */
     void (*tick)(void *user);
@@ -158,7 +168,8 @@ bool qrl_service_closing(const qrl_service_t *s);
  * borrowed until `acknowledged(tag)` runs, or owned by the service when `owned` (then
  * free()d after the acknowledgement or at destroy).  Never fails: what cannot be queued
  * now (a full local queue, a failed delivery) is sent again from the tick, the whole set
- * after a failed delivery ("delivery to T failed: ... (sending again)"). */
+ * after a failed delivery ("delivery to T failed: ...", at most one such line a second),
+ * with a backoff, unless the `undeliverable` callback gives it up. */
 void qrl_service_produce(qrl_service_t *s, const char *topic, const void *key, size_t key_len,
                          uint8_t *const *payloads, const size_t *lens, size_t n, bool owned, void *tag);
 
@@ -198,8 +209,9 @@ void qrl_service_reply_control(qrl_service_t *s, qrl_rpc_call_t *call, const cha
 
 /* After qrl_service_run returned and the daemon's threads are joined: leave the consumer
  * group (uncommitted records move to the other members), then wait up to timeout_ms for
- * every queued record to be delivered.  Errors: those of qrl_kafka_producer_flush (the
- * caller reports them and exits 1). */
+ * every queued record to be delivered.  Errors (the caller reports them and exits 1):
+ * TIMEOUT (records still queued), NETWORK (a delivery failed during this wait; failures
+ * before it were the tick's to resend or give up). */
 qrl_status qrl_service_leave(qrl_service_t *s, int timeout_ms, qrl_error *err);
 
 /* Free everything the service owns (the loop is closed; owned payloads still unsent are

@@ -194,6 +194,10 @@ static qrl_status service_new(ld_core *c, qrl_error *err) {
         .metrics_listen = c->s->metrics.listen,
     };
     if (ld_trace_consumed(c)) { /* TRACE records come on their own topic (trace.h) */
+        QRL_TRY(qrl_kafka_topic_name_check("kafka.trace_topic", c->s->kafka.trace_topic, err));
+        if (strcmp(c->s->kafka.trace_topic, c->results_topic) == 0)
+            return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "kafka.trace_topic: '%s' is also "
+                                 "kafka.results_topic (TraceChunks need a topic of their own)", c->results_topic);
         so.extra_topics = &c->s->kafka.trace_topic;
         so.n_extra_topics = 1;
     }

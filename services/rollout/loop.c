@@ -18,31 +18,6 @@
 #include "service/service.h"
 #include "verify/verify.h"
 
-struct rd_daemon {
-    qrl_service_t *svc;
-    uv_async_t done_async;
-    uv_async_t drain_async;     /* control thread: the learner announced SHUTDOWN */
-    rd_control control;
-    char control_addr[300], host[128];
-    const rd_settings *s;       /* bound to cfg: the Set RPC changes both */
-    qrl_config_t *cfg;
-    const qrl_model *model;
-    rd_engine engine;
-    const char *prompts_topic, *results_topic, *dlq_topic, *trace_topic, *replica_id;
-    uint64_t *live;         /* group ids in flight, n_live of them */
-    int n_live, cap_live;
-    int inflight;           /* consumed, not yet acknowledged */
-    bool paused, draining, closing;
-    uint64_t drain_deadline_ms; /* uv_now() after which a drain aborts what is left; 0 = none */
-    int step_delay_ms;
-    uint64_t groups_produced, dead_letters, duplicates, consumed;
-    rd_metrics_trace tr;    /* acknowledged TRACE chunks, bytes, record bytes, tokens */
-    char kv_format[16], precision[16];
-    char device[16], device_name[160]; /* ReplicaInfo: "cpu" / "cuda:N" and its description */
-    rd_metrics *prom;       /* metrics.listen; NULL when off */
-    uint64_t prom_ms;
-};
-
 static uint64_t now_us(void) { return uv_hrtime() / 1000; }
 static uint64_t unix_ms(void) {
     struct timeval tv;
@@ -96,7 +71,9 @@ static void on_acked(void *user, void *tag) {
     rd_daemon *d = user;
     rd_group *g = tag;
     if (--g->sets_unacked > 0) return;
-    if (g->to_dlq) {
+    if (g->aborted) { /* a set given up (deliver.c): no commit, the prompt comes back */
+        live_remove(d, g->group_id);
+    } else if (g->to_dlq) {
         d->dead_letters++;
         QRL_LOG_INFO("rollout", "dead letter acked partition=%d offset=%" PRId64, (int)g->partition,
                      qrl_kafka_offset_value(g->off));
@@ -109,7 +86,7 @@ static void on_acked(void *user, void *tag) {
         write_metrics(d, g);
         live_remove(d, g->group_id);
     }
-    qrl_service_record_done(d->svc, g->off);
+    if (!g->aborted) qrl_service_record_done(d->svc, g->off);
     d->inflight--;
     rd_group_free(g);
 }
@@ -127,11 +104,25 @@ static void dead_letter(rd_daemon *d, rd_group *g, const void *payload, size_t l
     char key[QRL_WIRE_KEY_MAX];
     size_t klen = g->group_id ? qrl_wire_group_key(g->group_id, key) : 0;
     g->to_dlq = true;
-    g->sets_unacked = 1;
+    g->sets_unacked++;
     live_remove(d, g->group_id);
     qrl_service_dead_letter(d->svc, g->partition, qrl_kafka_offset_value(g->off), klen ? key : NULL, klen,
                             payload, len, error, g);
     free(enc);
+}
+
+/* The broker does not take a set of g's (deliver.c decides): give it up, or not yet. */
+static bool on_undeliverable(void *user, void *tag, const char *topic, qrl_status st, const char *why, int fails,
+                             uint64_t failing_ms) {
+    rd_daemon *d = user;
+    rd_group *g = tag;
+    char reason[600];
+    rd_delivery_act act = rd_delivery_policy(d, g, topic, st, why, fails, failing_ms, reason, sizeof reason);
+    if (act == RD_DELIVERY_RETRY) return false;
+    if (act == RD_DELIVERY_DLQ) dead_letter(d, g, NULL, 0, reason); /* before the count drops */
+    g->aborted |= act == RD_DELIVERY_ABORT;
+    on_acked(d, g); /* the set given up is settled */
+    return true;
 }
 
 /* Finished groups from the engine: encode and produce. */
@@ -429,8 +420,8 @@ static qrl_status service_new(rd_daemon *d, qrl_error *err) {
     };
     qrl_rpc_server_opts_tls(&so.rpc, d->cfg);
     qrl_service_callbacks cb = {.record = on_record, .may_consume = may_consume, .acknowledged = on_acked,
-                                .tick = on_tick, .state = state_of, .pause = on_pause, .stop = on_stop,
-                                .status = on_status, .closed = on_closed};
+                                .undeliverable = on_undeliverable, .tick = on_tick, .state = state_of,
+                                .pause = on_pause, .stop = on_stop, .status = on_status, .closed = on_closed};
     QRL_TRY(qrl_service_new(&so, &cb, d, &d->svc, err));
     uv_loop_t *loop = qrl_service_loop(d->svc);
     uv_async_init(loop, &d->done_async, on_done);
@@ -473,7 +464,7 @@ int rd_daemon_run(const rd_settings *s, qrl_config_t *cfg, const qrl_model *mode
         fprintf(stderr, "qrl-rollout: error: %s\n", err.msg);
         return 1;
     }
-    if (setup(d, &err) != QRL_OK) {
+    if (rd_check_topics(s, &err) != QRL_OK || setup(d, &err) != QRL_OK) {
         fprintf(stderr, "qrl-rollout: error: %s\n", err.msg);
         _exit(1); /* handles half made; nothing in flight yet */
     }
@@ -485,16 +476,16 @@ int rd_daemon_run(const rd_settings *s, qrl_config_t *cfg, const qrl_model *mode
 
     rd_control_stop(&d->control);
     rd_engine_join(&d->engine);
-    /* Leave the group, then deliver anything still queued. */
-    int rc = qrl_service_leave(d->svc, 10000, &err) == QRL_OK ? 0 : 1;
+    /* Leave the group, then deliver anything still queued (an aborted drain: briefly). */
+    int rc = qrl_service_leave(d->svc, d->inflight ? 1000 : 10000, &err) == QRL_OK ? 0 : 1;
     if (rc) fprintf(stderr, "qrl-rollout: error: %s\n", err.msg);
     qrl_service_destroy(d->svc);
     free(d->live);
     rd_metrics_stop(d->prom);
     QRL_LOG_INFO("rollout", "stopped rc=%d consumed=%" PRIu64 " produced=%" PRIu64
                  " dead_letters=%" PRIu64 " duplicates_skipped=%" PRIu64 " trace_chunks=%" PRIu64
-                 " trace_bytes=%" PRIu64 " trace_bytes_per_token=%.1f",
+                 " trace_bytes=%" PRIu64 " trace_bytes_per_token=%.1f trace_failed=%" PRIu64,
                  rc, d->consumed, d->groups_produced, d->dead_letters, d->duplicates, d->tr.chunks,
-                 d->tr.bytes, qrl_trace_metric_bytes_per_token(d->tr.record_bytes, d->tr.tokens));
+                 d->tr.bytes, qrl_trace_metric_bytes_per_token(d->tr.record_bytes, d->tr.tokens), d->tr.failed);
     return rc;
 }

@@ -9,7 +9,7 @@
 enum {
     M_VERSION, M_STATE, M_SLOTS_TOTAL, M_SLOTS_IN_USE, M_GROUPS_ACTIVE, M_GROUPS_QUEUED, M_TOKENS_PER_S,
     M_KV_USED, M_TOKENS, M_RESTARTS, M_PRODUCED, M_DEAD_LETTERS, M_CONSUMED, M_DUPLICATES,
-    M_TRACE_CHUNKS, M_TRACE_BYTES, M_TRACE_TOKENS, M_TRACE_BPT, M_TRACE_CAPTURE, M_COUNT
+    M_TRACE_CHUNKS, M_TRACE_BYTES, M_TRACE_TOKENS, M_TRACE_BPT, M_TRACE_CAPTURE, M_TRACE_FAILED, M_COUNT
 };
 
 /* One row per series, in the order of the enum. */
@@ -36,6 +36,8 @@ static const struct {
     {QRL_PROM_COUNTER, "qrl_rollout_trace_tokens_total", "Response tokens covered by acknowledged TRACE records."},
     {QRL_PROM_GAUGE, "qrl_rollout_trace_bytes_per_token", "TRACE record bytes per response token, since start."},
     {QRL_PROM_GAUGE, "qrl_rollout_trace_capture_share", "TRACE recorder's share of the engine's forward time, since start."},
+    {QRL_PROM_COUNTER, "qrl_rollout_trace_failed_total",
+     "Responses whose TraceChunks the broker refused (given up: their results went without records)."},
 };
 
 struct rd_metrics {
@@ -86,6 +88,7 @@ void rd_metrics_update(rd_metrics *m, const Qrl__RolloutStatus *s, uint64_t dead
     qrl_prom_set(m->s[M_TRACE_TOKENS], (double)tr->tokens);
     qrl_prom_set(m->s[M_TRACE_BPT], qrl_trace_metric_bytes_per_token(tr->record_bytes, tr->tokens));
     qrl_prom_set(m->s[M_TRACE_CAPTURE], tr->capture_share);
+    qrl_prom_set(m->s[M_TRACE_FAILED], (double)tr->failed);
 }
 
 void rd_metrics_stop(rd_metrics *m) { free(m); }

@@ -21,6 +21,7 @@ qrl_status rd_metrics_start(qrl_prom_registry_t *reg, const char *replica_id, co
  * the response tokens they cover (bytes per token = record_bytes / tokens). */
 typedef struct rd_metrics_trace {
     uint64_t chunks, bytes, record_bytes, tokens;
+    uint64_t failed;          /* responses whose TraceChunks were given up (deliver.c): no records */
     uint64_t start_us;        /* when the replica began serving (uv_hrtime µs): bytes/s */
     double capture_share;     /* the recorder's share of the engine's forward time */
 } rd_metrics_trace;

@@ -21,9 +21,11 @@
 #include "core/status.h"
 #include "kafka/kafka.h"
 #include "kafka/offsets.h"
+#include "metrics.h"
 #include "qrl.pb-c.h"
 #include "rollout/scheduler.h"
 #include "rpc/rpc.h"
+#include "service/service.h"
 #include "wire/wire.h"
 
 
@@ -97,6 +99,8 @@ typedef struct rd_group {
     uint64_t trace_record_bytes;  /* record bytes of them (bytes per token: / trace_tokens) */
     uint64_t trace_tokens;        /* response tokens they cover */
     int sets_unacked;             /* sets produced for g (trace, result) not yet acknowledged */
+    bool trace_failed;            /* its TraceChunks were given up (deliver.c): the result goes without */
+    bool aborted;                 /* a set was given up in a drain: prompt left uncommitted */
 } rd_group;
 
 typedef struct rd_engine_stats {
@@ -292,8 +296,56 @@ bool rd_nccl_device_path(const rd_control *c);
 qrl_status rd_nccl_fetch_apply_device(rd_control *c, const Qrl__VersionEvent *ev, qrl_error *err);
 void rd_control_stop(rd_control *c);
 
-/* The daemon (loop.c). */
+/* The daemon (loop.c; its delivery policy in deliver.c). */
 typedef struct rd_daemon rd_daemon;
+struct rd_daemon {
+    qrl_service_t *svc;
+    uv_async_t done_async;
+    uv_async_t drain_async;     /* control thread: the learner announced SHUTDOWN */
+    rd_control control;
+    char control_addr[300], host[128];
+    const rd_settings *s;       /* bound to cfg: the Set RPC changes both */
+    qrl_config_t *cfg;
+    const qrl_model *model;
+    rd_engine engine;
+    const char *prompts_topic, *results_topic, *dlq_topic, *trace_topic, *replica_id;
+    uint64_t *live;         /* group ids in flight, n_live of them */
+    int n_live, cap_live;
+    int inflight;           /* consumed, not yet acknowledged */
+    bool paused, draining, closing;
+    uint64_t drain_deadline_ms; /* uv_now() after which a drain aborts what is left; 0 = none */
+    int step_delay_ms;
+    uint64_t groups_produced, dead_letters, duplicates, consumed;
+    rd_metrics_trace tr;    /* acknowledged TRACE chunks, bytes, record bytes, tokens; given-up sets */
+    uint64_t results_undeliverable; /* results the broker refused (dead-lettered instead) */
+    uint64_t fail_logged;   /* deliver.c: (set kind, qrl_status) causes logged once, bit kind*20+st */
+    char kv_format[16], precision[16];
+    char device[16], device_name[160]; /* ReplicaInfo: "cpu" / "cuda:N" and its description */
+    rd_metrics *prom;       /* metrics.listen; NULL when off */
+    uint64_t prom_ms;
+};
+
+/* What to do with a set of g's the broker did not take (deliver.c; docs/rollout-daemon.md
+ * "When the broker refuses"). */
+typedef enum rd_delivery_act {
+    RD_DELIVERY_RETRY = 0, /* send it again (after the shell's backoff) */
+    RD_DELIVERY_SKIP,      /* give this set up; g goes on (TRACE chunks: the result goes without records) */
+    RD_DELIVERY_DLQ,       /* give it up and dead-letter g's prompt with reason `why` (a result refused) */
+    RD_DELIVERY_ABORT,     /* give it up and abort g: its prompt stays uncommitted (redelivered) */
+} rd_delivery_act;
+/* The policy for a failed set of g on `topic` (the daemon's topic pointer: results, trace
+ * or dlq), last failure st/why, `fails` attempts over failing_ms (the shell's undeliverable
+ * callback).  Counts and logs (once per cause) what it gives up; writes the dead-letter
+ * reason into why_out[why_size] for RD_DELIVERY_DLQ. */
+rd_delivery_act rd_delivery_policy(rd_daemon *d, rd_group *g, const char *topic, qrl_status st, const char *why,
+                                   int fails, uint64_t failing_ms, char *why_out, size_t why_size);
+/* At start: kafka.results_topic, kafka.dlq_topic and (rollout.trace) kafka.trace_topic are
+ * legal names, the trace topic is none of the others, and all exist on kafka.bootstrap
+ * (metadata, bounded; a broker that does not answer in time is warned about, not refused:
+ * the producer keeps trying as before).  Warns when the trace topic's max.message.bytes is
+ * below kafka.max_trace_bytes (those chunks are refused: their responses go without
+ * records).  Errors: INVALID_ARGUMENT / NOT_FOUND naming the key and the topic. */
+qrl_status rd_check_topics(const rd_settings *s, qrl_error *err);
 /* Run the loop until drained; returns the process exit status.  `s` is bound to `cfg`
  * (the Set RPC changes both); all three borrowed for the call. */
 int rd_daemon_run(const rd_settings *s, qrl_config_t *cfg, const qrl_model *model, const qrl_tokenizer *tok);

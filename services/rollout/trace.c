@@ -19,6 +19,7 @@ uint64_t rd_trace_msg_bytes(const rd_group *g) {
 }
 
 void rd_trace_count(rd_metrics_trace *t, const rd_group *g) {
+    if (g->trace_failed) return; /* given up (deliver.c): counted in t->failed */
     t->chunks += g->trace.count;
     t->bytes += rd_trace_msg_bytes(g);
     t->record_bytes += g->trace_record_bytes;
@@ -31,9 +32,10 @@ void rd_trace_jsonl(FILE *f, const rd_group *g, rd_metrics_trace *t, rd_engine *
     double secs = now_us > t->start_us ? (double)(now_us - t->start_us) / 1e6 : 0;
     t->capture_share = st.sched.forward_us ? (double)st.sched.trace_capture_us / (double)st.sched.forward_us : 0;
     fprintf(f, ",\"trace_chunks\":%zu,\"trace_bytes\":%" PRIu64 ",\"trace_bytes_per_token\":%.6g"
-               ",\"trace_bytes_per_s\":%.6g,\"trace_capture_share\":%.6g",
-            g->trace.count, rd_trace_msg_bytes(g), qrl_trace_metric_bytes_per_token(g->trace_record_bytes, g->trace_tokens),
-            secs > 0 ? (double)t->bytes / secs : 0, t->capture_share);
+               ",\"trace_bytes_per_s\":%.6g,\"trace_capture_share\":%.6g,\"trace_failed\":%zu",
+            g->trace_failed ? 0 : g->trace.count, g->trace_failed ? 0 : rd_trace_msg_bytes(g), qrl_trace_metric_bytes_per_token(g->trace_record_bytes, g->trace_tokens),
+            secs > 0 ? (double)t->bytes / secs : 0, t->capture_share,
+            g->trace_failed && g->result ? g->result->n_responses : 0);
     fputs("}\n", f);
 }
 

@@ -72,7 +72,7 @@ grep -qx 'qrl_rollout_groups_produced_total 0' "$tmp/m" || fail "rollout: groups
 grep -qx 'qrl_rollout_info{replica="r\\"0",precision="f32",kv_format="f32"} 1' "$tmp/m" \
   || fail "rollout: info: $(grep info "$tmp/m")"
 grep -qx 'qrl_rollout_trace_bytes_total 0' "$tmp/m" || fail "rollout: trace bytes (rollout.trace off)"
-[ "$(grep -c '^# TYPE ' "$tmp/m")" -eq 20 ] || fail "rollout: want 20 families, got $(grep -c '^# TYPE ' "$tmp/m")"
+[ "$(grep -c '^# TYPE ' "$tmp/m")" -eq 21 ] || fail "rollout: want 21 families, got $(grep -c '^# TYPE ' "$tmp/m")"
 [ "$(curl -s -o /dev/null -w '%{http_code}' "http://127.0.0.1:$port/")" = 404 ] || fail "rollout: / not 404"
 [ "$(curl -s -o /dev/null -w '%{http_code}' -X POST "http://127.0.0.1:$port/metrics")" = 405 ] \
   || fail "rollout: POST not 405"

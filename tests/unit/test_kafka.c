@@ -180,6 +180,39 @@ Test(kafka, admin_calls_time_out_on_a_dead_broker) {
     cr_assert_eq(qrl_kafka_wait_ready("", 500, NULL, &err), QRL_STATUS_INVALID_ARGUMENT);
 }
 
+Test(kafka, topic_names_checked_naming_the_key) {
+    qrl_error err;
+    cr_assert_eq(qrl_kafka_topic_name_check("kafka.trace_topic", "qrl.trace", &err), QRL_OK);
+    cr_assert_eq(qrl_kafka_topic_name_check("kafka.trace_topic", "a-B_9.x", &err), QRL_OK);
+    const char *bad[] = {"", ".", "..", "qrl trace", "qrl/trace", "trace\xc3\xa9"};
+    for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
+        cr_assert_eq(qrl_kafka_topic_name_check("kafka.trace_topic", bad[i], &err), QRL_STATUS_INVALID_ARGUMENT,
+                     "'%s'", bad[i]);
+        cr_assert(strncmp(err.msg, "kafka.trace_topic: ", 19) == 0, "%s", err.msg);
+    }
+    cr_assert_eq(qrl_kafka_topic_name_check("kafka.dlq_topic", NULL, &err), QRL_STATUS_INVALID_ARGUMENT);
+    cr_assert(strstr(err.msg, "empty"), "%s", err.msg);
+    char longname[251];
+    memset(longname, 'a', 250);
+    longname[250] = 0;
+    cr_assert_eq(qrl_kafka_topic_name_check("k", longname, &err), QRL_STATUS_INVALID_ARGUMENT);
+    longname[249] = 0;
+    cr_assert_eq(qrl_kafka_topic_name_check("k", longname, &err), QRL_OK);
+
+    /* a bad name is refused before any broker is asked; a dead broker times out (bounded) */
+    const char *keys[] = {"kafka.results_topic", "kafka.trace_topic"};
+    const char *topics[] = {"qrl.results", ""};
+    const char *b = dead_bootstrap();
+    double t0 = now_s();
+    cr_assert_eq(qrl_kafka_topics_check(b, keys, topics, 2, 600, NULL, &err), QRL_STATUS_INVALID_ARGUMENT);
+    cr_assert(strstr(err.msg, "kafka.trace_topic"), "%s", err.msg);
+    cr_assert(now_s() - t0 < 0.5);
+    topics[1] = "qrl.trace";
+    cr_assert_eq(qrl_kafka_topics_check(b, keys, topics, 2, 600, NULL, &err), QRL_STATUS_TIMEOUT);
+    double dt = now_s() - t0;
+    cr_assert(dt >= 0.5 && dt < 5, "waited %.2f s", dt);
+}
+
 static json_t *dlq_json(const void *key, size_t key_len, const void *payload, size_t len, const char *error) {
     qrl_error err;
     char *s = NULL;
