@@ -20,7 +20,9 @@
  * comma list of `layers=RANGE` and `sites=KIND[,KIND...]` (the kind list runs until the
  * next key):  RANGE = A | A-B (inclusive, 0-based) | all | deep (the deeper half,
  * layers [n_layers/2, n_layers)); a missing key means all layers / all kinds.  The union
- * of the clauses is captured.  "default" (or an empty spec) is the issue's default:
+ * of the clauses is captured.  White space around clauses, items, keys and values is
+ * ignored ("layers=deep, sites=mlp_in; layers=0").  "default" (or an empty spec) is the
+ * issue's default:
  *   layers=all,sites=attn_in,attn_out,mlp_in,mlp_down;layers=deep,sites=k,v
  *
  * Which records a response has (alignment).  Record k of a response belongs to the

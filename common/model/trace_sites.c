@@ -26,6 +26,13 @@ void qrl_trace_sites_default(qrl_trace_sites *out) {
 
 /* ---- parsing ------------------------------------------------------------------------- */
 
+/* Shrink [*s, *s + *n) past leading and trailing white space: "layers=deep, sites=k; layers=0"
+ * reads as written, so spaces around clauses, items, keys and values are not part of them. */
+static void trim(const char **s, size_t *n) {
+    while (*n && isspace((unsigned char)**s)) (*s)++, (*n)--;
+    while (*n && isspace((unsigned char)(*s)[*n - 1])) (*n)--;
+}
+
 /* A non-negative decimal integer filling [s, s + n) exactly. */
 static bool parse_uint(const char *s, size_t n, int *out) {
     if (n == 0 || n > 6) return false;
@@ -78,21 +85,26 @@ static qrl_status parse_clause(const char *s, size_t n, int ci, qrl_trace_sites 
     const char *end = s + n;
     while (s < end) {
         const char *comma = memchr(s, ',', (size_t)(end - s));
-        size_t len = comma ? (size_t)(comma - s) : (size_t)(end - s);
-        const char *eq = memchr(s, '=', len);
+        size_t step = comma ? (size_t)(comma - s) : (size_t)(end - s), len = step;
+        const char *it = s;
+        trim(&it, &len);
+        const char *eq = memchr(it, '=', len);
         if (len == 0)
             return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                                  "trace sites clause %d: empty item", ci + 1);
         if (eq) {
-            size_t kl = (size_t)(eq - s), vl = len - kl - 1;
+            const char *key = it, *val = eq + 1;
+            size_t kl = (size_t)(eq - it), vl = len - kl - 1;
+            trim(&key, &kl);
+            trim(&val, &vl);
             in_sites = false;
-            if (kl == 6 && !strncmp(s, "layers", 6)) {
+            if (kl == 6 && !strncmp(key, "layers", 6)) {
                 if (have_layers)
                     return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                                          "trace sites clause %d: layers given twice", ci + 1);
                 have_layers = true;
-                QRL_TRY(parse_layers(eq + 1, vl, ci, &first, &last, err));
-            } else if (kl == 5 && !strncmp(s, "sites", 5)) {
+                QRL_TRY(parse_layers(val, vl, ci, &first, &last, err));
+            } else if (kl == 5 && !strncmp(key, "sites", 5)) {
                 if (have_sites)
                     return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                                          "trace sites clause %d: sites given twice", ci + 1);
@@ -100,20 +112,20 @@ static qrl_status parse_clause(const char *s, size_t n, int ci, qrl_trace_sites 
                     return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                                          "trace sites clause %d: sites: empty list", ci + 1);
                 have_sites = in_sites = true;
-                QRL_TRY(parse_kind(eq + 1, vl, ci, &kinds, err));
+                QRL_TRY(parse_kind(val, vl, ci, &kinds, err));
             } else {
                 return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                                      "trace sites clause %d: unknown key '%.*s' (layers, sites)",
-                                     ci + 1, (int)kl, s);
+                                     ci + 1, (int)kl, key);
             }
         } else if (in_sites) {
-            QRL_TRY(parse_kind(s, len, ci, &kinds, err));
+            QRL_TRY(parse_kind(it, len, ci, &kinds, err));
         } else {
             return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                                  "trace sites clause %d: '%.*s' is not key=value (layers=..., "
-                                 "sites=...)", ci + 1, (int)len, s);
+                                 "sites=...)", ci + 1, (int)len, it);
         }
-        s += len + (comma ? 1 : 0);
+        s += step + (comma ? 1 : 0);
         if (comma && s == end)
             return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                                  "trace sites clause %d: trailing comma", ci + 1);
@@ -134,13 +146,15 @@ qrl_status qrl_trace_sites_parse(const char *spec, qrl_trace_sites *out, qrl_err
     for (;;) {
         const char *semi = strchr(p, ';');
         size_t len = semi ? (size_t)(semi - p) : strlen(p);
+        const char *c = p;
+        trim(&c, &len);
         if (s.n_clauses == QRL_TRACE_SITES_MAX_CLAUSES)
             return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                                  "trace sites: more than %d clauses", QRL_TRACE_SITES_MAX_CLAUSES);
         if (len == 0)
             return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                                  "trace sites clause %d: empty", s.n_clauses + 1);
-        QRL_TRY(parse_clause(p, len, s.n_clauses, &s, err));
+        QRL_TRY(parse_clause(c, len, s.n_clauses, &s, err));
         s.n_clauses++;
         if (!semi) break;
         p = semi + 1;

@@ -44,6 +44,17 @@ Test(trace_sites, parse_default_and_specs) {
     cr_assert_eq(s.clause[1].first, 3);
     cr_assert_eq(s.clause[1].last, 3);
     cr_assert_eq(s.clause[1].kinds, QRL_TRACE_KINDS_ALL);
+    /* spaces around clauses, items, keys and values are not part of them */
+    qrl_trace_sites t;
+    cr_assert_eq(qrl_trace_sites_parse("layers=deep,sites=mlp_in,k;layers=0,sites=attn_in", &t, &e),
+                 QRL_OK, "%s", e.msg);
+    cr_assert_eq(qrl_trace_sites_parse(" layers = deep , sites = mlp_in , k ; layers=0,sites=attn_in ",
+                                       &s, &e), QRL_OK, "%s", e.msg);
+    cr_assert_eq(memcmp(&s, &t, sizeof s), 0);
+    cr_assert_eq(s.clause[0].first, QRL_TRACE_LAYERS_DEEP);
+    cr_assert_eq(s.clause[0].kinds, 1u << QRL_TRACE_SITE_MLP_IN | 1u << QRL_TRACE_SITE_K);
+    cr_assert_eq(s.clause[1].first, 0);
+    cr_assert_eq(s.clause[1].kinds, 1u << QRL_TRACE_SITE_ATTN_IN);
 }
 
 Test(trace_sites, parse_errors_name_the_field) {
@@ -57,6 +68,11 @@ Test(trace_sites, parse_errors_name_the_field) {
     bad_spec("layers=1;;sites=v", "trace sites clause 2: empty");
     bad_spec("layers=1,layers=2", "trace sites clause 1: layers given twice");
     bad_spec("k,v", "trace sites clause 1: 'k' is not key=value (layers=..., sites=...)");
+    bad_spec("layers=1; ", "trace sites clause 2: empty");
+    bad_spec("layers=1, ,sites=v", "trace sites clause 1: empty item");
+    bad_spec(" layer =3", "trace sites clause 1: unknown key 'layer' (layers, sites)");
+    bad_spec("sites= ", "trace sites clause 1: sites: empty list");
+    bad_spec("layers=1 2", "trace sites clause 1: layers='1 2': expected A, A-B, all or deep");
 }
 
 Test(trace_sites, layouts_against_a_model) {
