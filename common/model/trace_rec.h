@@ -108,6 +108,13 @@ typedef struct qrl_trace_layout qrl_trace_layout;
 qrl_status qrl_trace_layout_new(const qrl_trace_sites *sites, const qrl_model_config *cfg,
                                 bool act_fp4, bool kv_fp4, qrl_trace_layout **out,
                                 qrl_error *err);
+/* What qrl_trace_layout_new drops from `sites` because it is not FP4 here (act_fp4,
+ * kv_fp4 as there): the number of (layer, kind) pairs, and in out (may be NULL; truncated
+ * to cap) those pairs with the reason, e.g. "k layers 0, v layers 0 (k/v are FP4 only with
+ * the fp4 KV cache)".  0 and "" when nothing is dropped or the spec does not fit the model
+ * (qrl_trace_layout_new says so). */
+size_t qrl_trace_sites_dropped(const qrl_trace_sites *sites, const qrl_model_config *cfg, bool act_fp4,
+                               bool kv_fp4, char *out, size_t cap);
 /* The learner's side: the layout named by a record's site ids (strictly increasing) for
  * model cfg.  Errors: CORRUPT (an id whose layer, kind or head the model does not have,
  * ids not increasing: names the index), NOMEM. */

@@ -243,12 +243,10 @@ static qrl_status build(const qrl_model_config *c, const unsigned *sel, qrl_trac
     return QRL_OK;
 }
 
-qrl_status qrl_trace_layout_new(const qrl_trace_sites *sites, const qrl_model_config *cfg,
-                                bool act_fp4, bool kv_fp4, qrl_trace_layout **out,
-                                qrl_error *err) {
-    *out = NULL;
-    int L = cfg->n_layers;
-    unsigned fp4 = (act_fp4 ? QRL_TRACE_KINDS_LINEAR : 0) | (kv_fp4 ? QRL_TRACE_KINDS_KV : 0);
+/* The kinds the clauses select per layer, sel[n_layers] (calloc'ed, the caller frees), those
+ * of `mask` only.  Errors: OUT_OF_RANGE (a clause's layer past the model), NOMEM. */
+static qrl_status select_kinds(const qrl_trace_sites *sites, int L, unsigned mask, unsigned **out,
+                               qrl_error *err) {
     unsigned *sel = calloc((size_t)(L > 0 ? L : 1), sizeof *sel);
     if (!sel) return qrl_error_set(err, QRL_STATUS_NOMEM, "trace layout: out of memory");
     for (int ci = 0; ci < sites->n_clauses; ci++) {
@@ -261,8 +259,20 @@ qrl_status qrl_trace_layout_new(const qrl_trace_sites *sites, const qrl_model_co
                                  "trace sites clause %d: layers=%d-%d: the model has %d layers "
                                  "(0-%d)", ci + 1, sites->clause[ci].first, b, L, L - 1);
         }
-        for (int ly = a; ly <= b; ly++) sel[ly] |= sites->clause[ci].kinds & fp4;
+        for (int ly = a; ly <= b; ly++) sel[ly] |= sites->clause[ci].kinds & mask;
     }
+    *out = sel;
+    return QRL_OK;
+}
+
+qrl_status qrl_trace_layout_new(const qrl_trace_sites *sites, const qrl_model_config *cfg,
+                                bool act_fp4, bool kv_fp4, qrl_trace_layout **out,
+                                qrl_error *err) {
+    *out = NULL;
+    int L = cfg->n_layers;
+    unsigned fp4 = (act_fp4 ? QRL_TRACE_KINDS_LINEAR : 0) | (kv_fp4 ? QRL_TRACE_KINDS_KV : 0);
+    unsigned *sel;
+    QRL_TRY(select_kinds(sites, L, fp4, &sel, err));
     bool any = false;
     for (int ly = 0; ly < L; ly++) any |= sel[ly] != 0;
     if (!any) {
@@ -391,4 +401,35 @@ void qrl_trace_sites_coverage(const qrl_model_config *cfg, const uint32_t *ids, 
             snprintf(recorded, recorded_len, "no site of this model");
     }
     free(have), free(miss);
+}
+
+size_t qrl_trace_sites_dropped(const qrl_trace_sites *sites, const qrl_model_config *cfg, bool act_fp4,
+                               bool kv_fp4, char *out, size_t cap) {
+    if (out && cap) out[0] = 0;
+    int L = cfg->n_layers > 0 ? cfg->n_layers : 0;
+    unsigned drop = (act_fp4 ? 0 : QRL_TRACE_KINDS_LINEAR) | (kv_fp4 ? 0 : QRL_TRACE_KINDS_KV);
+    unsigned *sel;
+    qrl_error e;
+    if (!drop || !L || select_kinds(sites, L, drop, &sel, &e) != QRL_OK) return 0;
+    bool *on = calloc((size_t)QRL_TRACE_SITE_KIND_COUNT_ * (size_t)L, sizeof *on);
+    QRL_CHECK(on);
+    size_t n = 0;
+    for (int k = 0; k < QRL_TRACE_SITE_KIND_COUNT_; k++)
+        for (int ly = 0; ly < L; ly++)
+            if (sel[ly] >> k & 1u) on[(size_t)k * (size_t)L + (size_t)ly] = true, n++;
+    size_t len = 0;
+    static const struct { unsigned kinds; const char *why; } groups[] = {
+        {QRL_TRACE_KINDS_LINEAR, "linear inputs are FP4 only with precision w4a4-nvfp4"},
+        {QRL_TRACE_KINDS_KV, "k/v are FP4 only with the fp4 KV cache"},
+    };
+    for (size_t g = 0; out && cap && g < sizeof groups / sizeof groups[0]; g++) {
+        char part[512];
+        part[0] = 0;
+        if (!describe(part, sizeof part, 0, on, L, groups[g].kinds) || len + 1 >= cap) continue;
+        len += (size_t)snprintf(out + len, cap - len, "%s%s (%s)", len ? "; " : "", part, groups[g].why);
+        if (len >= cap) len = cap - 1;
+    }
+    free(on);
+    free(sel);
+    return n;
 }

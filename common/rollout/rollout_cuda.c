@@ -71,10 +71,12 @@ static qrl_status gpu_trace_open(qrl_scheduler *s, qrl_error *err) {
                                         s->gpu_rows, QRL_GPU_TRACE_WINDOW, qrl_cuda_forward_stream(s->gpu),
                                         &s->gpu_trace, err));
     QRL_TRY(qrl_cuda_forward_set_recorder(s->gpu, s->gpu_trace, err));
-    QRL_LOG_INFO("sched", "trace recorder device=cuda:%d sites=%u bytes_per_token=%zu device_bytes=%zu",
+    char what[512];
+    qrl_sched_trace_sites_text(s, what, sizeof what);
+    QRL_LOG_INFO("sched", "trace recorder device=cuda:%d sites=%u bytes_per_token=%zu device_bytes=%zu recorded=%s",
                  s->cfg.device, qrl_trace_layout_n_sites(s->trace_layout),
                  qrl_trace_layout_record_bytes_per_token(s->trace_layout),
-                 qrl_cuda_trace_recorder_device_bytes(s->gpu_trace));
+                 qrl_cuda_trace_recorder_device_bytes(s->gpu_trace), what);
     return QRL_OK;
 }
 static void gpu_trace_clear(qrl_scheduler *s) { qrl_cuda_trace_recorder_clear(s->gpu_trace); }

@@ -152,6 +152,10 @@ qrl_status qrl_sched_gpu_open(qrl_scheduler *s, const qrl_model *model, int n_bl
 int qrl_sched_dev_enter(const qrl_scheduler *s);
 void qrl_sched_dev_leave(const qrl_scheduler *s, int prev);
 
+/* The recorded sites of s's trace layout for the engines' start line, "mlp_in layers 0,
+ * k layers 2-4" (truncated to cap). */
+void qrl_sched_trace_sites_text(const qrl_scheduler *s, char *out, size_t cap);
+
 uint64_t qrl_sched_now_us(void);
 uint64_t qrl_sched_unix_ms(void);
 /* Most tokens a response of g can generate: min(max_new_tokens, context - prompt). */

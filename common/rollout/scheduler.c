@@ -82,6 +82,11 @@ static void cpu_close(qrl_scheduler *s) {
 static qrl_status cpu_trace_open(qrl_scheduler *s, qrl_error *err) {
     QRL_TRY(qrl_trace_recorder_new(s->trace_layout, s->n_slots, &s->trace_rec, err));
     qrl_forward_set_recorder(s->fwd, s->trace_rec);
+    char what[512];
+    qrl_sched_trace_sites_text(s, what, sizeof what);
+    QRL_LOG_INFO("sched", "trace recorder device=cpu sites=%u bytes_per_token=%zu recorded=%s",
+                 qrl_trace_layout_n_sites(s->trace_layout),
+                 qrl_trace_layout_record_bytes_per_token(s->trace_layout), what);
     return QRL_OK;
 }
 static void cpu_trace_clear(qrl_scheduler *s) { qrl_trace_recorder_clear(s->trace_rec); }
@@ -129,6 +134,12 @@ static qrl_status trace_open(qrl_scheduler *s, const qrl_model *model, qrl_error
     QRL_TRY(qrl_trace_layout_new(&sites, &model->cfg, model->precision == QRL_PRECISION_W4A4_NVFP4,
                                  s->cfg.kv_format == QRL_KV_FORMAT_FP4, &s->trace_layout, err));
     return s->be->trace_open(s, err);
+}
+
+void qrl_sched_trace_sites_text(const qrl_scheduler *s, char *out, size_t cap) {
+    size_t covered, wanted;
+    qrl_trace_sites_coverage(&s->model->cfg, qrl_trace_layout_site_ids(s->trace_layout),
+                             qrl_trace_layout_n_sites(s->trace_layout), 0, &covered, &wanted, NULL, 0, out, cap);
 }
 
 const qrl_trace_layout *qrl_scheduler_trace_layout(const qrl_scheduler *s) {

@@ -212,6 +212,11 @@ int main(int argc, char **argv) {
             qrl_die("rollout.trace_sites '%s'%s: %s", S.trace_sites,
                     *S.trace_sites ? "" : " (the default)", err.msg);
         qrl_trace_layout_free(tl);
+        char dropped[768]; /* sites asked for that are not FP4 here: said, not silently lost */
+        if (qrl_trace_sites_dropped(&sites, &m->cfg, prec == QRL_PRECISION_W4A4_NVFP4, kvf == QRL_KV_FORMAT_FP4,
+                                    dropped, sizeof dropped))
+            QRL_LOG_WARN("rollout", "rollout.trace_sites: not recorded: %s (here rollout.precision %s, "
+                         "rollout.kv_cache %s)", dropped, qrl_precision_name(prec), qrl_kv_format_name(kvf));
     }
     char dev[32];
     if (cuda) snprintf(dev, sizeof dev, "cuda:%d", S.cuda_device);

@@ -2,7 +2,8 @@
 # qrl-rollout's engine device keys refuse what the CUDA engine cannot run, at start and
 # before touching Kafka (exit 1, one "qrl-rollout: error:" line naming the key):
 #   - rollout.device gpu: not one of cpu|cuda;
-#   - rollout.trace_sites that do not parse or do not fit the model.
+#   - rollout.trace_sites that do not parse or do not fit the model;
+# and it names the selected trace sites it drops (not FP4 here) and the ones it records.
 # (every weight precision and KV format, w4a4-nvfp4 and fp4 included, and rollout.trace
 # run on the CUDA engine: nothing else is refused here.)
 # The CUDA engine itself is tested on a GPU by tests/cuda/test_cuda_scheduler.c.
@@ -43,5 +44,18 @@ expect_refused "rollout\.trace_sites 'layers=0-2,sites=k;layers=5,sites=v': trac
 expect_refused "rollout\.trace_sites 'layers=all,sites=attn_in': trace sites: none of the requested sites is FP4 here" \
   --rollout.kv_cache fp4 --rollout.trace true --rollout.trace_sites layers=all,sites=attn_in
 
-[ $fails -eq 0 ] && echo "ok: rollout.device refusals" && exit 0
+# a selected site that is not FP4 here is named at start (WARN, with the reason), not
+# dropped silently, and the CPU engine's recorder line lists what it records (sites,
+# bytes per token, layer ranges); the daemon is stopped once the line is there (before Kafka)
+"$bin" --rollout.model "$model" --kafka.bootstrap 127.0.0.1:1 --rollout.precision w4a4-nvfp4 \
+  --rollout.trace true --rollout.trace_sites 'layers=0, sites=mlp_in,k' >"$tmp/run" 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q 'trace recorder device=cpu' "$tmp/run" && break; sleep 0.1; done
+kill -KILL $pid; wait $pid 2>/dev/null
+grep -qF 'WARN  [rollout] rollout.trace_sites: not recorded: k layers 0 (k/v are FP4 only with the fp4 KV cache) (here rollout.precision w4a4-nvfp4, rollout.kv_cache f32)' "$tmp/run" ||
+  fail "no WARN naming the dropped k site: $(grep -E 'WARN|trace' "$tmp/run" | head -5)"
+grep -qE 'INFO  \[sched\] trace recorder device=cpu sites=1 bytes_per_token=16 recorded=mlp_in layers 0$' "$tmp/run" ||
+  fail "no CPU trace recorder line: $(grep -E 'trace' "$tmp/run" | head -5)"
+
+[ $fails -eq 0 ] && echo "ok: rollout.device refusals, dropped trace sites named" && exit 0
 exit 1

@@ -115,6 +115,18 @@ Test(trace_sites, layouts_against_a_model) {
     cr_assert_eq(qrl_trace_layout_new(&s, &c, true, false, &l, &e), QRL_OK);
     cr_assert_eq(qrl_trace_layout_n_sites(l), 20); /* no fp4 KV: no k/v sites */
     qrl_trace_layout_free(l);
+    /* ... and they are named as dropped, with the reason (the rollout's start WARN) */
+    char why[256];
+    cr_assert_eq(qrl_trace_sites_dropped(&s, &c, true, false, why, sizeof why), 3 * 2); /* layers 2-4 x k, v */
+    cr_assert_str_eq(why, "k layers 2-4, v layers 2-4 (k/v are FP4 only with the fp4 KV cache)");
+    cr_assert_eq(qrl_trace_sites_dropped(&s, &c, true, true, why, sizeof why), 0);
+    cr_assert_str_eq(why, "");
+    cr_assert_eq(qrl_trace_sites_parse("layers=0,sites=mlp_in,k", &s, &e), QRL_OK);
+    cr_assert_eq(qrl_trace_sites_dropped(&s, &c, false, false, why, sizeof why), 2);
+    cr_assert_str_eq(why, "mlp_in layers 0 (linear inputs are FP4 only with precision w4a4-nvfp4); "
+                          "k layers 0 (k/v are FP4 only with the fp4 KV cache)");
+    cr_assert_eq(qrl_trace_sites_dropped(&s, &c, true, false, why, 12), 1); /* truncated, terminated */
+    cr_assert_eq(strlen(why), 11);
     cr_assert_eq(qrl_trace_metric_disagree_share(3, 12), 0.25);
     cr_assert_eq(qrl_trace_metric_disagree_share(3, 0), 0.0);
     cr_assert_eq(qrl_trace_metric_bytes_per_token(1000, 8), 125.0);
