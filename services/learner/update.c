@@ -83,7 +83,7 @@ static void write_metrics(const ld_core *c, const ld_job *j, const ld_buffered *
             "\"steps_taken\":%d,\"steps_skipped\":%d,\"tokens_trained\":%zu,\"train_tokens_per_s\":%.6g,"
             "\"update_s\":%.6g,\"snapshot_s\":%.6g,\"prox_s\":%.6g,\"ref_s\":%.6g,\"train_s\":%.6g,"
             "\"trace_rows_guided\":%" PRIu64 ",\"trace_rows_unguided\":%" PRIu64 ",\"trace_disagree_share\":%.6g,"
-            "\"trace_bytes_per_token\":%.6g,\"trace_record_bytes\":%" PRIu64 "}\n",
+            "\"trace_bytes_per_token\":%.6g,\"trace_record_bytes\":%" PRIu64,
             s->groups_used, s->groups_dropped, s->reward_mean, s->reward_std, s->accuracy, s->response_len_mean,
             s->version_min, s->version_max, s->kl_behav_prox, s->max_w, s->entropy_mean, s->loss_mean,
             s->tis_frac, s->acr_frac, s->seq_tis_frac, s->mis_frac, s->mis_seq_frac, s->discrepancy_mean,
@@ -92,6 +92,17 @@ static void write_metrics(const ld_core *c, const ld_job *j, const ld_buffered *
             j->snapshot_s, s->time_prox_s, s->time_ref_s, s->time_train_s, s->trace_rows_guided,
             s->trace_rows_unguided, qrl_trace_metric_disagree_share(s->trace_disagree, s->trace_elements_guided),
             qrl_trace_metric_bytes_per_token(j->trace_record_bytes, j->trace_tokens), j->trace_record_bytes);
+    if (ld_trace_consumed(c)) { /* the store's counters since start (trace.h), held_bytes now */
+        ld_trace_counts k = ld_trace_counts_now();
+        fprintf(f, ",\"trace_store_chunks\":%" PRIu64 ",\"trace_store_bytes\":%" PRIu64 ",\"trace_store_duplicates\":%" PRIu64
+                ",\"trace_store_late\":%" PRIu64 ",\"trace_store_other_run\":%" PRIu64 ",\"trace_store_undispatched\":%" PRIu64
+                ",\"trace_store_dead_letters\":%" PRIu64 ",\"trace_store_evicted\":%" PRIu64 ",\"trace_store_expired\":%" PRIu64
+                ",\"trace_store_joined\":%" PRIu64 ",\"trace_store_missing\":%" PRIu64 ",\"trace_store_corrupt\":%" PRIu64
+                ",\"trace_store_sites_none\":%" PRIu64 ",\"trace_store_held_bytes\":%zu", k.chunks, k.bytes, k.duplicates,
+                k.late, k.other_run, k.undispatched, k.dead_letters, k.evicted, k.expired, k.joined, k.missing, k.corrupt,
+                k.sites_none, k.held_bytes);
+    }
+    fprintf(f, "}\n");
     fflush(f);
 }
 

@@ -15,8 +15,9 @@
 #      twice, in reverse order, and response 1's first record given an E4M3 NaN block scale
 #      with both CRCs recomputed): the responses that lost a chunk train unguided and are
 #      counted missing, the NaN records are refused by name and counted corrupt (their
-#      responses unguided), the others are still guided, duplicates are counted, no
-#      optimizer step is skipped, nothing is dropped.
+#      responses unguided), the others are still guided, duplicates are counted (in
+#      learner.jsonl's trace_store_duplicates, cumulative per update), no optimizer step
+#      is skipped, nothing is dropped.
 #   3. a site mismatch: the replica on w4a16-nvfp4 with the fp4 KV cache records K and V only,
 #      the learner (qat nvfp4, qat_kv false) fake-quantizes the linear inputs: no row counts
 #      as guided, the responses are counted (sites_none) and one warning names both sides
@@ -131,7 +132,12 @@ jq -s -e 'map(.trace_rows_unguided) | add > 0' "$m" >/dev/null || fail "lost chu
 jq -s -e 'map(.trace_rows_guided) | add > 0' "$m" >/dev/null ||
   fail "duplicated + reordered chunks not joined: $(cat "$m")"
 line=$(grep -o 'trace: chunks=.*' "$tmp/faults-learner.log")
-echo "$line" | grep -q " duplicates=[1-9]" || fail "duplicates not seen: $line"
+# the store's counters are in learner.jsonl per update (cumulative: never decreasing)
+jq -s -e 'map(.trace_store_duplicates) | max > 0' "$m" >/dev/null ||
+  fail "duplicates not seen in learner.jsonl: $(jq -s -c 'map(.trace_store_duplicates)' "$m") ($line)"
+jq -s -e '.[0].trace_store_chunks > 0 and .[1].trace_store_chunks >= .[0].trace_store_chunks and
+  .[1].trace_store_missing >= .[0].trace_store_missing' "$m" >/dev/null ||
+  fail "trace_store counters not cumulative: $(jq -s -c 'map([.trace_store_chunks, .trace_store_missing])' "$m")"
 echo "$line" | grep -q " missing=[1-9]" || fail "incomplete responses not counted: $line"
 # a CRC-valid record with a NaN block scale poisoned a whole update (every step skipped on a
 # non-finite gradient): it must be refused by name, counted, and the update train normally
@@ -144,6 +150,7 @@ jq -s -e 'all(.[]; .steps_skipped == 0 and .steps_taken > 0)' "$m" >/dev/null ||
   fail "steps skipped or none taken: $(jq -s -c 'map([.steps_taken, .steps_skipped])' "$m")"
 echo "faults: $(grep -m1 -o 'trace group=[0-9]* response=1 .*0x7f is NaN' "$tmp/faults-learner.log")"
 echo "faults: $line"
+echo "faults: learner.jsonl [trace_store_duplicates, _chunks, _missing] per update: $(jq -s -c 'map([.trace_store_duplicates, .trace_store_chunks, .trace_store_missing])' "$m")"
 
 # ---- 3. records of sites the learner does not fake-quantize -------------------------------------
 run sites none --rollout.precision w4a16-nvfp4 --rollout.kv_cache fp4
