@@ -326,13 +326,30 @@ static void qat_weights(qrl_model_train_t *tr) {
         memcpy(tr->wfq, a, n * sizeof *a);
     int D = c->dim, F = c->hidden_dim, Q = c->n_heads * c->head_dim,
         KV = c->n_kv_heads * c->head_dim;
+    /* Version 0 under UAQ: the replicas quantize the unscaled checkpoint W, the masters
+     * hold W/s (q, k, o, gate, down; v and up are unscaled, docs/uaq.md).  nvfp4(W/s) is
+     * nvfp4(W)/s except where W sits exactly on an FP4 rounding midpoint, common in
+     * BF16-valued checkpoints (0.1-0.4% of the codes of qrl-task init-model's qwen3-tiny):
+     * there the F32 rounding of W/s picks a side that round-half-even on W need not, and
+     * update 1 trained against another policy (bench/e2e.sh fp4+trace: disagree share 0.08,
+     * |lp_prox - lp_behav| 0.04; now 1e-7).  So quantize (W/s)*s, which is W again for
+     * BF16-valued W at s = 1.5 (docs/uaq.md; not for every s), within 1 ulp otherwise, and
+     * divide the dequantized value by s.  (model_train_cuda.c's qat_weights lacks this.) */
+    float us = tr->qat_bf16 ? 1.0f : tr->m->uaq_scale;
+    static const bool scaled[7] = {true, true, false, true, true, false, true};
     for (int l = 0; l < c->n_layers; l++) {
         const qrl_layer_weights *w = &tr->m->layers[l];
         const float *ws[7] = {w->wq, w->wk, w->wv, w->wo, w->w_gate, w->w_up, w->w_down};
         int rows[7] = {Q, KV, KV, D, F, F, D}, cols[7] = {D, D, D, Q, D, D, F};
-        for (int i = 0; i < 7; i++)
-            qrl_model_train_qat_weight(WQ(tr, ws[i]), rows[i], cols[i], tr->wq_codes,
-                                       tr->wq_scales, (float *)WQ(tr, ws[i]));
+        for (int i = 0; i < 7; i++) {
+            float *y = (float *)WQ(tr, ws[i]), f = scaled[i] ? us : 1.0f;
+            size_t n = (size_t)rows[i] * (size_t)cols[i];
+            if (f != 1.0f)
+                for (size_t k = 0; k < n; k++) y[k] *= f;
+            qrl_model_train_qat_weight(y, rows[i], cols[i], tr->wq_codes, tr->wq_scales, y);
+            if (f != 1.0f)
+                for (size_t k = 0; k < n; k++) y[k] /= f;
+        }
     }
 }
 
