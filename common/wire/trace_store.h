@@ -55,8 +55,8 @@ typedef enum qrl_trace_store_add_result {
 /* Store chunk t (validated by the caller; ownership passes, a duplicate is freed at once)
  * arrived at now_ms (any clock; the one expire gets).  First, while the store holds
  * responses and held + this chunk's cost > max_bytes, the response whose latest chunk is
- * oldest is dropped (*evicted counts them; may be NULL; *last_evicted, when not NULL, gets
- * the last one's group and response for a log line).  Aborts on out of memory (QRL_CHECK). */
+ * oldest is dropped (*evicted counts them; may be NULL; *evicted_group / *evicted_response,
+ * when not NULL, get the last one's group and response for a log line).  Aborts on out of memory (QRL_CHECK). */
 qrl_trace_store_add_result qrl_trace_store_add(qrl_trace_store *s, Qrl__TraceChunk *t, uint64_t now_ms,
                                                size_t max_bytes, size_t *evicted, uint64_t *evicted_group,
                                                uint32_t *evicted_response);
