@@ -43,8 +43,9 @@ int main(void) {
 
 #include "cuda_bench.h"
 
-#define REPEATS 10
+#define REPEATS 10 /* the most; QRL_DECODE_REPEATS=N (1..10) times fewer (under a profiler) */
 #define WARMUP 3
+static int repeats = REPEATS;
 #define BS 16
 
 typedef struct shape { const char *stage; int batch, ctx; } shape;
@@ -179,7 +180,7 @@ static void run_format(qrl_kv_format fmt, int s0, int s1, double bw, result *res
         }
         float ms[REPEATS];
         double bytes[REPEATS];
-        for (int it = -WARMUP; it < REPEATS; it++) {
+        for (int it = -WARMUP; it < repeats; it++) {
             double b = (double)wbytes;
             for (int i = 0; i < B; i++)
                 b += (double)qrl_cuda_forward_kv_bytes_read(f, qrl_cuda_forward_seq_len(f, seqs[i]) + 1);
@@ -193,10 +194,10 @@ static void run_format(qrl_kv_format fmt, int s0, int s1, double bw, result *res
             }
             memcpy(tok, gt, B * 4);
         }
-        double bmed = bytes[REPEATS / 2];
-        qsort(ms, REPEATS, sizeof *ms, cmp_f);
+        double bmed = bytes[repeats / 2];
+        qsort(ms, repeats, sizeof *ms, cmp_f);
         result *r = &res[s];
-        r->ms = ms[REPEATS / 2];
+        r->ms = ms[repeats / 2];
         r->tok_s = B / (r->ms * 1e-3);
         r->gb = bmed / 1e9;
         r->gbps = r->gb / (r->ms * 1e-3);
@@ -204,7 +205,7 @@ static void run_format(qrl_kv_format fmt, int s0, int s1, double bw, result *res
         r->floor_frac = r->floor_ms / r->ms;
         r->done = true;
         fprintf(stderr, "%s %s %dx%d: min %.3f median %.3f max %.3f ms\n", qrl_kv_format_name(fmt),
-                SHAPES[s].stage, B, ctx, ms[0], r->ms, ms[REPEATS - 1]);
+                SHAPES[s].stage, B, ctx, ms[0], r->ms, ms[repeats - 1]);
         for (int i = 0; i < B; i++) qrl_cuda_forward_seq_free(f, seqs[i]);
     }
     qrl_cuda_forward_free(f);
@@ -293,6 +294,14 @@ int main(int argc, char **argv) {
                 "without the grid)\n", N_REPLAY - 1, N_REPLAY);
         return 2;
     }
+    const char *rep = getenv("QRL_DECODE_REPEATS");
+    if (rep) {
+        repeats = atoi(rep);
+        if (repeats < 1 || repeats > REPEATS) {
+            fprintf(stderr, "decode: QRL_DECODE_REPEATS must be 1..%d, got '%s'\n", REPEATS, rep);
+            return 2;
+        }
+    }
     int n_dev = 0;
     if (cudaGetDeviceCount(&n_dev) != cudaSuccess || n_dev == 0) {
         fprintf(stderr, "decode: no CUDA device\n");
@@ -363,7 +372,7 @@ int main(int argc, char **argv) {
         fprintf(jf, "{\n  \"device\": \"%s\",\n  \"model\": \"%s\",\n  \"weights\": \"%s\",\n  \"copy_bandwidth_gbps\": %.1f,\n  \"layers\": %d,\n"
                 "  \"repeats\": %d,\n  \"block_size\": %d,\n  \"protected_sink\": %d,\n  \"protected_recent\": %d,\n"
                 "  \"shapes\": [\n", prop.name, MODEL == qwen3_8b ? "qwen3-8b" : "qwen3-4b",
-                qrl_precision_name(WEIGHTS), bw / 1e9, cfg.n_layers, REPEATS, BS,
+                qrl_precision_name(WEIGHTS), bw / 1e9, cfg.n_layers, repeats, BS,
                 QRL_KV_PROTECTED_DEFAULT_SINK, QRL_KV_PROTECTED_DEFAULT_RECENT);
         bool first = true;
         for (int s = 0; s < N_SHAPES; s++) {
