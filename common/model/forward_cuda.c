@@ -305,6 +305,12 @@ static qrl_status launch_rows(qrl_cuda_forward *f, int n, int max_len, int from,
             .row_pos = rpos, .block_tables = f->d_tables, .max_blocks_per_seq = f->max_blocks,
             .block_size = f->d.block_size, .k_cache = kc, .v_cache = vc, .q_out = f->q, .n = n,
             .n_heads = H, .n_kv_heads = KVH, .head_dim = hd, .kv_out = f->quant ? f->kvf : NULL};
+        /* int8 / int4 / int4-protected, fp8 once calibrated: the RoPE kernel quantizes K and
+         * V straight into the cache (no F32 rows, no store launch), unless TRACE reads the
+         * F32 rows or the A/B knob keeps the separate store */
+        bool kv_direct = f->quant && f->fuse_kv && !f->rec && !n_runs &&
+                         f->kvq[l].format != QRL_CUDA_KVQ_FP4;
+        if (kv_direct) ra.kvq_store = 1, ra.kvq = f->kvq[l];
         QRL_TRY(qrl_cuda_rope_kv(&ra, s, err));
         if (f->quant) {
             const qrl_cuda_kvq_layer *kq = &f->kvq[l];
@@ -317,7 +323,7 @@ static qrl_status launch_rows(qrl_cuda_forward *f, int n, int max_len, int from,
                 CAPTURE(QRL_TRACE_SITE_V, f->kvf + KV, false, 2 * KV);
             }
             if (n_runs) QRL_TRY(qrl_cuda_kv_fp8_calibrate(kq, f->kvf, f->d_runs, n_runs, s, err));
-            QRL_TRY(qrl_cuda_kv_store_copy(kq, f->kvf, rseq, rpos, n, kv4_copy, s, err));
+            if (!kv_direct) QRL_TRY(qrl_cuda_kv_store_copy(kq, f->kvf, rseq, rpos, n, kv4_copy, s, err));
             if (kv4_copy) QRL_TRY(qrl_cuda_trace_recorder_capture_kv_fp4(f->rec, l, f->kvf, n, err));
             QRL_TRY(qrl_cuda_attention_q(kq, f->att, f->q, rseq, rpos, n, H, 1.0f / sqrtf((float)hd),
                                          max_len, f->work, f->work_floats, s, err));

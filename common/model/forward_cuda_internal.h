@@ -83,6 +83,8 @@ struct qrl_cuda_forward {
     uint16_t *warena;               /* every weight, BF16 (not PROJ_BF16: all but the projections) */
     size_t warena_elems;
     const cuda_precision *prec;     /* the weight precision's row */
+    bool fuse_kv;                   /* quantized KV (not fp4): RoPE stores K/V codes itself
+                                     * (off with QRL_KV_STORE_UNFUSED=1, A/B) */
     bool fuse_q;                    /* PROJ_W8A8: the norms and SwiGLU write xq/sx (off with
                                      * the w8a8_unfused tuning knob: separate quantization, A/B) */
     uint16_t *fp4_work;             /* fp4 prefill (> 64 rows): one projection as BF16 */

@@ -23,6 +23,9 @@ extern "C" {
 /* X(ID, name, type, default, min, max, doc).  type: BOOL (0/1, also true/false, on/off,
  * yes/no), INT, REAL.  Names are the environment variables without QRL_, lower case. */
 #define QRL_TUNING_TABLE(X)                                                                   \
+    X(KV_STORE_UNFUSED, "kv_store_unfused", BOOL, 0, 0, 1,                                    \
+      "quantized KV cache: store K/V codes with a separate launch after RoPE instead of "     \
+      "inside the RoPE kernel (A/B); read by qrl_cuda_forward_new")                           \
     X(W8A8_UNFUSED, "w8a8_unfused", BOOL, 0, 0, 1,                                            \
       "w8a8 forward: quantize activations in a separate launch before each projection "       \
       "instead of inside the norms and SwiGLU (A/B); read by qrl_cuda_forward_new")           \

@@ -8,6 +8,7 @@
 #include <math.h>
 
 #include "cuda/kv_quant_dev.cuh"
+#include "cuda/kv_store_dev.cuh"
 #include "cuda/launch.cuh"
 #include "cuda/nvfp4_dev.cuh"
 
@@ -46,45 +47,6 @@ static __device__ size_t qrl_cuda_kvq_fp4_copy_bytes_d(int hd) {
 
 static __device__ int qrl_cuda_kvq_code_bytes_d(int format, int hd) {
     return format == QRL_CUDA_KVQ_FP8 || format == QRL_CUDA_KVQ_INT8 ? hd : hd / 2;
-}
-
-static __device__ __forceinline__ float warp_max(float v) {
-    for (int o = 16; o; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-static __device__ __forceinline__ float warp_min(float v) {
-    for (int o = 16; o; o >>= 1) v = fminf(v, __shfl_xor_sync(0xffffffffu, v, o));
-    return v;
-}
-
-/* |x| over finite elements (qrl_quant_absmax): 0 for NaN/Inf and padding lanes. */
-static __device__ __forceinline__ float fin_abs(float x) {
-    float a = fabsf(x);
-    return isfinite(a) ? a : 0.0f;
-}
-
-/* qrl_int8_encode */
-static __device__ __forceinline__ int8_t enc_i8(float x, float s) {
-    if (isnan(x) || s == 0.0f) return 0;
-    float q = rintf(x / s);
-    if (q > 127.0f) q = 127.0f;
-    if (q < -127.0f) q = -127.0f;
-    return (int8_t)q;
-}
-
-/* One token-head vector held as x[c] = element lane + 32c: INT8 codes + absmax/127 scale
- * (qrl_int8_quantize_rows with one row). */
-static __device__ void store_int8(const float x[8], int hd, int lane, int8_t *codes, float *scale) {
-    float a = 0.0f;
-#pragma unroll
-    for (int c = 0; c < 8; c++) a = fmaxf(a, fin_abs(x[c]));
-    float s = warp_max(a) / 127.0f;
-#pragma unroll
-    for (int c = 0; c < 8; c++) {
-        int j = lane + 32 * c;
-        if (j < hd) codes[j] = enc_i8(x[c], s);
-    }
-    if (lane == 0) *scale = s;
 }
 
 /* fp4: lane l < ceil(hd/16) quantizes block l (qrl_nvfp4_quantize_block_ under the warp's
@@ -148,47 +110,7 @@ static __global__ void kv_store_kernel(qrl_cuda_kvq_layer c, const float *kv, co
                   fp4_copy ? fp4_copy + (((size_t)r * 2 + w) * KVH + h) * vb : NULL);
         return;
     }
-    if (c.format == QRL_CUDA_KVQ_INT8) {
-        store_int8(x, hd, lane, (int8_t *)c.codes[w] + rec * hd, c.scales[w] + rec);
-        return;
-    }
-    if (c.format == QRL_CUDA_KVQ_FP8) {
-        float s = c.fp8_scale[((size_t)seq * KVH + h) * 2 + w];
-        uint8_t *codes = c.codes[w] + rec * hd;
-#pragma unroll
-        for (int k = 0; k < 8; k++) {
-            int j = lane + 32 * k;
-            if (j < hd) codes[j] = (uint8_t)__nv_cvt_float_to_fp8(x[k] / s, __NV_SATFINITE, __NV_E4M3);
-        }
-        return;
-    }
-    /* int4 asymmetric, group 32 = the 32 lanes of one k (qrl_kv_int4_quantize) */
-    int ng = (hd + 31) / 32;
-    uint8_t *codes = c.codes[w] + rec * (hd / 2);
-    float *sc = c.scales[w] + rec * 2 * ng;
-#pragma unroll
-    for (int k = 0; k < 8; k++) {
-        if (k >= ng) break;
-        int j = lane + 32 * k;
-        bool valid = j < hd && isfinite(x[k]);
-        float mn = warp_min(valid ? x[k] : INFINITY), mx = warp_max(valid ? x[k] : -INFINITY);
-        if (mn > mx) mn = mx = 0.0f;
-        float s = (float)(((double)mx - mn) / 15.0);
-        unsigned q = 0;
-        if (!isnan(x[k]) && s != 0.0f) {
-            double v = ((double)x[k] - mn) / s;
-            v = v > 15.0 ? 15.0 : (v < 0.0 ? 0.0 : v);
-            q = (unsigned)rintf((float)v);
-        }
-        unsigned hi = __shfl_down_sync(0xffffffffu, q, 1);
-        if (!(lane & 1) && j < hd) codes[j >> 1] = (uint8_t)(q | (j + 1 < hd ? hi << 4 : 0u));
-        if (lane == 0) sc[k] = s, sc[ng + k] = mn;
-    }
-    if (c.format != QRL_CUDA_KVQ_INT4_PROTECTED) return;
-    int slot = pos < c.sink ? pos : c.recent > 0 ? kvq_side_slot(c, pos) : -1;
-    if (slot < 0) return;
-    size_t srec = kvq_side_rec(c, seq, slot, h);
-    store_int8(x, hd, lane, c.side_codes[w] + srec * hd, c.side_scales[w] + srec);
+    qrl_kvq_store_vec_(c, x, lane, seq, pos, rec, h, w);
 }
 
 /* model/kv_cache.c fp8_pow2_scale */

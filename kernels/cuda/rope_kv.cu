@@ -2,6 +2,7 @@
 
 #include <cuda_bf16.h>
 
+#include "cuda/kv_store_dev.cuh"
 #include "cuda/launch.cuh"
 
 #define WARPS 8
@@ -20,8 +21,15 @@ static __global__ void __launch_bounds__(WARPS * 32) rope_kv_kernel(qrl_cuda_rop
     if (item >= (long)a.n * NH) return; /* whole warps only: no block barrier below */
     int r = (int)(item / NH), h = (int)(item % NH);
     int pos = a.row_pos[r];
-    int blk = a.kv_out ? 0 : a.block_tables[(size_t)a.row_seq[r] * a.max_blocks_per_seq + pos / a.block_size];
-    size_t slot = ((size_t)blk * a.block_size + pos % a.block_size) * KV;
+    /* the cache block of this row's position (k and v heads writing to a cache) */
+    const int32_t *bt = a.kvq_store ? a.kvq.block_tables : a.block_tables;
+    int mbs = a.kvq_store ? a.kvq.max_blocks_per_seq : a.max_blocks_per_seq;
+    int bsz = a.kvq_store ? a.kvq.block_size : a.block_size;
+    int blk = h < H || (a.kv_out && !a.kvq_store) ? 0 : bt[(size_t)a.row_seq[r] * mbs + pos / bsz];
+    size_t slot = ((size_t)blk * bsz + pos % bsz) * KV;
+    /* quantized store: the record of kv head h - H (k) or h - H - KVH (v) */
+    int kvh = h < H + KVH ? h - H : h - H - KVH;
+    size_t rec = ((size_t)blk * KVH + kvh) * bsz + pos % bsz;
     const float *cs = a.cos_tab + (size_t)pos * half, *sn = a.sin_tab + (size_t)pos * half;
     float *b = buf[warp];
     int off = h * hd; /* column offset inside the qkv row */
@@ -31,6 +39,13 @@ static __global__ void __launch_bounds__(WARPS * 32) rope_kv_kernel(qrl_cuda_rop
         b[j] = v;
     }
     __syncwarp();
+    if (h >= H + KVH && a.kvq_store) {
+        float x[8];
+#pragma unroll
+        for (int c = 0; c < 8; c++) x[c] = lane + 32 * c < hd ? b[lane + 32 * c] : 0.0f;
+        qrl_kvq_store_vec_(a.kvq, x, lane, a.row_seq[r], pos, rec, kvh, 1);
+        return;
+    }
     if (h >= H + KVH) { /* v head: store as is */
         for (int j = lane; j < hd; j += 32) {
             if (a.kv_out) a.kv_out[(size_t)r * 2 * KV + KV + (h - H - KVH) * hd + j] = b[j];
@@ -46,7 +61,8 @@ static __global__ void __launch_bounds__(WARPS * 32) rope_kv_kernel(qrl_cuda_rop
         ss = qrl_warp_sum_(ss);
         inv = rsqrtf(ss / (float)hd + a.eps);
     }
-    float y[8]; /* hd <= 256: at most 8 elements per lane, unrolled (no local memory) */
+    float y[8] = {0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f, 0.0f}; /* hd <= 256: at most 8
+                                                                    * per lane, unrolled */
 #pragma unroll
     for (int c = 0; c < 8; c++) {
         int j = lane + 32 * c;
@@ -68,6 +84,10 @@ static __global__ void __launch_bounds__(WARPS * 32) rope_kv_kernel(qrl_cuda_rop
         }
         y[c] = xj * cs[i] + (float)sign * xp * sn[i];
     }
+    if (h >= H && a.kvq_store) {
+        qrl_kvq_store_vec_(a.kvq, y, lane, a.row_seq[r], pos, rec, kvh, 0);
+        return;
+    }
 #pragma unroll
     for (int c = 0; c < 8; c++) {
         int j = lane + 32 * c;
@@ -82,6 +102,12 @@ qrl_status qrl_cuda_rope_kv(const qrl_cuda_rope_kv_args *a, void *stream, qrl_er
     if (a->n <= 0 || a->head_dim <= 0 || a->head_dim % 2 || a->head_dim > 256)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "rope_kv: n=%d head_dim=%d", a->n,
                              a->head_dim);
+    if (a->kvq_store && (a->kvq.format == QRL_CUDA_KVQ_FP4 || qrl_cuda_kvq_code_bytes(a->kvq.format, a->head_dim) == 0 ||
+                         a->kvq.head_dim != a->head_dim || a->kvq.n_kv_heads != a->n_kv_heads))
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "rope_kv: kvq_store into kv format %d with head_dim %d / %d kv heads "
+                             "(int8, fp8, int4, int4-protected; the call's head_dim %d, %d kv heads)",
+                             a->kvq.format, a->kvq.head_dim, a->kvq.n_kv_heads, a->head_dim, a->n_kv_heads);
     long items = (long)a->n * (a->n_heads + 2 * a->n_kv_heads);
     rope_kv_kernel<<<(unsigned)((items + WARPS - 1) / WARPS), WARPS * 32, 0, (cudaStream_t)stream>>>(*a);
     return qrl_cuda_launch_status_("rope_kv", err);

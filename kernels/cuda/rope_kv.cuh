@@ -8,6 +8,7 @@
 #include <stdint.h>
 
 #include "base/status.h"
+#include "cuda/kv_quant.cuh"
 
 #ifdef __cplusplus
 extern "C" {
@@ -34,10 +35,16 @@ typedef struct qrl_cuda_rope_kv_args {
     float *kv_out;           /* NULL, or [n, 2 KV] F32: rotated k heads then v heads, written
                               * here instead of the BF16 cache (quantized caches store them
                               * with qrl_cuda_kv_store; k_cache / v_cache are then unused) */
+    int kvq_store;           /* 1: quantize k and v straight into kvq (int8, int4,
+                              * int4-protected, or fp8 with every row's sequence calibrated;
+                              * not fp4), the bytes qrl_cuda_kv_store writes from kv_out;
+                              * kv_out, k_cache and v_cache are then unused */
+    qrl_cuda_kvq_layer kvq;
     int n, n_heads, n_kv_heads, head_dim;
 } qrl_cuda_rope_kv_args;
 
-/* Errors: INVALID_ARGUMENT (head_dim odd or > 256, n <= 0), CUDA (launch). */
+/* Errors: INVALID_ARGUMENT (head_dim odd or > 256, n <= 0; kvq_store with the fp4 format
+ * or a head_dim / kv head count other than the call's), CUDA (launch). */
 qrl_status qrl_cuda_rope_kv(const qrl_cuda_rope_kv_args *a, void *stream, qrl_error *err);
 
 #ifdef __cplusplus

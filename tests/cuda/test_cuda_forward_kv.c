@@ -296,3 +296,59 @@ Test(cuda_forward_kv, errors) {
     cr_assert_eq(qrl_cuda_forward_kv_bytes_per_pos(f), (size_t)2 * 2 * 16);
     qrl_cuda_forward_free(f);
 }
+
+/* ---- K/V stored by the RoPE kernel == the separate store (QRL_KV_STORE_UNFUSED=1) ----- */
+
+#define DS_PROMPT0 100 /* 7 passes of 16 rows */
+#define DS_PROMPT1 37
+#define DS_STEPS 40    /* past the int4-protected ring (sink 4 + recent 16) */
+
+/* Every logit of two prefills (all rows of sequence 0, the last of sequence 1) and
+ * DS_STEPS batched decode steps of both: [(DS_PROMPT0 + 1 + 2 DS_STEPS), V], malloc'ed.
+ * The decode steps read every position that the passes before stored. */
+static float *store_path_logits(const qrl_model *m, qrl_kv_format fmt, int unfused) {
+    if (unfused) setenv("QRL_KV_STORE_UNFUSED", "1", 1); /* read by qrl_cuda_forward_new */
+    else unsetenv("QRL_KV_STORE_UNFUSED");
+    int V = m->cfg.vocab_size;
+    qrl_cuda_forward *f = engine(m, fmt, 256, 16);
+    unsetenv("QRL_KV_STORE_UNFUSED");
+    float *lg = malloc((size_t)(DS_PROMPT0 + 1 + 2 * DS_STEPS) * V * 4);
+    int32_t ids[DS_PROMPT0];
+    for (int i = 0; i < DS_PROMPT0; i++) ids[i] = (int32_t)((i * 53 + 7) % V);
+    int seqs[2];
+    qrl_error err;
+    for (int i = 0; i < 2; i++) cr_assert_eq(qrl_cuda_forward_seq_new(f, &seqs[i], &err), QRL_OK);
+    cr_assert_eq(qrl_cuda_forward_prefill(f, seqs[0], ids, DS_PROMPT0, lg, true, &err), QRL_OK,
+                 "%s", err.msg);
+    cr_assert_eq(qrl_cuda_forward_prefill(f, seqs[1], ids + 5, DS_PROMPT1, lg + (size_t)DS_PROMPT0 * V,
+                                          false, &err), QRL_OK, "%s", err.msg);
+    for (int t = 0; t < DS_STEPS; t++) {
+        int32_t tok[2] = {ids[t], ids[50 + t]};
+        float *dst = lg + (DS_PROMPT0 + 1 + 2 * (size_t)t) * V;
+        cr_assert_eq(qrl_cuda_forward_decode(f, seqs, tok, 2, dst, NULL, NULL, &err), QRL_OK,
+                     "%s", err.msg);
+    }
+    qrl_cuda_forward_free(f);
+    return lg;
+}
+
+Test(cuda_forward_kv, rope_store_equals_separate_store) {
+    require_gpu();
+    qrl_model *m = ref_model_hd128(91, 512);
+    size_t n = (size_t)(DS_PROMPT0 + 1 + 2 * DS_STEPS) * m->cfg.vocab_size;
+    for (int fi = 1; fi < N_FMT; fi++) { /* the quantized formats; fp4 always stores separately */
+        float *direct = store_path_logits(m, FMTS[fi], 0), *sep = store_path_logits(m, FMTS[fi], 1);
+        size_t diff = 0, first = 0, distinct = 0;
+        for (size_t i = 0; i < n; i++) {
+            if (memcmp(&direct[i], &sep[i], 4) && !diff++) first = i;
+            if (direct[i] != direct[0]) distinct++;
+        }
+        cr_assert_eq(diff, 0, "%s: %zu of %zu logits differ (first %zu: RoPE store %.9g, separate %.9g)",
+                     qrl_kv_format_name(FMTS[fi]), diff, n, first, direct[first], sep[first]);
+        cr_assert_gt(distinct, n / 2, "%s: logits nearly constant", qrl_kv_format_name(FMTS[fi]));
+        fprintf(stderr, "kv store %s: %zu logits bit-identical, RoPE store vs QRL_KV_STORE_UNFUSED=1\n",
+                qrl_kv_format_name(FMTS[fi]), n);
+        free(direct); free(sep);
+    }
+    qrl_model_free(m);
+}

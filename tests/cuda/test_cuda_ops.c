@@ -279,6 +279,22 @@ Test(cuda_ops, rope_kv) {
     rope_kv_case(3, 1, 10, 0, 1, plain, 6);     /* hd not a power of two */
 }
 
+/* Storing K/V codes from the RoPE kernel: refused for fp4 and for a layer of another shape
+ * (checked before any launch; the values are test_cuda_forward_kv's
+ * rope_store_equals_separate_store). */
+Test(cuda_ops, rope_kv_store_errors) {
+    require_gpu();
+    qrl_error err;
+    qrl_cuda_rope_kv_args a = {.n = 1, .n_heads = 4, .n_kv_heads = 2, .head_dim = 16, .kvq_store = 1,
+                               .kvq = {.format = QRL_CUDA_KVQ_FP4, .head_dim = 16, .n_kv_heads = 2}};
+    cr_assert_eq(qrl_cuda_rope_kv(&a, NULL, &err), QRL_STATUS_INVALID_ARGUMENT);
+    cr_assert(strstr(err.msg, "kvq_store into kv format"), "%s", err.msg);
+    a.kvq.format = QRL_CUDA_KVQ_INT4;
+    a.kvq.head_dim = 32;
+    cr_assert_eq(qrl_cuda_rope_kv(&a, NULL, &err), QRL_STATUS_INVALID_ARGUMENT);
+    cr_assert(strstr(err.msg, "head_dim 32"), "%s", err.msg);
+}
+
 /* ---- attention over the paged cache (decode batch and causal prefill chunk) -------- */
 
 static void attention_case(int H, int KVH, int hd, int bs, int n, const int *lens, int prefill,
