@@ -3,7 +3,11 @@
 # A/B of each change): build; the CUDA tests named in TESTS (default: the ones these changes
 # touch) in parallel; bench/decode (QRL_DECODE_REPEATS, default 5) at the late replay shapes
 # and GRID, for each entry of RUNS "LABEL:ENV,ENV:WEIGHTS:FORMATS" (ENV "-" for none); then
-# PROFILES "WEIGHTS/KV@BxC" kernel by kernel under Nsight Compute (bench/step_profile.py).
+# PROFILES "WEIGHTS/KV@BxC" kernel by kernel under Nsight Compute (bench/step_profile.py);
+# FULL=1: the whole bench/decode (every shape and KV format, BF16 weights, 10 steps) into
+# $OUT/decode-full.json; NCU=1: one Nsight Compute line per attention kernel at NCU_SHAPE
+# (default 88x4767, KV4-RL's last late shape halved as the H100's 80 GB need).  The runs
+# labelled bf16 / w8a8-fp8 / w8a8-int8 also make the W8A8 table (bench/w8a8_decode_table.py).
 # Every step runs under what is left of BUDGET_S (default 300 s).  JSON, tables, logs: $OUT.
 set -uo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
@@ -34,6 +38,20 @@ for r in ${RUNS:-default:-:bf16:bf16,int8,fp8,int4,int4-protected}; do
     --formats $fm --out "$w/dec-$label.json" > "$w/dec-$label.log" 2>&1
   at "decode $label rc=$?"
 done
+if [ -n "${FULL:-}" ] && [ "$(left)" -gt 90 ]; then
+  QRL_DECODE_REPEATS=10 timeout $(( $(left) - 30 )) $b/bench/decode --out "$out/decode-full.json" > "$w/decode-full.log" 2>&1
+  at "decode full rc=$?"
+fi
+if [ -n "${NCU:-}" ]; then
+  for f in bf16 int8 fp8 int4 int4-protected; do
+    [ "$(left)" -gt 25 ] || break
+    k=attnq_tc_kernel; [ $f = bf16 ] && k=attn_tc_kernel
+    QRL_DECODE_REPEATS=1 timeout $(( $(left) - 5 )) ncu --clock-control none --graph-profiling node -k regex:$k -s 40 -c 1 \
+      --metrics gpu__time_duration.sum,dram__throughput.avg.pct_of_peak_sustained_elapsed,dram__bytes_read.sum,sm__inst_issued.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,sm__warps_active.avg.pct_of_peak_sustained_active \
+      $b/bench/decode --shape ${NCU_SHAPE:-88x4767} --formats $f > "$w/ncuattn-$f.log" 2>&1
+    at "ncu attention $f rc=$?"
+  done
+fi
 for p in ${PROFILES:-}; do
   [ "$(left)" -gt 30 ] || { echo "skip profile $p (budget)"; continue; }
   wt=${p%%/*}; rest=${p#*/}; kv=${rest%@*}; sh=${rest#*@}
@@ -73,6 +91,14 @@ for (wt, f), by in cells.items():
         print(f"{wt}/{f} {label} " + " ".join(
             f"{ms[k]:8.2f} ({base[k] / ms[k]:.2f}x)" if k in ms and k in base else f"{'':>16}" for k in shapes))
 EOF
+labels=""
+for l in bf16 w8a8-fp8 w8a8-int8; do [ -s "$w/dec-$l.json" ] && labels="$labels $l=$w/dec-$l.json"; done
+if [ -n "$labels" ]; then echo "== W8A8"; python3 bench/w8a8_decode_table.py --merge "$out/decode-w8a8.json" $labels | tee -a "$out/table.txt"; fi
+if [ -s "$out/decode-full.json" ]; then
+  echo "== full decode"; python3 bench/decode_tables.py "$out/decode-full.json" | head -40 | tee -a "$out/table.txt"
+  python3 bench/decode_bf16_bound.py "$out/decode-full.json" | tee -a "$out/table.txt"
+fi
+for f in "$w"/ncuattn-*.log; do [ -f "$f" ] && { echo "== $(basename $f)"; grep -E "^ +(gpu__|dram__|sm__|smsp__)" "$f" | head -6; }; done | tee -a "$out/table.txt"
 args=""
 for f in "$w"/ncu-*.csv; do [ -s "$f" ] && args="$args $(basename "$f" .csv | sed 's/^ncu-//')=$f"; done
 [ -n "$args" ] && python3 bench/step_profile.py $args --json "$out/step-profile.json" | tee -a "$out/table.txt"
