@@ -54,6 +54,8 @@ awk '/^attention_q / { e = $NF + 0; if (e > m) { m = e; l = $0 } } END { if (l) 
 grep -hE "worst|rel" "$w/test_cuda_forward_kv.log" | tail -3
 grep -hE "^graphs " "$w/test_cuda_graphs.log" | tail -5
 echo "== late-stage decode step, ms (QRL_DECODE_REPEATS=3 median), fused merge vs QRL_ATTN_MERGE_KERNEL=1"
+grep -h "^device:" "$w/late-fused.log" | head -1
+grep -hE "^NOTE|rror" "$w"/late-*.log | head -4
 python3 - "$w/late-fused.json" "$w/late-kernel.json" <<'EOF'
 import json, sys
 def load(p):
@@ -63,22 +65,23 @@ def load(p):
         print("no json:", p, e); return {}
 fu, ke = load(sys.argv[1]), load(sys.argv[2])
 fm = ["bf16", "int4-protected"]
-print("%-11s" % "shape" + "".join("%-12s %8s %8s %7s  " % (f, "fused", "kernel", "gain") for f in fm))
+print("%-11s" % "shape" + " | ".join("%-14s %7s %7s" % (f + " fused", "kernel", "gain") for f in fm))
 tot = {f: [0.0, 0.0, 0] for f in fm}
 for k in sorted(fu, key=lambda k: -k[0]):
-    line = "%4dx%-6d " % k
+    line = "%4dx%-6d" % k
     for f in fm:
         a = fu[k].get(f, {}).get("ms_per_step"); b = ke.get(k, {}).get(f, {}).get("ms_per_step")
         if a and b:
             tot[f][0] += a; tot[f][1] += b; tot[f][2] += 1
-            line += "%-12s %8.3f %8.3f %6.2f%%  " % ("", a, b, 100 * (b - a) / b)
+            cell = "%14.3f %7.3f %6.2f%%" % (a, b, 100 * (b - a) / b)
         else:
-            line += "%-12s %8s %8s %7s  " % ("", a or "-", b or "-", "")
+            cell = "%14s %7s %7s" % (a or "-", b or "-", "")
+        line += cell + (" | " if f != fm[-1] else "")
     print(line)
 line = "%-11s" % "mean"
 for f in fm:
     a, b, n = tot[f]
-    line += "%-12s %8.3f %8.3f %6.2f%%  " % ("", a / n, b / n, 100 * (b - a) / b) if n else "%-12s %8s %8s %7s  " % ("", "-", "-", "")
+    line += ("%14.3f %7.3f %6.2f%%" % (a / n, b / n, 100 * (b - a) / b) if n else "%14s %7s %7s" % ("-", "-", "")) + (" | " if f != fm[-1] else "")
 print(line)
 EOF
 } | tee "$out/table.txt"
