@@ -23,7 +23,7 @@ make -j"$(nproc)" BUILD=$b $(for t in $T; do echo $b/tests/cuda/$t; done) $b/ben
 at built
 w=/tmp/epi-run; rm -rf $w; mkdir -p $w
 for t in $T; do
-  ( timeout 100 $b/tests/cuda/$t > "$w/$t.log" 2>&1; echo "rc=$?" >> "$w/$t.log" ) &
+  ( timeout 120 $b/tests/cuda/$t > "$w/$t.log" 2>&1; echo "rc=$?" >> "$w/$t.log" ) &
 done
 wait
 at tests
