@@ -189,12 +189,14 @@ qrl_status qrl_cuda_forward_seq_set_len_unwritten(qrl_cuda_forward *f, int seq, 
 /* ---- the pass ------------------------------------------------------------------- */
 
 /* y [n, m] F32 = a projection of x [n, k] (BF16): the BF16 GEMM, w8a8 (per-token INT8
- * or E4M3 quantization of x, the W8A8 GEMM with its epilogue and the F32 bias) or w4a16
+ * or E4M3 quantization of x, the W8A8 GEMM with its epilogue and the F32 bias; defer
+ * (optional): the GEMM may leave its epilogue to y's reader, qrl_cuda_w8a8_gemm_args) or w4a16
  * (the FP4 GEMM on x as it is, row scale and F32 bias; w4a4: x is already the NVFP4
  * values of the activations and f->a4_sdec their per-token 1 / S_enc).  xq_ready: w8a8 only, x's codes
  * are already in f->xq / f->sx (written by the norm or SwiGLU, act_q) and x is unused. */
 static qrl_status project(qrl_cuda_forward *f, float *y, const uint16_t *x, const uint16_t *w,
-                          const qlin_dev *q, int n, int k, int m, bool xq_ready, qrl_error *err) {
+                          const qlin_dev *q, int n, int k, int m, bool xq_ready,
+                          qrl_cuda_w8a8_epi *defer, qrl_error *err) {
     if (f->prec->proj == PROJ_FP4) {
         qrl_cuda_fp4_gemm_args a = {.y = y, .x = x, .codes = q->codes, .scales = q->bscales,
                                     .row_scale = q->scales, .x_scale = f->a4_sdec,
@@ -213,7 +215,8 @@ static qrl_status project(qrl_cuda_forward *f, float *y, const uint16_t *x, cons
     qrl_cuda_w8a8_gemm_args a = {.y = y, .xq = f->xq, .sx = f->sx, .wq = q->codes,
                                  .sw = q->scales, .bias = q->bias, .T = n, .N = m, .ld = ld,
                                  .fp8 = f->prec->fp8, .kernel = QRL_CUDA_W8A8_AUTO, .work = f->gwork,
-                                 .work_floats = f->gwork_floats, .blas = f->gemm};
+                                 .work_floats = f->gwork_floats, .blas = f->gemm,
+                                 .defer = defer};
     return qrl_cuda_w8a8_gemm(&a, f->stream, err);
 }
 
@@ -285,6 +288,12 @@ static qrl_status launch_rows(qrl_cuda_forward *f, int n, int max_len, int from,
      * computed by different blocks, a split-K merge: no single block sees the row) */
     bool a4 = f->prec->a4;
     qrl_cuda_nvfp4_act a4q = {.xq = f->xb, .s_dec = f->a4_sdec};
+    /* w8a8: o's and down's GEMMs may leave their epilogue to the norm that reads f->proj
+     * next (the ffn norm; the next attention norm or the final norm), saving a pass over
+     * it; the norm finishes each value with the pass's operations (bit-identical).  Not
+     * while TRACE records (the passes exactly as they were). */
+    qrl_cuda_w8a8_epi epi = {0};
+    qrl_cuda_w8a8_epi *de = f->defer_epi && !f->rec ? &epi : NULL;
     for (int l = 0; l < c->n_layers; l++) {
         const layer_dev *w = &f->layers[l];
         uint16_t *kc = f->kv + (size_t)l * 2 * f->kv_layer_elems, *vc = kc + f->kv_layer_elems;
@@ -294,10 +303,10 @@ static qrl_status launch_rows(qrl_cuda_forward *f, int n, int max_len, int from,
                                            D, c->norm_eps, &a4q, s, err));
         } else {
             QRL_TRY(qrl_cuda_rmsnorm_w8a8(xb, f->x, l ? f->proj : NULL, NULL, w->attn_norm, n, D,
-                                          c->norm_eps, qd, s, err));
+                                          c->norm_eps, qd, l ? de : NULL, s, err));
             CAPTURE(QRL_TRACE_SITE_ATTN_IN, f->xb, true, D);
         }
-        QRL_TRY(project(f, f->proj, f->xb, w->wqkv, &w->qkv, n, D, Q + 2 * KV, fq, err));
+        QRL_TRY(project(f, f->proj, f->xb, w->wqkv, &w->qkv, n, D, Q + 2 * KV, fq, NULL, err));
         qrl_cuda_rope_kv_args ra = {
             .qkv = f->proj, .bias = w->bqkv, .q_norm = w->q_norm, .k_norm = w->k_norm,
             .eps = c->norm_eps, .cos_tab = f->cos_tab, .sin_tab = f->sin_tab,
@@ -343,17 +352,17 @@ static qrl_status launch_rows(qrl_cuda_forward *f, int n, int max_len, int from,
         } else {
             CAPTURE(QRL_TRACE_SITE_ATTN_OUT, f->att, true, Q);
         }
-        QRL_TRY(project(f, f->proj, a4 ? f->xb : f->att, w->wo, &w->o, n, Q, D, false, err));
+        QRL_TRY(project(f, f->proj, a4 ? f->xb : f->att, w->wo, &w->o, n, Q, D, false, de, err));
         if (a4) {
             SINK(QRL_TRACE_SITE_MLP_IN, D);
             QRL_TRY(qrl_cuda_rmsnorm_nvfp4(NULL, f->x, f->proj, w->bo, w->ffn_norm, n, D,
                                            c->norm_eps, &a4q, s, err));
         } else {
             QRL_TRY(qrl_cuda_rmsnorm_w8a8(xb, f->x, f->proj, w->bo, w->ffn_norm, n, D,
-                                          c->norm_eps, qd, s, err));
+                                          c->norm_eps, qd, de, s, err));
             CAPTURE(QRL_TRACE_SITE_MLP_IN, f->xb, true, D);
         }
-        QRL_TRY(project(f, f->proj, f->xb, w->wgu, &w->gu, n, D, 2 * F, fq, err));
+        QRL_TRY(project(f, f->proj, f->xb, w->wgu, &w->gu, n, D, 2 * F, fq, NULL, err));
         if (a4) {
             SINK(QRL_TRACE_SITE_MLP_DOWN, F);
             QRL_TRY(qrl_cuda_swiglu_nvfp4(NULL, f->proj, n, F, &a4q, s, err));
@@ -361,11 +370,12 @@ static qrl_status launch_rows(qrl_cuda_forward *f, int n, int max_len, int from,
             QRL_TRY(qrl_cuda_swiglu_w8a8(xb, f->proj, n, F, qf, s, err));
             CAPTURE(QRL_TRACE_SITE_MLP_DOWN, f->xb, true, F);
         }
-        QRL_TRY(project(f, f->proj, f->xb, w->wdown, &w->down, n, F, D, fq, err));
+        QRL_TRY(project(f, f->proj, f->xb, w->wdown, &w->down, n, F, D, fq, de, err));
     }
 #undef CAPTURE
 #undef SINK
-    QRL_TRY(qrl_cuda_rmsnorm(f->xb, f->x, f->proj, NULL, f->final_norm, n, D, c->norm_eps, s, err));
+    QRL_TRY(qrl_cuda_rmsnorm_w8a8(f->xb, f->x, f->proj, NULL, f->final_norm, n, D, c->norm_eps,
+                                  NULL, de, s, err));
     if (from < n)
         QRL_TRY(qrl_cuda_gemm_bf16(f->gemm, f->logits, f->xb + (size_t)from * D, f->lm_head,
                                    n - from, D, c->vocab_size, s, err));

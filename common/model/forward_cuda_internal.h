@@ -87,6 +87,9 @@ struct qrl_cuda_forward {
                                      * (off with QRL_KV_STORE_UNFUSED=1, A/B) */
     bool fuse_q;                    /* PROJ_W8A8: the norms and SwiGLU write xq/sx (off with
                                      * the w8a8_unfused tuning knob: separate quantization, A/B) */
+    bool defer_epi;                 /* PROJ_W8A8: the norm after o and down applies a deferred
+                                     * GEMM epilogue (off with the w8a8_epilogue_pass knob: the
+                                     * separate pass, A/B; off while TRACE records) */
     uint16_t *fp4_work;             /* fp4 prefill (> 64 rows): one projection as BF16 */
     size_t fp4_work_elems;
     unsigned char *qarena;          /* codes, scales, F32 biases; activation codes; split-K */

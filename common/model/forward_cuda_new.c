@@ -352,6 +352,7 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
     f->prec = prec;
     f->fuse_q = prec->proj == PROJ_W8A8 && !qrl_tuning_bool(QRL_TUNING_W8A8_UNFUSED);
     f->fuse_kv = !qrl_tuning_bool(QRL_TUNING_KV_STORE_UNFUSED);
+    f->defer_epi = prec->proj == PROJ_W8A8 && !qrl_tuning_bool(QRL_TUNING_W8A8_EPILOGUE_PASS);
     f->cfg = *cfg;
     f->d = *d;
     if (f->d.max_ctx > cfg->max_seq_len) f->d.max_ctx = cfg->max_seq_len;

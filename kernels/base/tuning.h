@@ -29,6 +29,10 @@ extern "C" {
     X(W8A8_UNFUSED, "w8a8_unfused", BOOL, 0, 0, 1,                                            \
       "w8a8 forward: quantize activations in a separate launch before each projection "       \
       "instead of inside the norms and SwiGLU (A/B); read by qrl_cuda_forward_new")           \
+    X(W8A8_EPILOGUE_PASS, "w8a8_epilogue_pass", BOOL, 0, 0, 1,                                \
+      "w8a8 forward: the unit-scale cuBLAS GEMMs of o and down finish with a separate "       \
+      "epilogue pass instead of in the norm that reads their output (A/B); read by "          \
+      "qrl_cuda_forward_new")                                                                 \
     X(TRAIN_ATTN_SIMPLE, "train_attn_simple", BOOL, 0, 0, 1,                                  \
       "training attention: the CUDA-core kernels for every head_dim instead of the "          \
       "tensor-core ones at 64 and 128 (A/B); read per call")                                  \

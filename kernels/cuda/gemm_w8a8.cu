@@ -74,16 +74,12 @@ qrl_status qrl_cuda_fp8_quantize_rows(uint8_t *q, float *scales, const void *x, 
 
 /* ---- epilogue ------------------------------------------------------------------------ */
 
-static __device__ __forceinline__ float acc_f(int a) { return __int2float_rn(a); }
-static __device__ __forceinline__ float acc_f(float a) { return a; }
-
-/* (float)acc * sx * sw left to right, then + bias: the CPU's operations, no contraction. */
+/* (float)acc * sx * sw left to right, then + bias: the CPU's operations, no contraction
+ * (w8a8_dev.cuh: the deferred epilogue of norm.cu runs the same body). */
 template <typename A>
 static __device__ __forceinline__ float epilogue(A acc, float sx, float sw, const float *bias,
                                                  int n) {
-    float v = __fmul_rn(__fmul_rn(acc_f(acc), sx), sw);
-    if (bias) v = __fadd_rn(v, bias[n]);
-    return v;
+    return qrl_w8a8_epilogue_(acc, sx, sw, bias, n);
 }
 
 /* ---- INT8 on __dp4a ------------------------------------------------------------------ */
@@ -580,6 +576,7 @@ static int skinny_max_t_env(void) {
 
 qrl_status qrl_cuda_w8a8_gemm(const qrl_cuda_w8a8_gemm_args *a, void *stream, qrl_error *err) {
     const char *what = a->fp8 ? "gemm_fp8" : "gemm_int8";
+    if (a->defer) a->defer->on = false;
     int max_ld = a->fp8 ? (1 << 30) : QRL_INT8_GEMM_MAX_K / 16 * 16;
     if (a->T <= 0 || a->N <= 0 || a->ld <= 0 || a->ld % 16 || a->ld > max_ld)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
@@ -630,8 +627,12 @@ qrl_status qrl_cuda_w8a8_gemm(const qrl_cuda_w8a8_gemm_args *a, void *stream, qr
         if (!a->fp8 && (!fused || st == QRL_STATUS_UNSUPPORTED))
             st = qrl_cuda_gemm_s8(a->blas, (int32_t *)a->y, (const int8_t *)x, (const int8_t *)w,
                                   a->T, a->ld, a->N, stream, err);
-        if (st == QRL_OK) { /* raw sums in y: the epilogue in place */
-            if (fused) {
+        if (st == QRL_OK) { /* raw sums in y: the epilogue in place, or by y's reader */
+            if (fused && a->defer) {
+                qrl_cuda_w8a8_epi *e = a->defer;
+                e->sx = a->sx, e->sw = a->sw, e->bias = a->bias, e->N = a->N, e->fp8 = a->fp8;
+                e->on = true;
+            } else if (fused) {
                 launch_epilogue(a, s);
             } else {
                 size_t tn = (size_t)a->T * a->N;

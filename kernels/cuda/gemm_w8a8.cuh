@@ -81,7 +81,8 @@ typedef enum qrl_cuda_w8a8_kernel {
                                  * (one vectorized pass).  INT8:
                                  * cuBLASLt INT32 sums into y (qrl_cuda_gemm_s8_lt, else
                                  * cublasGemmEx), then the epilogue in place (one vectorized
-                                 * pass).  Shapes cuBLAS refuses (UNSUPPORTED) run MMA_TILED */
+                                 * pass; args.defer leaves the pass to y's reader).  Shapes
+                                 * cuBLAS refuses (UNSUPPORTED) run MMA_TILED */
     QRL_CUDA_W8A8_CUBLAS_UNFUSED, /* the CUBLAS path before issue 22, for A/B (also what CUBLAS
                                  * and AUTO run when the environment has
                                  * QRL_W8A8_CUBLAS_UNFUSED=1 at the first GEMM): cublasGemmEx
@@ -93,6 +94,19 @@ typedef enum qrl_cuda_w8a8_kernel {
 /* Name of a kernel choice ("auto", "dp4a", "mma-skinny", "mma-tiled", "cublas",
  * "cublas-unfused"); "?" if out of range. */
 const char *qrl_cuda_w8a8_kernel_name(qrl_cuda_w8a8_kernel k);
+
+/* A W8A8 GEMM's epilogue left to the kernel that reads y (args.defer; issue 22 item 3: no
+ * separate pass over y).  on: y [T, N] holds the raw sums (INT32 bits for INT8, F32 for
+ * FP8) and the GEMM's output at (t, n) is (float)y[t, n] * sx[t] * sw[n] (+ bias[n]), left
+ * to right, round to nearest, no contraction: the epilogue pass's operations, so a reader
+ * that applies them gets the bits the pass would have stored.  The pointers are the GEMM's
+ * arguments (device), valid while those are.  !on: y holds the outputs. */
+typedef struct qrl_cuda_w8a8_epi {
+    const float *sx, *sw, *bias; /* [T], [N], [N] or NULL */
+    int N;
+    bool fp8;                    /* the sums are F32 (else INT32 bits) */
+    bool on;
+} qrl_cuda_w8a8_epi;
 
 /* One W8A8 GEMM: y [T, N] F32 = (float)(xq [T, ld] . wq [N, ld]^T) * sx[t] * sw[n]
  * (+ bias[n]), left to right, as qrl_gemm_int8 / qrl_gemm_fp8 followed by model/linear.c's
@@ -113,6 +127,11 @@ typedef struct qrl_cuda_w8a8_gemm_args {
     size_t work_floats;
     qrl_cuda_gemm *blas;             /* cuBLAS handle for CUBLAS (AUTO uses it when given) */
     qrl_cuda_w8a8_kernel *ran;       /* out, optional: the kernel that ran */
+    /* out, optional: where the chosen kernel would finish with the separate epilogue pass
+     * (CUBLAS's unit-scale GEMM; not CUBLAS_UNFUSED, the A/B "before"), the pass is skipped
+     * and *defer says how to finish each value on read (on = true); every other kernel
+     * applies the epilogue itself (on = false). */
+    qrl_cuda_w8a8_epi *defer;
 } qrl_cuda_w8a8_gemm_args;
 
 /* Run a->kernel on `stream`.  Errors: INVALID_ARGUMENT (non-positive sizes, ld not a

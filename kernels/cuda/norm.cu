@@ -6,16 +6,40 @@
 #include "cuda/nvfp4_dev.cuh"
 #include "cuda/w8a8_dev.cuh"
 
+/* How rms_inv reads add: as final F32 values (EPI_NONE), or as a W8A8 GEMM's raw sums whose
+ * epilogue was deferred to this read (qrl_cuda_w8a8_epi): INT32 bits (EPI_INT8) or F32
+ * (EPI_FP8), finished by the epilogue pass's own body (w8a8_dev.cuh). */
+enum { EPI_NONE, EPI_INT8, EPI_FP8 };
+
+/* A deferred epilogue as a kernel argument; row_sx: sx of the block's row. */
+struct add_epi {
+    const float *sx, *sw, *bias;
+    __device__ __forceinline__ float row_sx(size_t r) const { return sx ? sx[r] : 0.0f; }
+};
+
+template <int E>
+static __device__ __forceinline__ float add_value(const float *addr, int i, const add_epi &e,
+                                                  float sx) {
+    if constexpr (E == EPI_INT8) return qrl_w8a8_epilogue_(__float_as_int(addr[i]), sx, e.sw[i], e.bias, i);
+    else if constexpr (E == EPI_FP8) return qrl_w8a8_epilogue_(addr[i], sx, e.sw[i], e.bias, i);
+    else return addr[i];
+}
+
 /* The residual add (in place, when add != NULL) and 1 / rms of row xr; every thread gets
  * it.  The thread count and each thread's order of the sum of squares fix the result, so
- * both kernels below run it with the same blockDim for a given d. */
+ * both kernels below run it with the same blockDim for a given d.  sx: the row's activation
+ * scale of a deferred epilogue (E != EPI_NONE), read by the caller before anything else
+ * (rmsnorm_q_kernel overwrites the scales after the block sums: the same array when the
+ * forward reuses it). */
+template <int E = EPI_NONE>
 static __device__ __forceinline__ float rms_inv(float *xr, const float *addr, const uint16_t *bias,
-                                                int d, float eps, float *sh) {
+                                                int d, float eps, float *sh,
+                                                const add_epi &e = add_epi{}, float sx = 0.0f) {
     float ss = 0.0f;
     for (int i = threadIdx.x; i < d; i += blockDim.x) {
         float v = xr[i];
         if (addr) {
-            v += addr[i];
+            v += add_value<E>(addr, i, e, sx);
             if (bias) v += qrl_bf16_ld_(bias[i]);
             xr[i] = v;
         }
@@ -33,13 +57,14 @@ static __device__ __forceinline__ uint16_t normed(float x, float inv, uint16_t w
 }
 
 /* One block per row; the row is read twice (sum of squares, then scale) from L1/L2. */
+template <int E>
 static __global__ void rmsnorm_kernel(uint16_t *out, float *x, const float *add,
                                       const uint16_t *bias, const uint16_t *weight, int d,
-                                      float eps) {
+                                      float eps, add_epi e) {
     __shared__ float sh[32];
     size_t r = blockIdx.x;
-    float *xr = x + r * d;
-    float inv = rms_inv(xr, add ? add + r * d : NULL, bias, d, eps, sh);
+    float *xr = x + r * d, sx = E != EPI_NONE ? e.row_sx(r) : 0.0f;
+    float inv = rms_inv<E>(xr, add ? add + r * d : NULL, bias, d, eps, sh, e, sx);
     for (int i = threadIdx.x; i < d; i += blockDim.x) out[r * d + i] = normed(xr[i], inv, weight[i]);
 }
 
@@ -59,14 +84,14 @@ struct norm_src {
 
 /* rmsnorm_kernel, then the per-token quantization of its BF16 outputs by the same block:
  * the row is read a third time for the codes (J = 0; it is in L1). */
-template <bool FP8>
+template <bool FP8, int E>
 static __global__ void rmsnorm_q_kernel(uint16_t *out, float *x, const float *add,
                                         const uint16_t *bias, const uint16_t *weight, int d,
-                                        float eps, uint8_t *q, float *scales, int ld) {
+                                        float eps, uint8_t *q, float *scales, int ld, add_epi e) {
     __shared__ float sh[32];
     size_t r = blockIdx.x;
-    float *xr = x + r * d;
-    float inv = rms_inv(xr, add ? add + r * d : NULL, bias, d, eps, sh);
+    float *xr = x + r * d, sx = E != EPI_NONE ? e.row_sx(r) : 0.0f;
+    float inv = rms_inv<E>(xr, add ? add + r * d : NULL, bias, d, eps, sh, e, sx);
     norm_src src = {xr, weight, out ? out + r * d : NULL, inv};
     qrl_w8a8_quantize_row_<FP8, 0>(src, d, ld, blockDim.x, q + r * ld, scales + r, sh);
 }
@@ -94,44 +119,63 @@ static __global__ void rmsnorm_nvfp4_kernel(uint16_t *out, float *x, const float
     __shared__ float sh[32];
     size_t r = blockIdx.x;
     float *xr = x + r * d;
-    float inv = rms_inv(xr, add ? add + r * d : NULL, bias, d, eps, sh);
+    float inv = rms_inv<EPI_NONE>(xr, add ? add + r * d : NULL, bias, d, eps, sh);
     norm_src_f32 src = {xr, weight, out ? out + r * d : NULL, inv};
     qrl_nvfp4_quantize_row_<JB>(src, d, blockDim.x, qrl_nvfp4_row_out_of_(q, r, d), sh);
 }
 
 static int norm_threads(int d) { return d >= 1024 ? 1024 : ((d + 31) / 32) * 32; }
 
+template <int E>
+static void launch_rmsnorm(uint16_t *out, float *x, const float *add, const uint16_t *bias,
+                           const uint16_t *weight, int rows, int d, float eps,
+                           const qrl_cuda_w8a8_act *q, add_epi e, cudaStream_t s) {
+    int nt = norm_threads(d);
+    if (!q) {
+        rmsnorm_kernel<E><<<rows, nt, 0, s>>>(out, x, add, bias, weight, d, eps, e);
+        return;
+    }
+    uint8_t *qc = (uint8_t *)q->q;
+    if (q->fp8)
+        rmsnorm_q_kernel<true, E><<<rows, nt, 0, s>>>(out, x, add, bias, weight, d, eps, qc,
+                                                      q->scales, q->ld, e);
+    else
+        rmsnorm_q_kernel<false, E><<<rows, nt, 0, s>>>(out, x, add, bias, weight, d, eps, qc,
+                                                       q->scales, q->ld, e);
+}
+
 qrl_status qrl_cuda_rmsnorm(uint16_t *out, float *x, const float *add, const uint16_t *bias,
                             const uint16_t *weight, int rows, int d, float eps, void *stream,
                             qrl_error *err) {
     if (rows <= 0 || d <= 0)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT, "rmsnorm: rows=%d d=%d", rows, d);
-    rmsnorm_kernel<<<rows, norm_threads(d), 0, (cudaStream_t)stream>>>(out, x, add, bias, weight,
-                                                                       d, eps);
+    launch_rmsnorm<EPI_NONE>(out, x, add, bias, weight, rows, d, eps, NULL, add_epi{},
+                             (cudaStream_t)stream);
     return qrl_cuda_launch_status_("rmsnorm", err);
 }
 
 qrl_status qrl_cuda_rmsnorm_w8a8(uint16_t *out, float *x, const float *add, const uint16_t *bias,
                                  const uint16_t *weight, int rows, int d, float eps,
-                                 const qrl_cuda_w8a8_act *q, void *stream, qrl_error *err) {
-    if (!q) {
-        if (!out)
-            return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
-                                 "rmsnorm w8a8: neither a BF16 output nor codes");
-        return qrl_cuda_rmsnorm(out, x, add, bias, weight, rows, d, eps, stream, err);
-    }
-    if (rows <= 0 || d <= 0 || q->ld < d || q->ld % 16)
+                                 const qrl_cuda_w8a8_act *q, const qrl_cuda_w8a8_epi *epi,
+                                 void *stream, qrl_error *err) {
+    if (!q && !out)
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "rmsnorm w8a8: neither a BF16 output nor codes");
+    if (rows <= 0 || d <= 0 || (q && (q->ld < d || q->ld % 16)))
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "rmsnorm w8a8: rows=%d d=%d ld=%d (need rows, d > 0, ld >= d, "
-                             "ld %% 16 == 0)", rows, d, q->ld);
+                             "ld %% 16 == 0)", rows, d, q ? q->ld : d);
+    bool deferred = epi && epi->on;
+    if (deferred && (!add || !epi->sx || !epi->sw || epi->N != d))
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "rmsnorm w8a8: a deferred epilogue needs add, sx and sw and N = d "
+                             "(add %s, N=%d, d=%d)", add ? "given" : "NULL", epi->N, d);
     cudaStream_t s = (cudaStream_t)stream;
-    uint8_t *qc = (uint8_t *)q->q;
-    if (q->fp8)
-        rmsnorm_q_kernel<true><<<rows, norm_threads(d), 0, s>>>(out, x, add, bias, weight, d, eps,
-                                                                qc, q->scales, q->ld);
-    else
-        rmsnorm_q_kernel<false><<<rows, norm_threads(d), 0, s>>>(out, x, add, bias, weight, d, eps,
-                                                                 qc, q->scales, q->ld);
+    add_epi e = {};
+    if (deferred) e = add_epi{epi->sx, epi->sw, epi->bias};
+    if (!deferred) launch_rmsnorm<EPI_NONE>(out, x, add, bias, weight, rows, d, eps, q, e, s);
+    else if (epi->fp8) launch_rmsnorm<EPI_FP8>(out, x, add, bias, weight, rows, d, eps, q, e, s);
+    else launch_rmsnorm<EPI_INT8>(out, x, add, bias, weight, rows, d, eps, q, e, s);
     return qrl_cuda_launch_status_("rmsnorm w8a8", err);
 }
 

@@ -30,11 +30,19 @@ qrl_status qrl_cuda_rmsnorm(uint16_t *out, float *x, const float *add, const uin
  * qrl_cuda_{int8,fp8}_quantize_rows(x_bf16 = 1) writes on `out` (issue 5: the W8A8
  * activation quantization fused into the norm before the projection: one launch, no BF16
  * round trip).  x and out are bit-identical to qrl_cuda_rmsnorm's.  out may be NULL when
- * q != NULL (codes only); q == NULL is qrl_cuda_rmsnorm.  Errors: INVALID_ARGUMENT (rows or
- * d <= 0, q->ld < d or not a multiple of 16, both out and q NULL), CUDA (launch). */
+ * q != NULL (codes only); q == NULL is qrl_cuda_rmsnorm.
+ * epi (optional; used when epi->on): add [rows, d] holds the raw sums of a W8A8 GEMM whose
+ * epilogue was deferred (qrl_cuda_w8a8_gemm_args.defer, epi->N == d); each add[r, i] is
+ * finished as the epilogue pass would have (gemm_w8a8.cuh) before the residual add, so x,
+ * out and the codes are bit-identical to the pass followed by this norm (issue 22: no pass
+ * over the o and down outputs).  epi->sx may be q->scales: the row's scale is read before
+ * the codes' scale is written.  Errors: INVALID_ARGUMENT (rows or d <= 0, q->ld < d or not
+ * a multiple of 16, both out and q NULL, a deferred epilogue without add, sx or sw or with
+ * N != d), CUDA (launch). */
 qrl_status qrl_cuda_rmsnorm_w8a8(uint16_t *out, float *x, const float *add, const uint16_t *bias,
                                  const uint16_t *weight, int rows, int d, float eps,
-                                 const qrl_cuda_w8a8_act *q, void *stream, qrl_error *err);
+                                 const qrl_cuda_w8a8_act *q, const qrl_cuda_w8a8_epi *epi,
+                                 void *stream, qrl_error *err);
 
 /* qrl_cuda_rmsnorm (out may be NULL), and the per-token NVFP4 quantization of its F32
  * outputs, before their BF16 rounding, into *q (w4a4-nvfp4): byte for byte what

@@ -11,6 +11,21 @@
 
 #include "cpu/quant.h"
 
+/* The GEMM epilogue of one output, bit for bit the CPU's (qrl_gemm_int8 / qrl_gemm_fp8,
+ * then model/linear.c's F32 bias): (float)acc * sx * sw left to right, then + bias[n];
+ * round-to-nearest intrinsics, no contraction.  Shared by the GEMM kernels (gemm_w8a8.cu)
+ * and the norm that applies a deferred epilogue (norm.cu), so both give the same bits. */
+static __device__ __forceinline__ float qrl_w8a8_acc_f_(int a) { return __int2float_rn(a); }
+static __device__ __forceinline__ float qrl_w8a8_acc_f_(float a) { return a; }
+
+template <typename A>
+static __device__ __forceinline__ float qrl_w8a8_epilogue_(A acc, float sx, float sw,
+                                                           const float *bias, int n) {
+    float v = __fmul_rn(__fmul_rn(qrl_w8a8_acc_f_(acc), sx), sw);
+    if (bias) v = __fadd_rn(v, bias[n]);
+    return v;
+}
+
 /* qrl_int8_encode: RNE of the IEEE quotient, clamped; NaN or scale 0 -> 0. */
 static __device__ __forceinline__ uint8_t qrl_w8a8_enc_int8_(float v, float scale) {
     int8_t c = 0;

@@ -106,7 +106,7 @@ static void norm_case(int rows, int d, int add_mode, int fp8, int with_out, int 
             go = guarded_new(with_out ? n : 1, 2);
     qrl_cuda_w8a8_act aq = {.q = guarded_ptr(gq), .scales = guarded_ptr(gs), .ld = ld, .fp8 = fp8};
     cr_assert_eq(qrl_cuda_rmsnorm_w8a8(with_out ? guarded_ptr(go) : NULL, dx, a, b, dw, rows, d,
-                                       EPS, &aq, NULL, &err), QRL_OK, "%s", err.msg);
+                                       EPS, &aq, NULL, NULL, &err), QRL_OK, "%s", err.msg);
     compare_fused("rmsnorm", gq, gs, go, with_out, rq, rs, ro, rows, d, ld, fp8);
     if (!with_out) qrl_cuda_free(go.base);
     float *x_ref = host_from(dx_ref, n * 4), *x_got = host_from(dx, n * 4);
@@ -183,16 +183,16 @@ Test(cuda_w8a8_fused, errors) {
     void *d = dev_alloc(4096);
     qrl_cuda_w8a8_act bad_ld = {.q = d, .scales = d, .ld = 24, .fp8 = false},
                       short_ld = {.q = d, .scales = d, .ld = 16, .fp8 = true};
-    cr_assert_eq(qrl_cuda_rmsnorm_w8a8(NULL, d, NULL, NULL, d, 1, 17, EPS, &bad_ld, NULL, &err),
+    cr_assert_eq(qrl_cuda_rmsnorm_w8a8(NULL, d, NULL, NULL, d, 1, 17, EPS, &bad_ld, NULL, NULL, &err),
                  QRL_STATUS_INVALID_ARGUMENT);
     cr_assert(strstr(err.msg, "ld=24"), "%s", err.msg);
-    cr_assert_eq(qrl_cuda_rmsnorm_w8a8(NULL, d, NULL, NULL, d, 1, 17, EPS, &short_ld, NULL, &err),
+    cr_assert_eq(qrl_cuda_rmsnorm_w8a8(NULL, d, NULL, NULL, d, 1, 17, EPS, &short_ld, NULL, NULL, &err),
                  QRL_STATUS_INVALID_ARGUMENT);
     cr_assert(strstr(err.msg, "d=17 ld=16"), "%s", err.msg);
-    cr_assert_eq(qrl_cuda_rmsnorm_w8a8(NULL, d, NULL, NULL, d, 1, 16, EPS, NULL, NULL, &err),
+    cr_assert_eq(qrl_cuda_rmsnorm_w8a8(NULL, d, NULL, NULL, d, 1, 16, EPS, NULL, NULL, NULL, &err),
                  QRL_STATUS_INVALID_ARGUMENT);
     cr_assert(strstr(err.msg, "neither"), "%s", err.msg);
-    cr_assert_eq(qrl_cuda_rmsnorm_w8a8(NULL, d, NULL, NULL, d, 0, 16, EPS, &short_ld, NULL, &err),
+    cr_assert_eq(qrl_cuda_rmsnorm_w8a8(NULL, d, NULL, NULL, d, 0, 16, EPS, &short_ld, NULL, NULL, &err),
                  QRL_STATUS_INVALID_ARGUMENT);
     cr_assert_eq(qrl_cuda_swiglu_w8a8(NULL, d, 1, 17, &short_ld, NULL, &err),
                  QRL_STATUS_INVALID_ARGUMENT);
