@@ -334,7 +334,7 @@ static void qat_weights(qrl_model_train_t *tr) {
      * update 1 trained against another policy (bench/e2e.sh fp4+trace: disagree share 0.08,
      * |lp_prox - lp_behav| 0.04; now 1e-7).  So quantize (W/s)*s, which is W again for
      * BF16-valued W at s = 1.5 (docs/uaq.md; not for every s), within 1 ulp otherwise, and
-     * divide the dequantized value by s.  (model_train_cuda.c's qat_weights lacks this.) */
+     * divide the dequantized value by s (model_train_cuda.c's qat_weights does the same). */
     float us = tr->qat_bf16 ? 1.0f : tr->m->uaq_scale;
     static const bool scaled[7] = {true, true, false, true, true, false, true};
     for (int l = 0; l < c->n_layers; l++) {

@@ -77,6 +77,7 @@ struct qrl_model_train_cuda {
      * forward; fw_bf16: the last forward's set_bf16 (its backward reads the same values) */
     qrl_train_cuda_qat *qat;
     bool qat_act, wq_stale, qat_bf16, fw_bf16;
+    float uaq_scale;           /* the model's SPEC §3 UAQ s at creation (1 = none) */
 };
 
 static qrl_status cu(cudaError_t e, const char *what, qrl_error *err) {
@@ -261,6 +262,7 @@ qrl_status qrl_model_train_cuda_new(const qrl_model *m, const qrl_model_train_cu
     qrl_status st = QRL_OK;
     tr->cfg = *c;
     tr->o = *opts;
+    tr->uaq_scale = m->uaq_scale;
     if (tr->o.lm_head_chunk <= 0) tr->o.lm_head_chunk = 1024;
     if (tr->o.lm_head_chunk > tr->o.max_tokens) tr->o.lm_head_chunk = tr->o.max_tokens;
     tr->n_params = qrl_model_param_count(m);
@@ -425,21 +427,27 @@ static qrl_status layer_forward(qrl_model_train_cuda_t *tr, int l, act *a, float
 
 /* QAT: re-quantize every projection's BF16 GEMM copy from its F32 master (set_bf16: from
  * bf16(master), and round the vectors) when a step, set_params, creation or a set_bf16
- * change made the copy stale. */
+ * change made the copy stale.  Version 0 under UAQ (set_bf16 off): the replicas quantize
+ * the unscaled checkpoint W, the masters of q, k, o, gate and down hold W/s, and
+ * nvfp4(W/s) is not nvfp4(W)/s on the FP4 midpoints of BF16-valued checkpoints; so, as
+ * model_train.c's qat_weights (cf94b40, docs/uaq.md), quantize (W/s)*s and divide by s. */
 static qrl_status qat_weights(qrl_model_train_cuda_t *tr, qrl_error *err) {
     tr->fw_bf16 = tr->qat_bf16;
     if (!tr->wq_stale) return QRL_OK;
     const qrl_model_config *c = &tr->cfg;
     int D = c->dim, F = c->hidden_dim, Q = c->n_heads * c->head_dim,
         KV = c->n_kv_heads * c->head_dim;
+    float us = tr->qat_bf16 ? 1.0f : tr->uaq_scale;
+    static const bool scaled[7] = {true, true, false, true, true, false, true};
     for (int l = 0; l < c->n_layers; l++) {
         const layer_ptrs *w = &tr->lw[l];
         const uint16_t *ws[7] = {w->wq, w->wk, w->wv, w->wo, w->wg, w->wu, w->wd};
         int rows[7] = {Q, KV, KV, D, F, F, D}, cols[7] = {D, D, D, Q, D, D, F};
         for (int i = 0; i < 7; i++) {
             size_t off = (size_t)(ws[i] - tr->pbf);
-            QRL_TRY(qrl_train_cuda_qat_weight(tr->qat, tr->params + off, tr->qat_bf16, rows[i],
-                                              cols[i], tr->pbf + off, tr->s, err));
+            QRL_TRY(qrl_train_cuda_qat_weight(tr->qat, tr->params + off, tr->qat_bf16,
+                                              scaled[i] ? us : 1.0f, rows[i], cols[i],
+                                              tr->pbf + off, tr->s, err));
         }
     }
     if (tr->qat_bf16) QRL_TRY(qrl_train_cuda_qat_round_vecs(tr->qat, tr->s, err));

@@ -222,9 +222,10 @@ qrl_status qrl_train_cuda_qat_site(qrl_train_cuda_qat *q, int l, qrl_trace_site_
                              stream, err);
 }
 
-qrl_status qrl_train_cuda_qat_weight(qrl_train_cuda_qat *q, const float *w, bool bf16, int rows,
-                                     int cols, uint16_t *y, void *stream, qrl_error *err) {
-    return qrl_cuda_qat_weight(w, bf16, rows, cols, NULL, y, q->d_amax, stream, err);
+qrl_status qrl_train_cuda_qat_weight(qrl_train_cuda_qat *q, const float *w, bool bf16,
+                                     float scale, int rows, int cols, uint16_t *y, void *stream,
+                                     qrl_error *err) {
+    return qrl_cuda_qat_weight(w, bf16, scale, rows, cols, NULL, y, q->d_amax, stream, err);
 }
 
 qrl_status qrl_train_cuda_qat_vecs(qrl_train_cuda_qat *q, const float **const *v, const int *len,

@@ -50,9 +50,12 @@ qrl_status qrl_train_cuda_qat_site(qrl_train_cuda_qat *q, int l, qrl_trace_site_
                                    const uint16_t *x, uint16_t *y, int T, int width, int heads,
                                    bool count, void *stream, qrl_error *err);
 /* Fake-quantize one projection weight w [rows, cols] (F32 master; bf16: rounded to BF16
- * first, qrl_model_train_qat_set_bf16) into y (BF16, the GEMM operand).  Errors: CUDA. */
-qrl_status qrl_train_cuda_qat_weight(qrl_train_cuda_qat *q, const float *w, bool bf16, int rows,
-                                     int cols, uint16_t *y, void *stream, qrl_error *err);
+ * first, qrl_model_train_qat_set_bf16) into y (BF16, the GEMM operand); scale: quantize
+ * w * scale and divide by it (the UAQ s of a scaled projection at version 0, else 1;
+ * cuda/train_qat.cuh).  Errors: CUDA, INVALID_ARGUMENT (scale not finite > 0). */
+qrl_status qrl_train_cuda_qat_weight(qrl_train_cuda_qat *q, const float *w, bool bf16,
+                                     float scale, int rows, int cols, uint16_t *y, void *stream,
+                                     qrl_error *err);
 
 /* set_bf16's other parameters: keep BF16-rounded copies (device F32, one buffer) of n F32
  * parameter vectors the forward reads as they are (norms, biases): *v[i] (a device pointer,

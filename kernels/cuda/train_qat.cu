@@ -167,17 +167,20 @@ qrl_status qrl_cuda_qat_rows(void *y, int y_bf16, const void *x, int x_bf16, int
 
 /* ---- weights ---------------------------------------------------------------------------- */
 
-/* Weight element i as quantized: the F32 master, or (RB) its BF16 rounding. */
-template <bool RB> static __device__ __forceinline__ float wld(const float *w, size_t i) {
-    return RB ? bf16_round(w[i]) : w[i];
+/* Weight element i as quantized: the F32 master, or (RB) its BF16 rounding, times f (the
+ * UAQ scale at version 0, else 1: untouched), rounded to F32 as model_train.c's y[k] *= f. */
+template <bool RB> static __device__ __forceinline__ float wld(const float *w, size_t i, float f) {
+    const float x = RB ? bf16_round(w[i]) : w[i];
+    return f == 1.0f ? x : __fmul_rn(x, f);
 }
 
-template <bool RB> static __global__ void amax_kernel(float *amax, const float *w, size_t n) {
+template <bool RB>
+static __global__ void amax_kernel(float *amax, const float *w, size_t n, float f) {
     __shared__ float sh32[32];
     float m = 0.0f;
     for (size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x; i < n;
          i += (size_t)gridDim.x * blockDim.x) {
-        float a = fabsf(wld<RB>(w, i));
+        float a = fabsf(wld<RB>(w, i, f));
         if (isfinite(a) && a > m) m = a;
     }
     m = block_max(m, sh32);
@@ -185,8 +188,8 @@ template <bool RB> static __global__ void amax_kernel(float *amax, const float *
 }
 
 template <bool RB>
-static __global__ void qat_weight_kernel(const float *w, int cols, size_t nblocks, int nbr,
-                                         const float *amax, float *yf, uint16_t *yb) {
+static __global__ void qat_weight_kernel(const float *w, float f, int cols, size_t nblocks,
+                                         int nbr, const float *amax, float *yf, uint16_t *yb) {
     size_t i = blockIdx.x * (size_t)blockDim.x + threadIdx.x;
     if (i >= nblocks) return;
     const float g = qrl_nvfp4_s_enc_(*amax);
@@ -195,21 +198,24 @@ static __global__ void qat_weight_kernel(const float *w, int cols, size_t nblock
     const size_t base = row * (size_t)cols + j0;
     float v[NVB], ds;
     unsigned dis = 0;
-    for (int j = 0; j < len; j++) v[j] = wld<RB>(w, base + j);
+    for (int j = 0; j < len; j++) v[j] = wld<RB>(w, base + j, f);
     uint64_t c = quant_block(v, len, g, NULL, 0, &ds, &dis);
     for (int j = 0; j < len; j++) {
         float q = dq(c, j, ds);
+        if (f != 1.0f) q = __fdiv_rn(q, f); /* model_train.c's y[k] /= f (IEEE division) */
         if (yf) yf[base + j] = q;
         if (yb) yb[base + j] = qrl_bf16_st_(q);
     }
 }
 
-qrl_status qrl_cuda_qat_weight(const float *w, int w_bf16, int rows, int cols, float *y_f32,
-                               uint16_t *y_bf16, float *amax, void *stream, qrl_error *err) {
-    if (rows <= 0 || cols <= 0 || (!y_f32 && !y_bf16) || !w || !amax)
+qrl_status qrl_cuda_qat_weight(const float *w, int w_bf16, float scale, int rows, int cols,
+                               float *y_f32, uint16_t *y_bf16, float *amax, void *stream,
+                               qrl_error *err) {
+    if (rows <= 0 || cols <= 0 || (!y_f32 && !y_bf16) || !w || !amax ||
+        !(isfinite(scale) && scale > 0.0f))
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
-                             "qat weight: rows %d, cols %d, outputs %s/%s", rows, cols,
-                             y_f32 ? "f32" : "-", y_bf16 ? "bf16" : "-");
+                             "qat weight: rows %d, cols %d, scale %g, outputs %s/%s", rows, cols,
+                             (double)scale, y_f32 ? "f32" : "-", y_bf16 ? "bf16" : "-");
     cudaStream_t s = (cudaStream_t)stream;
     cudaError_t e = cudaMemsetAsync(amax, 0, sizeof(float), s);
     if (e != cudaSuccess)
@@ -217,14 +223,16 @@ qrl_status qrl_cuda_qat_weight(const float *w, int w_bf16, int rows, int cols, f
     size_t n = (size_t)rows * cols;
     size_t g = (n + 255) / 256;
     unsigned ga = (unsigned)(g < 1024 ? g : 1024);
-    if (w_bf16) amax_kernel<true><<<ga, 256, 0, s>>>(amax, w, n);
-    else amax_kernel<false><<<ga, 256, 0, s>>>(amax, w, n);
+    if (w_bf16) amax_kernel<true><<<ga, 256, 0, s>>>(amax, w, n, scale);
+    else amax_kernel<false><<<ga, 256, 0, s>>>(amax, w, n, scale);
     QRL_TRY(qrl_cuda_launch_status_("qat weight amax", err));
     int nbr = (cols + NVB - 1) / NVB;
     size_t nblocks = (size_t)rows * nbr;
     unsigned gb = (unsigned)((nblocks + 127) / 128);
-    if (w_bf16) qat_weight_kernel<true><<<gb, 128, 0, s>>>(w, cols, nblocks, nbr, amax, y_f32, y_bf16);
-    else qat_weight_kernel<false><<<gb, 128, 0, s>>>(w, cols, nblocks, nbr, amax, y_f32, y_bf16);
+    if (w_bf16)
+        qat_weight_kernel<true><<<gb, 128, 0, s>>>(w, scale, cols, nblocks, nbr, amax, y_f32, y_bf16);
+    else
+        qat_weight_kernel<false><<<gb, 128, 0, s>>>(w, scale, cols, nblocks, nbr, amax, y_f32, y_bf16);
     return qrl_cuda_launch_status_("qat weight", err);
 }
 

@@ -15,7 +15,8 @@
  * nearest even (the training GEMMs' operand).
  *
  * All pointers are device pointers; `stream` is a cudaStream_t (NULL = default).  Errors:
- * INVALID_ARGUMENT for non-positive sizes or a missing output, CUDA for a failed launch. */
+ * INVALID_ARGUMENT for non-positive sizes, a missing output or a bad scale, CUDA for a
+ * failed launch. */
 #ifndef QRL_CUDA_TRAIN_QAT_CUH
 #define QRL_CUDA_TRAIN_QAT_CUH
 
@@ -54,10 +55,13 @@ qrl_status qrl_cuda_qat_rows(void *y, int y_bf16, const void *x, int x_bf16, int
  * y_bf16 [rows, cols] (either may be NULL, not both; neither may alias w).  w_bf16: quantize
  * every element rounded to BF16 first (nearest even, core/tensor.h's qrl_f32_to_bf16: amax
  * and codes from the rounded values; a replica that received the BF16 weight stream),
- * as the CPU's qrl_model_train_qat_set_bf16.  amax: device scratch of one float
- * (overwritten). */
-qrl_status qrl_cuda_qat_weight(const float *w, int w_bf16, int rows, int cols, float *y_f32,
-                               uint16_t *y_bf16, float *amax, void *stream, qrl_error *err);
+ * as the CPU's qrl_model_train_qat_set_bf16.  scale (finite, > 0; 1 = plain): quantize
+ * fl(w * scale) and divide each dequantized value by scale (IEEE-rounded F32 both), as
+ * model_train.c's qat_weights does for a UAQ-scaled projection at version 0 (docs/uaq.md:
+ * the replica quantizes the unscaled W).  amax: device scratch of one float (overwritten). */
+qrl_status qrl_cuda_qat_weight(const float *w, int w_bf16, float scale, int rows, int cols,
+                               float *y_f32, uint16_t *y_bf16, float *amax, void *stream,
+                               qrl_error *err);
 
 /* y [n] = x rounded to BF16 (nearest even), as F32 (y may be x; n 0: nothing). */
 qrl_status qrl_cuda_bf16_round(float *y, const float *x, size_t n, void *stream,
