@@ -38,10 +38,6 @@ for r in ${RUNS:-default:-:bf16:bf16,int8,fp8,int4,int4-protected}; do
     --formats $fm --out "$w/dec-$label.json" > "$w/dec-$label.log" 2>&1
   at "decode $label rc=$?"
 done
-if [ -n "${FULL:-}" ] && [ "$(left)" -gt 90 ]; then
-  QRL_DECODE_REPEATS=10 timeout $(( $(left) - 30 )) $b/bench/decode --out "$out/decode-full.json" > "$w/decode-full.log" 2>&1
-  at "decode full rc=$?"
-fi
 if [ -n "${NCU:-}" ]; then
   for f in bf16 int8 fp8 int4 int4-protected; do
     [ "$(left)" -gt 25 ] || break
@@ -51,6 +47,10 @@ if [ -n "${NCU:-}" ]; then
       $b/bench/decode --shape ${NCU_SHAPE:-88x4767} --formats $f > "$w/ncuattn-$f.log" 2>&1
     at "ncu attention $f rc=$?"
   done
+fi
+if [ -n "${FULL:-}" ] && [ "$(left)" -gt 90 ]; then
+  QRL_DECODE_REPEATS=10 timeout $(( $(left) - 30 )) $b/bench/decode --out "$out/decode-full.json" > "$w/decode-full.log" 2>&1
+  at "decode full rc=$?"
 fi
 for p in ${PROFILES:-}; do
   [ "$(left)" -gt 30 ] || { echo "skip profile $p (budget)"; continue; }
