@@ -5,7 +5,7 @@
 # cases of test_cuda_ops, test_cuda_kv; engine steps and graph replays: test_cuda_forward_kv,
 # test_cuda_graphs), pass/fail and the worst errors; then the late-stage decode step
 # (QRL_DECODE_REPEATS=3 bench/decode --from 10 --grid 0) for bf16 and int4-protected KV with
-# the fused merge (default) and with QRL_ATTN_MERGE_KERNEL=1 (the separate merge kernel),
+# the fused merge (QRL_ATTN_MERGE_KERNEL=0) and with the separate merge kernel (=1, the default),
 # ms per step side by side.  Every step runs under what is left of BUDGET_S (default 150 s).
 # Logs and JSON under $OUT (or /tmp); the short table last.
 set -uo pipefail

@@ -453,7 +453,7 @@ qrl_status qrl_cuda_attention(const qrl_cuda_attention_args *a, void *stream, qr
     float sl2 = a->scale * 1.4426950408889634f;
     dim3 grid(ns, a->n_kv_heads, a->n);
     cudaStream_t st = (cudaStream_t)stream;
-    /* tensor-core path: the merge fused into the split kernel unless QRL_ATTN_MERGE_KERNEL */
+    /* tensor-core path: the merge fused into the split kernel with QRL_ATTN_MERGE_KERNEL=0 */
     bool fused = tc && !qrl_tuning_bool(QRL_TUNING_ATTN_MERGE_KERNEL);
     unsigned *cnt = fused ? (unsigned *)(a->work + a->work_floats) : NULL;
     if (tc && hd == 64) launch_tc<64>(a, grid, sl2, chunk, ns, sh, cnt, st);

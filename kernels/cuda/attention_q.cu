@@ -206,8 +206,8 @@ qrl_status qrl_cuda_attention_q(const qrl_cuda_kvq_layer *c, uint16_t *out, cons
     float sl2 = scale * 1.4426950408889634f;
     cudaStream_t st = (cudaStream_t)stream;
     dim3 grid(ns, c->n_kv_heads, n);
-    if (tc) { /* one launch, the protected split included; the merge fused into it unless
-               * QRL_ATTN_MERGE_KERNEL */
+    if (tc) { /* one launch, the protected split included; the merge fused into it with
+               * QRL_ATTN_MERGE_KERNEL=0 */
         int f = fmt == QRL_CUDA_KVQ_INT8 ? F_INT8 : fmt == QRL_CUDA_KVQ_FP8 ? F_FP8
               : fmt == QRL_CUDA_KVQ_FP4 ? F_FP4 : F_INT4;
         bool fused = !qrl_tuning_bool(QRL_TUNING_ATTN_MERGE_KERNEL);
