@@ -99,7 +99,6 @@ int main(int argc, char **argv) {
         CK(cudaMalloc((void **)&o2, (size_t)B * Q * 2));
         CK(cudaMalloc((void **)&q, (size_t)B * Q * 4));
         CK(cudaMalloc((void **)&work, wf * 4));
-        CK(cudaMemset(work, 0, wf * 4)); /* the fused attention merge's counters */
         CK(cudaMalloc((void **)&tab, ((size_t)B * mb + 2 * (size_t)B) * 4));
         CK(cudaMemcpy(tab, h, ((size_t)B * mb + 2 * (size_t)B) * 4, cudaMemcpyHostToDevice));
         QK(qrl_cuda_fill_random_bf16(kc, 2 * kvn * L, 7 + s, 0, 1, NULL, &err));

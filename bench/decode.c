@@ -82,7 +82,6 @@ static void breakdown(int layers, int B, int ctx, double *gemm_ms, double *attn_
     CK(cudaMalloc((void **)&kc, 2 * kvn * 2));
     CK(cudaMalloc((void **)&q, (size_t)B * Q * 4));
     CK(cudaMalloc((void **)&work, wf * 4));
-    CK(cudaMemset(work, 0, wf * 4)); /* the fused attention merge's counters */
     CK(cudaMalloc((void **)&tab, (size_t)B * mb * 4 + 2 * (size_t)B * 4));
     rseq = tab + (size_t)B * mb;
     rpos = rseq + B;

@@ -376,9 +376,6 @@ qrl_status qrl_cuda_forward_new(const qrl_model_config *cfg, const qrl_cuda_forw
     if (f->prec->proj != PROJ_BF16) carve_qweights(f, &lo);
     QRL_TRY_GOTO(cuda_st(cudaMemsetAsync(f->d_tables, 0, (size_t)f->slots * f->max_blocks * 4,
                                          f->stream), "memset", err), fail);
-    /* the attention scratch's tail holds the fused split merge's counters: zero once, every
-     * attention call leaves them zero (kernels/cuda/attention.cuh) */
-    QRL_TRY_GOTO(cuda_st(cudaMemsetAsync(f->work, 0, f->work_floats * 4, f->stream), "memset", err), fail);
     QRL_TRY_GOTO(qrl_cuda_forward_pad_seq_init(f, err), fail);
     *out = f;
     return QRL_OK;

@@ -51,10 +51,6 @@ extern "C" {
     X(ATTN_LEGACY, "attn_legacy", BOOL, 0, 0, 1,                                              \
       "decode attention (bf16 and quantized KV): the CUDA-core kernel for every head_dim "    \
       "instead of the tensor-core one at 64 and 128 (A/B); read per call")                    \
-    X(ATTN_MERGE_KERNEL, "attn_merge_kernel", BOOL, 1, 0, 1,                                  \
-      "decode attention (bf16 and quantized KV), tensor-core path: 1 merges the splits in a "  \
-      "separate kernel, 0 in the split kernel's last block per (row, kv head) (bit-identical; " \
-      "0 measured 1-4% slower per decode step on an H100, docs/performance.md); read per call")                                            \
     X(ATTN_STAGES, "attn_stages", INT, 2, 2, 3,                                               \
       "bf16 decode attention, tensor-core path: cp.async pipeline depth; read per call")      \
     X(ATTN_VARIANT, "attn_variant", INT, 1, 0, 2,                                             \

@@ -133,46 +133,6 @@ attn_split_kernel(qrl_cuda_attention_args a, float scale_log2, int chunk, int n_
     }
 }
 
-/* One output element (q head h of row r, dim d) from the row's first ns splits, scratch
- * index base = (r * H + h) * n_splits: weights 2^(m_s - M) by the splits' maxima.  Shared
- * by the merge kernel and the fused merge, so both give the same bits.  L2 loads (__ldcg):
- * the fused merge reads what other blocks of the same launch wrote. */
-static __device__ __forceinline__ float merge_elem(const float *work, const float *ml, size_t base,
-                                                   int ns, int hd, int d) {
-    float M = -INFINITY;
-    for (int s = 0; s < ns; s++) M = fmaxf(M, __ldcg(ml + 2 * (base + s)));
-    float A = 0.0f, L = 0.0f;
-    for (int s = 0; s < ns; s++) {
-        float w = exp2f(__ldcg(ml + 2 * (base + s)) - M);
-        A += __ldcg(work + (base + s) * hd + d) * w;
-        L += __ldcg(ml + 2 * (base + s) + 1) * w;
-    }
-    return A / L;
-}
-
-/* The split merge fused into the split kernel ("last block merges"): after its partials
- * are stored, a block counts itself on the (row, kv head) counter *cnt; the block that
- * finds ns - 1 others before it merges the ns splits of its G q heads into out (the
- * arithmetic of attn_merge_kernel) and sets the counter back to 0 for the next launch
- * (graph replays).  Out of line: the split's registers are dead by then. */
-static __device__ __noinline__ void merge_if_last(uint16_t *out, const float *work, int hd, int H,
-                                                  int G, int kvh, int r, int ns, int n_splits,
-                                                  size_t ml_off, unsigned *cnt) {
-    __threadfence(); /* this block's partials before its count */
-    __syncthreads();
-    unsigned prev = 0;
-    if (threadIdx.x == 0) prev = atomicAdd(cnt, 1u);
-    if (!__syncthreads_or(threadIdx.x == 0 && prev == (unsigned)ns - 1u)) return;
-    if (threadIdx.x == 0) *cnt = 0u; /* every block of (r, kvh) has counted */
-    __threadfence();
-    const float *ml = work + ml_off;
-    for (int idx = threadIdx.x; idx < G * hd; idx += blockDim.x) {
-        int h = kvh * G + idx / hd, d = idx % hd;
-        out[(size_t)r * H * hd + (size_t)h * hd + d] =
-            qrl_bf16_st_(merge_elem(work, ml, ((size_t)r * H + h) * n_splits, ns, hd, d));
-    }
-}
-
 /* ---- tensor-core path (head_dim 64 or 128): K/V tiles through shared memory ------------
  * Each warp owns tiles of TC_T = 16 positions (interleaved over the block's chunk) and
  * runs its own cp.async pipeline TC_STAGES deep, so K/V bytes stay in flight while it
@@ -195,7 +155,7 @@ static __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 template <int HD, int TC_STAGES, int V>
 static __global__ void __launch_bounds__(WARPS * 32, V == 2 ? 3 : 1)
 attn_tc_kernel(qrl_cuda_attention_args a, float scale_log2, int chunk, int n_splits,
-               int bs_shift, unsigned *cnt_end) {
+               int bs_shift) {
     constexpr int CPR = HD / 8, KS = HD / 16, TILE_ELEMS = TC_T * HD;
     extern __shared__ __align__(16) uint16_t tc_sm[];
     int s = blockIdx.x, kvh = blockIdx.y, r = blockIdx.z;
@@ -346,14 +306,11 @@ attn_tc_kernel(qrl_cuda_attention_args a, float scale_log2, int chunk, int n_spl
             ml[2 * base + 1] = L;
         }
     }
-    if (cnt_end) /* the row's chunks holding positions [0, row_pos]: those that ran */
-        merge_if_last(a.out, a.work, HD, H, G, kvh, r, (a.row_pos[r] + chunk) / chunk, n_splits,
-                      (size_t)a.n * H * n_splits * HD, cnt_end - 1 - ((size_t)r * a.n_kv_heads + kvh));
 }
 
 template <int HD, int STG, int V>
 static void launch_tc_st(const qrl_cuda_attention_args *a, dim3 grid, float sl2, int chunk,
-                         int ns, int sh, unsigned *cnt, cudaStream_t st) {
+                         int ns, int sh, cudaStream_t st) {
     size_t kv = (size_t)WARPS * STG * 2 * TC_T * HD * 2;
     size_t mg = (size_t)WARPS * 8 * (HD + 2) * 4;
     size_t bytes = kv > mg ? kv : mg;
@@ -367,7 +324,7 @@ static void launch_tc_st(const qrl_cuda_attention_args *a, dim3 grid, float sl2,
                                  cudaFuncAttributeMaxDynamicSharedMemorySize, (int)bytes) == cudaSuccess)
             done.fetch_or(bit);
     }
-    attn_tc_kernel<HD, STG, V><<<grid, WARPS * 32, bytes, st>>>(*a, sl2, chunk, ns, sh, cnt);
+    attn_tc_kernel<HD, STG, V><<<grid, WARPS * 32, bytes, st>>>(*a, sl2, chunk, ns, sh);
 }
 
 
@@ -375,16 +332,16 @@ static void launch_tc_st(const qrl_cuda_attention_args *a, dim3 grid, float sl2,
  * select the others for A/B timing. */
 template <int HD>
 static void launch_tc(const qrl_cuda_attention_args *a, dim3 grid, float sl2, int chunk, int ns,
-                      int sh, unsigned *cnt, cudaStream_t st) {
+                      int sh, cudaStream_t st) {
     int stages = qrl_tuning_int(QRL_TUNING_ATTN_STAGES), v = qrl_tuning_int(QRL_TUNING_ATTN_VARIANT);
     if (stages == 3) {
-        if (v == 0) launch_tc_st<HD, 3, 0>(a, grid, sl2, chunk, ns, sh, cnt, st);
-        else if (v == 2) launch_tc_st<HD, 3, 2>(a, grid, sl2, chunk, ns, sh, cnt, st);
-        else launch_tc_st<HD, 3, 1>(a, grid, sl2, chunk, ns, sh, cnt, st);
+        if (v == 0) launch_tc_st<HD, 3, 0>(a, grid, sl2, chunk, ns, sh, st);
+        else if (v == 2) launch_tc_st<HD, 3, 2>(a, grid, sl2, chunk, ns, sh, st);
+        else launch_tc_st<HD, 3, 1>(a, grid, sl2, chunk, ns, sh, st);
     } else {
-        if (v == 0) launch_tc_st<HD, 2, 0>(a, grid, sl2, chunk, ns, sh, cnt, st);
-        else if (v == 2) launch_tc_st<HD, 2, 2>(a, grid, sl2, chunk, ns, sh, cnt, st);
-        else launch_tc_st<HD, 2, 1>(a, grid, sl2, chunk, ns, sh, cnt, st);
+        if (v == 0) launch_tc_st<HD, 2, 0>(a, grid, sl2, chunk, ns, sh, st);
+        else if (v == 2) launch_tc_st<HD, 2, 2>(a, grid, sl2, chunk, ns, sh, st);
+        else launch_tc_st<HD, 2, 1>(a, grid, sl2, chunk, ns, sh, st);
     }
 }
 
@@ -393,12 +350,20 @@ static __global__ void attn_merge_kernel(qrl_cuda_attention_args a, int chunk, i
     int ns = (a.row_pos[r] + chunk) / chunk; /* chunks holding positions [0, row_pos] */
     size_t base = ((size_t)r * H + h) * n_splits;
     const float *ml = a.work + (size_t)a.n * H * n_splits * HD;
-    a.out[(size_t)r * H * HD + (size_t)h * HD + d] = qrl_bf16_st_(merge_elem(a.work, ml, base, ns, HD, d));
+    float M = -INFINITY;
+    for (int s = 0; s < ns; s++) M = fmaxf(M, ml[2 * (base + s)]);
+    float A = 0.0f, L = 0.0f;
+    for (int s = 0; s < ns; s++) {
+        float w = exp2f(ml[2 * (base + s)] - M);
+        A += a.work[(base + s) * HD + d] * w;
+        L += ml[2 * (base + s) + 1] * w;
+    }
+    a.out[(size_t)r * H * HD + (size_t)h * HD + d] = qrl_bf16_st_(A / L);
 }
 
 size_t qrl_cuda_attention_work_floats(int n, int n_heads, int head_dim, int max_len) {
     size_t splits = ((size_t)max_len + TILE_MIN - 1) / TILE_MIN;
-    return (size_t)n * n_heads * splits * (head_dim + 2) + counter_floats(n, n_heads);
+    return (size_t)n * n_heads * splits * (head_dim + 2);
 }
 
 template <int HD>
@@ -445,19 +410,15 @@ qrl_status qrl_cuda_attention(const qrl_cuda_attention_args *a, void *stream, qr
         chunk = round_tile((a->max_len + ns - 1) / ns);
         ns = (a->max_len + chunk - 1) / chunk;
     }
-    /* the counters at the tail are never partials (whatever path ran before) */
-    size_t need = (size_t)a->n * a->n_heads * ns * (hd + 2) + counter_floats(a->n, a->n_heads);
+    size_t need = (size_t)a->n * a->n_heads * ns * (hd + 2);
     if (need > a->work_floats)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "attention: scratch of %zu floats, need %zu", a->work_floats, need);
     float sl2 = a->scale * 1.4426950408889634f;
     dim3 grid(ns, a->n_kv_heads, a->n);
     cudaStream_t st = (cudaStream_t)stream;
-    /* tensor-core path: the merge fused into the split kernel with QRL_ATTN_MERGE_KERNEL=0 */
-    bool fused = tc && !qrl_tuning_bool(QRL_TUNING_ATTN_MERGE_KERNEL);
-    unsigned *cnt = fused ? (unsigned *)(a->work + a->work_floats) : NULL;
-    if (tc && hd == 64) launch_tc<64>(a, grid, sl2, chunk, ns, sh, cnt, st);
-    else if (tc) launch_tc<128>(a, grid, sl2, chunk, ns, sh, cnt, st);
+    if (tc && hd == 64) launch_tc<64>(a, grid, sl2, chunk, ns, sh, st);
+    else if (tc) launch_tc<128>(a, grid, sl2, chunk, ns, sh, st);
     else switch (hd) {
     case 8: launch_hd<8>(a, gt, grid, sl2, chunk, ns, st); break;
     case 16: launch_hd<16>(a, gt, grid, sl2, chunk, ns, st); break;
@@ -466,7 +427,6 @@ qrl_status qrl_cuda_attention(const qrl_cuda_attention_args *a, void *stream, qr
     case 128: launch_hd<128>(a, gt, grid, sl2, chunk, ns, st); break;
     default: launch_hd<256>(a, gt, grid, sl2, chunk, ns, st); break;
     }
-    if (fused) return qrl_cuda_launch_status_("attention split (merge fused)", err);
     QRL_TRY(qrl_cuda_launch_status_("attention split", err));
     attn_merge_kernel<<<dim3(a->n_heads, a->n), hd, 0, st>>>(*a, chunk, ns);
     return qrl_cuda_launch_status_("attention merge", err);

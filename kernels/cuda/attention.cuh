@@ -3,9 +3,8 @@
  *
  * Flash-decoding: the context of each row is split into chunks of whole tiles; one thread
  * block per (chunk, kv head, row) reads that chunk's K and V once for all the q heads of
- * its GQA group, keeping a running max and sum of exponentials per head; the chunks are
- * merged by their maxima and sums (tensor-core path: by the last block of the row's
- * chunks; else by a second kernel).  head_dim 64 and 128 take a tensor-core
+ * its GQA group, keeping a running max and sum of exponentials per head; a second kernel
+ * merges the chunks by their maxima and sums.  head_dim 64 and 128 take a tensor-core
  * path (K/V tiles staged through shared memory by cp.async, scores and P·V by mma.sync);
  * other head dims a CUDA-core one.  The same launcher serves a prefill chunk:
  * each row attends causally to positions [0, row_pos[r]], reading K/V rows written by
@@ -39,18 +38,10 @@ typedef struct qrl_cuda_attention_args {
     size_t work_floats;
 } qrl_cuda_attention_args;
 
-/* Scratch floats for up to n rows, contexts up to max_len: the splits' partials, then a
- * tail of n * n_heads floats for the fused merge's counters. */
+/* Scratch floats for up to n rows, contexts up to max_len. */
 size_t qrl_cuda_attention_work_floats(int n, int n_heads, int head_dim, int max_len);
 
-/* work: qrl_cuda_attention_work_floats(n_max, n_heads, head_dim, max_len_max) floats for
- * every call with n <= n_max, max_len <= max_len_max, zeroed once before the first call
- * (cudaMemset): the tensor-core path (head_dim 64 / 128) merges the splits in the last
- * block of each (row, kv head) of the split launch, counting blocks on counters at the
- * tail of work, and leaves them zero (QRL_ATTN_MERGE_KERNEL=1: a separate merge kernel,
- * bit-identical outputs).  One work buffer per stream (calls sharing one must not
- * overlap); the quantized attention may share it.
- * Errors: UNSUPPORTED (head_dim not in {8,16,32,64,128,256}, or more than 8 q heads per kv
+/* Errors: UNSUPPORTED (head_dim not in {8,16,32,64,128,256}, or more than 8 q heads per kv
  * head), INVALID_ARGUMENT (sizes, scratch too small), CUDA (launch). */
 qrl_status qrl_cuda_attention(const qrl_cuda_attention_args *a, void *stream, qrl_error *err);
 

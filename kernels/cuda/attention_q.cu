@@ -147,8 +147,20 @@ static __global__ void attnq_merge_kernel(qargs a, int hd, int n_splits) {
     int h = blockIdx.x, r = blockIdx.y, H = a.n_heads;
     size_t base = ((size_t)r * H + h) * n_splits;
     const float *ml = a.work + (size_t)a.n * H * n_splits * hd;
-    for (int d = threadIdx.x; d < hd; d += blockDim.x)
-        a.out[(size_t)r * H * hd + (size_t)h * hd + d] = qrl_bf16_st_(merge_elem_q(a.work, ml, base, n_splits, hd, d));
+    for (int d = threadIdx.x; d < hd; d += blockDim.x) {
+        float M = -INFINITY;
+        for (int s = 0; s < n_splits; s++)
+            if (ml[2 * (base + s) + 1] > 0.0f) M = fmaxf(M, ml[2 * (base + s)]);
+        float A = 0.0f, L = 0.0f;
+        for (int s = 0; s < n_splits; s++) {
+            float l = ml[2 * (base + s) + 1];
+            if (!(l > 0.0f)) continue;
+            float w = exp2f(ml[2 * (base + s)] - M);
+            A += a.work[(base + s) * hd + d] * w;
+            L += l * w;
+        }
+        a.out[(size_t)r * H * hd + (size_t)h * hd + d] = qrl_bf16_st_(L > 0.0f ? A / L : 0.0f);
+    }
 }
 
 
@@ -157,7 +169,7 @@ static __global__ void attnq_merge_kernel(qargs a, int hd, int n_splits) {
 
 size_t qrl_cuda_attention_q_work_floats(int n, int n_heads, int head_dim, int max_len) {
     size_t splits = ((size_t)max_len + TILE_MIN - 1) / TILE_MIN + 1;
-    return (size_t)n * n_heads * splits * (head_dim + 2) + counter_floats(n, n_heads);
+    return (size_t)n * n_heads * splits * (head_dim + 2);
 }
 
 /* CUDA-core path: one launch per region. */
@@ -197,8 +209,7 @@ qrl_status qrl_cuda_attention_q(const qrl_cuda_kvq_layer *c, uint16_t *out, cons
     for (int k = 0; k < 31; k++) if (c->block_size == 1 << k) sh = k;
     int chunk, ns = tc_splits(max_len, (long)n * c->n_kv_heads, &chunk);
     int total = ns + (prot ? 1 : 0);
-    /* the counters at the tail are never partials (whatever path ran before) */
-    size_t need = (size_t)n * n_heads * total * (hd + 2) + counter_floats(n, n_heads);
+    size_t need = (size_t)n * n_heads * total * (hd + 2);
     if (need > work_floats)
         return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
                              "attention (quantized kv): scratch of %zu floats, need %zu", work_floats, need);
@@ -206,15 +217,11 @@ qrl_status qrl_cuda_attention_q(const qrl_cuda_kvq_layer *c, uint16_t *out, cons
     float sl2 = scale * 1.4426950408889634f;
     cudaStream_t st = (cudaStream_t)stream;
     dim3 grid(ns, c->n_kv_heads, n);
-    if (tc) { /* one launch, the protected split included; the merge fused into it with
-               * QRL_ATTN_MERGE_KERNEL=0 */
+    if (tc) { /* one launch, the protected split included */
         int f = fmt == QRL_CUDA_KVQ_INT8 ? F_INT8 : fmt == QRL_CUDA_KVQ_FP8 ? F_FP8
               : fmt == QRL_CUDA_KVQ_FP4 ? F_FP4 : F_INT4;
-        bool fused = !qrl_tuning_bool(QRL_TUNING_ATTN_MERGE_KERNEL);
         qrl_attnq_tc_launch(a, f, hd, dim3(total, c->n_kv_heads, n), sl2, chunk, total, sh, ns,
-                            prot ? c->sink + c->recent : 0,
-                            fused ? (unsigned *)(work + work_floats) : NULL, st);
-        if (fused) return qrl_cuda_launch_status_("attention (quantized kv) split (merge fused)", err);
+                            prot ? c->sink + c->recent : 0, st);
         QRL_TRY(qrl_cuda_launch_status_("attention (quantized kv) split", err));
     } else {
         if (fmt == QRL_CUDA_KVQ_INT8) launch_cc<F_INT8>(a, hd, grid, 0, sl2, chunk, total, 0, sh, st);

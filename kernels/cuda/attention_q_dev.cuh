@@ -77,34 +77,11 @@ static __device__ __forceinline__ void put_split(const qargs &a, int r, int h, i
     }
 }
 
-/* One output element (q head h of row r, dim d) from all n_splits splits, scratch index
- * base = (r * H + h) * n_splits, skipping empty splits (sum 0).  Shared by the merge kernel
- * (attention_q.cu) and the fused merge (attention_q_tc.cu), so both give the same bits.
- * L2 loads (__ldcg): the fused merge reads what other blocks of its launch wrote. */
-static __device__ __forceinline__ float merge_elem_q(const float *work, const float *ml, size_t base,
-                                                     int n_splits, int hd, int d) {
-    float M = -INFINITY;
-    for (int s = 0; s < n_splits; s++)
-        if (__ldcg(ml + 2 * (base + s) + 1) > 0.0f) M = fmaxf(M, __ldcg(ml + 2 * (base + s)));
-    float A = 0.0f, L = 0.0f;
-    for (int s = 0; s < n_splits; s++) {
-        float l = __ldcg(ml + 2 * (base + s) + 1);
-        if (!(l > 0.0f)) continue;
-        float w = exp2f(__ldcg(ml + 2 * (base + s)) - M);
-        A += __ldcg(work + (base + s) * hd + d) * w;
-        L += l * w;
-    }
-    return L > 0.0f ? A / L : 0.0f;
-}
 
 /* Tensor-core path (head_dim 64 / 128; attention_q_tc.cu): grid (n_main + (prot_len > 0),
  * kv heads, rows); block x < n_main is main-store chunk x of format fmt (F_*), block x =
- * n_main the protected positions (prot_len = sink + recent) of an int4-protected cache.
- * cnt_end: the end of the work scratch's counter tail (splits.cuh counter_floats): the
- * last block of each (row, kv head) merges its splits into out; NULL: partials only (the
- * caller launches attnq_merge_kernel). */
+ * n_main the protected positions (prot_len = sink + recent) of an int4-protected cache. */
 void qrl_attnq_tc_launch(const qargs &a, int fmt, int hd, dim3 grid, float sl2, int chunk,
-                         int n_splits, int bs_shift, int n_main, int prot_len, unsigned *cnt_end,
-                         cudaStream_t st);
+                         int n_splits, int bs_shift, int n_main, int prot_len, cudaStream_t st);
 
 #endif

@@ -511,30 +511,6 @@ static __device__ __forceinline__ void tc_split(const qargs &a, int region, floa
     }
 }
 
-/* The split merge fused into the split kernel ("last block merges"): after its partials
- * are stored, a block counts itself on the (row, kv head) counter *cnt; the block that
- * finds n_splits - 1 others before it (every block of the grid's x counts, empty splits
- * too) merges all splits of its G q heads into out (attnq_merge_kernel's arithmetic) and
- * sets the counter back to 0 for the next launch (graph replays).  Out of line, so the
- * split's register budget (4 blocks/SM at <= 128) stays as it was. */
-static __device__ __noinline__ void merge_if_last_q(uint16_t *out, const float *work, int hd, int H,
-                                                    int G, int kvh, int r, int n_splits,
-                                                    size_t ml_off, unsigned *cnt) {
-    __threadfence(); /* this block's partials before its count */
-    __syncthreads();
-    unsigned prev = 0;
-    if (threadIdx.x == 0) prev = atomicAdd(cnt, 1u);
-    if (!__syncthreads_or(threadIdx.x == 0 && prev == (unsigned)n_splits - 1u)) return;
-    if (threadIdx.x == 0) *cnt = 0u; /* every block of (r, kvh) has counted */
-    __threadfence();
-    const float *ml = work + ml_off;
-    for (int idx = threadIdx.x; idx < G * hd; idx += blockDim.x) {
-        int h = kvh * G + idx / hd, d = idx % hd;
-        out[(size_t)r * H * hd + (size_t)h * hd + d] =
-            qrl_bf16_st_(merge_elem_q(work, ml, ((size_t)r * H + h) * n_splits, n_splits, hd, d));
-    }
-}
-
 /* Grid (n_main [+ 1], kv heads, rows).  int4-protected (prot_len > 0): block x = n_main is
  * the row's protected positions (sink + recent window) from the INT8 side cache, in the
  * same launch as the INT4 main-store splits. */
@@ -542,22 +518,16 @@ template <int HD, int FMT, int STG, int DQ>
 /* DQ 0 / 1: <= 168 registers, 3 blocks/SM (at 128 for 4 blocks/SM they spilled); DQ 2: 4
  * blocks/SM at 119-128 registers, no spills (ptxas -v, sm_90) */
 static __global__ void __launch_bounds__(WARPS * 32, DQ == 2 ? 4 : 3)
-attnq_tc_kernel(qargs a, float sl2, int chunk, int n_splits, int bs_shift, int n_main, int prot_len,
-                unsigned *cnt_end) {
+attnq_tc_kernel(qargs a, float sl2, int chunk, int n_splits, int bs_shift, int n_main, int prot_len) {
     if (FMT == F_INT4 && (int)blockIdx.x >= n_main)
         tc_split<HD, F_INT8, STG, DQ>(a, 1, sl2, prot_len, n_splits, 0, n_main, bs_shift);
     else
         tc_split<HD, FMT, STG, DQ>(a, 0, sl2, chunk, n_splits, blockIdx.x, 0, bs_shift);
-    if (cnt_end) {
-        int kvh = blockIdx.y, r = blockIdx.z, H = a.n_heads, KVH = a.c.n_kv_heads;
-        merge_if_last_q(a.out, a.work, HD, H, H / KVH, kvh, r, n_splits, (size_t)a.n * H * n_splits * HD,
-                        cnt_end - 1 - ((size_t)r * KVH + kvh));
-    }
 }
 
 template <int HD, int FMT, int STG, int DQ>
 static void launch_st(const qargs &a, dim3 grid, float sl2, int chunk, int ns, int sh, int n_main,
-                      int prot_len, unsigned *cnt, cudaStream_t st) {
+                      int prot_len, cudaStream_t st) {
     size_t raw = tc_geom<HD, FMT>::RAW > tc_geom<HD, F_INT8>::RAW ? tc_geom<HD, FMT>::RAW : tc_geom<HD, F_INT8>::RAW;
     size_t kv = (size_t)WARPS * STG * raw, mg = (size_t)WARPS * 8 * (HD + 2) * 4;
     size_t bytes = kv > mg ? kv : mg;
@@ -569,18 +539,18 @@ static void launch_st(const qargs &a, dim3 grid, float sl2, int chunk, int ns, i
         cudaFuncSetAttribute(attnq_tc_kernel<HD, FMT, STG, DQ>, cudaFuncAttributeMaxDynamicSharedMemorySize,
                              (int)bytes) == cudaSuccess)
         done.fetch_or(bit);
-    attnq_tc_kernel<HD, FMT, STG, DQ><<<grid, WARPS * 32, bytes, st>>>(a, sl2, chunk, ns, sh, n_main, prot_len, cnt);
+    attnq_tc_kernel<HD, FMT, STG, DQ><<<grid, WARPS * 32, bytes, st>>>(a, sl2, chunk, ns, sh, n_main, prot_len);
 }
 
 template <int HD, int FMT>
 static void launch_hd(const qargs &a, int stages, int dq, dim3 grid, float sl2, int chunk, int ns,
-                      int sh, int n_main, int prot_len, unsigned *cnt, cudaStream_t st) {
-    if (dq == 0) launch_st<HD, FMT, 3, 0>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, cnt, st);
-    else if (dq == 2 && stages >= 4) launch_st<HD, FMT, 4, 2>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, cnt, st);
-    else if (dq == 2) launch_st<HD, FMT, 3, 2>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, cnt, st);
-    else if (stages <= 2) launch_st<HD, FMT, 2, 1>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, cnt, st);
-    else if (stages == 3) launch_st<HD, FMT, 3, 1>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, cnt, st);
-    else launch_st<HD, FMT, 4, 1>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, cnt, st);
+                      int sh, int n_main, int prot_len, cudaStream_t st) {
+    if (dq == 0) launch_st<HD, FMT, 3, 0>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+    else if (dq == 2 && stages >= 4) launch_st<HD, FMT, 4, 2>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+    else if (dq == 2) launch_st<HD, FMT, 3, 2>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+    else if (stages <= 2) launch_st<HD, FMT, 2, 1>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+    else if (stages == 3) launch_st<HD, FMT, 3, 1>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+    else launch_st<HD, FMT, 4, 1>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
 }
 
 /* Decoders: QRL_ATTNQ_DEQ for A/B timing (bench/run-kvdeq-gpu.sh; H200, late-stage decode
@@ -596,20 +566,20 @@ static void launch_hd(const qargs &a, int stages, int dq, dim3 grid, float sl2, 
  * 0.91x at 4 (shared memory then allows 3 blocks per SM instead of 4); int4-protected
  * 1.18x / 1.17x / 1.13x; 3 blocks per SM at 150-160 registers: no faster). */
 void qrl_attnq_tc_launch(const qargs &a, int fmt, int hd, dim3 grid, float sl2, int chunk, int ns,
-                         int sh, int n_main, int prot_len, unsigned *cnt, cudaStream_t st) {
+                         int sh, int n_main, int prot_len, cudaStream_t st) {
     int stg = qrl_tuning_int(QRL_TUNING_ATTNQ_STAGES), dq = qrl_tuning_int(QRL_TUNING_ATTNQ_DEQ);
     if (fmt == F_FP4) { /* one variant (the DQ decoders are int4's / fp8's) */
-        if (hd == 64) launch_st<64, F_FP4, 3, 1>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, cnt, st);
-        else launch_st<128, F_FP4, 3, 1>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, cnt, st);
+        if (hd == 64) launch_st<64, F_FP4, 3, 1>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+        else launch_st<128, F_FP4, 3, 1>(a, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
         return;
     }
     if (hd == 64) {
-        if (fmt == F_INT8) launch_hd<64, F_INT8>(a, stg, dq, grid, sl2, chunk, ns, sh, n_main, prot_len, cnt, st);
-        else if (fmt == F_FP8) launch_hd<64, F_FP8>(a, stg, dq, grid, sl2, chunk, ns, sh, n_main, prot_len, cnt, st);
-        else launch_hd<64, F_INT4>(a, stg, dq, grid, sl2, chunk, ns, sh, n_main, prot_len, cnt, st);
+        if (fmt == F_INT8) launch_hd<64, F_INT8>(a, stg, dq, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+        else if (fmt == F_FP8) launch_hd<64, F_FP8>(a, stg, dq, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+        else launch_hd<64, F_INT4>(a, stg, dq, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
     } else {
-        if (fmt == F_INT8) launch_hd<128, F_INT8>(a, stg, dq, grid, sl2, chunk, ns, sh, n_main, prot_len, cnt, st);
-        else if (fmt == F_FP8) launch_hd<128, F_FP8>(a, stg, dq, grid, sl2, chunk, ns, sh, n_main, prot_len, cnt, st);
-        else launch_hd<128, F_INT4>(a, stg, dq, grid, sl2, chunk, ns, sh, n_main, prot_len, cnt, st);
+        if (fmt == F_INT8) launch_hd<128, F_INT8>(a, stg, dq, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+        else if (fmt == F_FP8) launch_hd<128, F_FP8>(a, stg, dq, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
+        else launch_hd<128, F_INT4>(a, stg, dq, grid, sl2, chunk, ns, sh, n_main, prot_len, st);
     }
 }

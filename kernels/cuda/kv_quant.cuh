@@ -118,14 +118,8 @@ qrl_status qrl_cuda_kv_store_copy(const qrl_cuda_kvq_layer *c, const float *kv,
  * P before P.V (scaled by a running power of two so P stays in F16's normal range); the
  * CUDA-core path dequantizes as qrl_nvfp4_dequantize_row, bit for bit.  int4-protected: the protected positions are one more split per row (the
  * same launch on the tensor-core path), merged with the others by softmax statistics.
- * Tensor-core path: the splits are merged by the last block of each (row, kv head) in the
- * same launch (QRL_ATTN_MERGE_KERNEL=1: a separate merge kernel; bit-identical outputs).
- * work: qrl_cuda_attention_q_work_floats(n_max, n_heads, head_dim, max_len_max) floats for
- * every call with n <= n_max, max_len <= max_len_max, zeroed once before the first call
- * (cudaMemset): its tail holds the fused merge's counters, which every call leaves zero.
- * One work buffer per stream (calls sharing one must not overlap); the BF16 attention
- * (qrl_cuda_attention) may share it.  Errors: UNSUPPORTED (head_dim, GQA group > 8),
- * INVALID_ARGUMENT (sizes, scratch too small), CUDA. */
+ * work: qrl_cuda_attention_q_work_floats floats.  Errors: UNSUPPORTED (head_dim, GQA group
+ * > 8), INVALID_ARGUMENT, CUDA. */
 /* Benchmarks: fill a layer with valid random records (codes uniform; fp8 codes without
  * the NaN exponent; int8 scales 0.02, int4 scale 0.1 / zero -0.75, fp8 head scales 1/64,
  * fp4 S_enc 64 and block scales 1.0)

@@ -23,14 +23,6 @@ static inline int sm_count(void) {
     return n;
 }
 
-/* The fused split merge's counters (attention.cu, attention_q_tc.cu): one unsigned per
- * (row, kv head), counted back from the end of the caller's work scratch (counter i at
- * (unsigned *)(work + work_floats) - 1 - i), so their place does not depend on a call's
- * rows or splits.  n * n_heads floats are reserved (>= n * n_kv_heads), and every call
- * keeps its partials below them: they are zero once the caller cleared the scratch, and
- * each fused launch leaves them zero. */
-static inline size_t counter_floats(int n, int n_heads) { return (size_t)n * n_heads; }
-
 static inline int round_tile(long c) { return (int)((c + TILE_MIN - 1) / TILE_MIN * TILE_MIN); }
 
 /* Splits of the tensor-core path: ~16 blocks per multiprocessor (several waves of the 3

@@ -48,14 +48,6 @@ static inline void *dev_from(const void *h, size_t bytes) {
     return d;
 }
 
-/* Zeroed device memory (e.g. an attention work scratch: its counter tail must start at 0). */
-static inline void *dev_zeroed(size_t bytes) {
-    void *h = calloc(bytes ? bytes : 1, 1);
-    void *d = dev_from(h, bytes);
-    free(h);
-    return d;
-}
-
 /* An output buffer of n elements of es (2 or 4) bytes with GUARD poisoned elements on each
  * side; the whole buffer is poisoned, so unwritten outputs show too. */
 typedef struct guarded { void *base; size_t n, es; } guarded;

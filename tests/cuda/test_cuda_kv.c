@@ -278,7 +278,8 @@ static void kv_case(qrl_kv_format fmt, int H, int KVH, int hd, int bs, int n_seq
         float *q = malloc((size_t)n * Q * 4), *want = malloc((size_t)n * Q * 4), *got = malloc((size_t)n * Q * 4);
         rand_f32(q, (size_t)n * Q, 1.5f, &seed);
         size_t wf = qrl_cuda_attention_q_work_floats(n, H, hd, max_len);
-        float *work = dev_zeroed(wf * 4); /* the fused merge's counters start at zero */
+        float *work;
+        cr_assert_eq(qrl_cuda_malloc((void **)&work, wf * 4, NULL), QRL_OK);
         guarded go = guarded_new((size_t)n * Q, 2);
         float *dq = dev_from(q, (size_t)n * Q * 4);
         int32_t *das = dev_from(as, n * 4), *dap = dev_from(ap, n * 4);
