@@ -296,8 +296,10 @@ int main(int argc, char **argv) {
     }
     const char *rep = getenv("QRL_DECODE_REPEATS");
     if (rep) {
-        repeats = atoi(rep);
-        if (repeats < 1 || repeats > REPEATS) {
+        char *end;
+        long v = strtol(rep, &end, 10);
+        repeats = *rep && !*end && v >= 1 && v <= REPEATS ? (int)v : 0;
+        if (!repeats) {
             fprintf(stderr, "decode: QRL_DECODE_REPEATS must be 1..%d, got '%s'\n", REPEATS, rep);
             return 2;
         }

@@ -197,6 +197,7 @@ qrl_status qrl_cuda_forward_seq_set_len_unwritten(qrl_cuda_forward *f, int seq, 
 static qrl_status project(qrl_cuda_forward *f, float *y, const uint16_t *x, const uint16_t *w,
                           const qlin_dev *q, int n, int k, int m, bool xq_ready,
                           qrl_cuda_w8a8_epi *defer, qrl_error *err) {
+    if (defer) defer->on = false; /* set again only by a W8A8 GEMM that leaves its epilogue */
     if (f->prec->proj == PROJ_FP4) {
         qrl_cuda_fp4_gemm_args a = {.y = y, .x = x, .codes = q->codes, .scales = q->bscales,
                                     .row_scale = q->scales, .x_scale = f->a4_sdec,

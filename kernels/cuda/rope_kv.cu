@@ -108,6 +108,13 @@ qrl_status qrl_cuda_rope_kv(const qrl_cuda_rope_kv_args *a, void *stream, qrl_er
                              "rope_kv: kvq_store into kv format %d with head_dim %d / %d kv heads "
                              "(int8, fp8, int4, int4-protected; the call's head_dim %d, %d kv heads)",
                              a->kvq.format, a->kvq.head_dim, a->kvq.n_kv_heads, a->head_dim, a->n_kv_heads);
+    const qrl_cuda_kvq_layer *c = &a->kvq; /* the store kernel's layer checks (kv_quant.cu) */
+    if (a->kvq_store && (c->block_size <= 0 ||
+                         (c->format == QRL_CUDA_KVQ_INT4_PROTECTED &&
+                          (c->sink < 0 || c->recent < 0 || (c->recent > 0 && c->ring < c->recent)))))
+        return qrl_error_set(err, QRL_STATUS_INVALID_ARGUMENT,
+                             "rope_kv: kvq_store layer block_size=%d sink=%d recent=%d ring=%d",
+                             c->block_size, c->sink, c->recent, c->ring);
     long items = (long)a->n * (a->n_heads + 2 * a->n_kv_heads);
     rope_kv_kernel<<<(unsigned)((items + WARPS - 1) / WARPS), WARPS * 32, 0, (cudaStream_t)stream>>>(*a);
     return qrl_cuda_launch_status_("rope_kv", err);

@@ -1,7 +1,8 @@
 /* Post-QKV stage of a decoder layer, fused (host launchers only, STYLE 7): bias add,
  * optional Qwen3 per-head RMSNorm on q and k (QK-norm), RoPE, and the write of K and V
- * into the paged BF16 KV cache (or out as F32 rows for a quantized cache).  References: qrl_cpu_rmsnorm per head, qrl_cpu_rope_apply,
- * qrl_kv_cache_write (kernels/cpu/ops.h, model/kv_cache.h). */
+ * into the paged BF16 KV cache, or for a quantized cache either their codes straight into
+ * it (kvq_store) or F32 rows for qrl_cuda_kv_store.  References: qrl_cpu_rmsnorm per head,
+ * qrl_cpu_rope_apply, qrl_kv_cache_write (kernels/cpu/ops.h, model/kv_cache.h). */
 #ifndef QRL_CUDA_ROPE_KV_CUH
 #define QRL_CUDA_ROPE_KV_CUH
 
@@ -33,8 +34,8 @@ typedef struct qrl_cuda_rope_kv_args {
     uint16_t *v_cache;
     float *q_out;            /* [n, Q] F32: normed, rotated q */
     float *kv_out;           /* NULL, or [n, 2 KV] F32: rotated k heads then v heads, written
-                              * here instead of the BF16 cache (quantized caches store them
-                              * with qrl_cuda_kv_store; k_cache / v_cache are then unused) */
+                              * here instead of the BF16 cache for qrl_cuda_kv_store (or set
+                              * kvq_store; k_cache / v_cache are then unused) */
     int kvq_store;           /* 1: quantize k and v straight into kvq (int8, int4,
                               * int4-protected, or fp8 with every row's sequence calibrated;
                               * not fp4), the bytes qrl_cuda_kv_store writes from kv_out;
@@ -43,8 +44,9 @@ typedef struct qrl_cuda_rope_kv_args {
     int n, n_heads, n_kv_heads, head_dim;
 } qrl_cuda_rope_kv_args;
 
-/* Errors: INVALID_ARGUMENT (head_dim odd or > 256, n <= 0; kvq_store with the fp4 format
- * or a head_dim / kv head count other than the call's), CUDA (launch). */
+/* Errors: INVALID_ARGUMENT (head_dim odd or > 256, n <= 0; kvq_store with the fp4 format,
+ * a head_dim / kv head count other than the call's, block_size <= 0, or an int4-protected
+ * layer with sink / recent < 0 or ring < recent), CUDA (launch). */
 qrl_status qrl_cuda_rope_kv(const qrl_cuda_rope_kv_args *a, void *stream, qrl_error *err);
 
 #ifdef __cplusplus

@@ -294,6 +294,10 @@ Test(cuda_ops, rope_kv_store_errors) {
     a.kvq.head_dim = 32;
     cr_assert_eq(qrl_cuda_rope_kv(&a, NULL, &err), QRL_STATUS_INVALID_ARGUMENT);
     cr_assert(strstr(err.msg, "head_dim 32"), "%s", err.msg);
+    a.kvq = (qrl_cuda_kvq_layer){.format = QRL_CUDA_KVQ_INT4_PROTECTED, .head_dim = 16, .n_kv_heads = 2,
+                                 .block_size = 16, .sink = 4, .recent = 8, .ring = 0};
+    cr_assert_eq(qrl_cuda_rope_kv(&a, NULL, &err), QRL_STATUS_INVALID_ARGUMENT);
+    cr_assert(strstr(err.msg, "ring=0"), "%s", err.msg);
 }
 
 /* ---- attention over the paged cache (decode batch and causal prefill chunk) -------- */

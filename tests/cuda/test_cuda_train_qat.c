@@ -21,8 +21,10 @@
  *   - version 0 under UAQ (cf94b40, docs/uaq.md) on BF16-valued qwen3 fixtures: the weight
  *     kernel is model_train.c's qat_weights recipe (nvfp4((W/s)*s)/s) bit for bit, which at
  *     s = 1.5 and 1.25 is the replica's nvfp4(W)/s exactly (0 values differ; nvfp4(W/s), the
- *     old recipe, differs from the replica in 0.05-0.2% of the codes), and the QAT engine's
- *     forward is the plain engine's on those fake-quantized masters bit for bit. */
+ *     old recipe, differs from the replica in 0.05-0.2% of the codes); the QAT engine's forward
+ *     against the plain engine on those fake-quantized masters: bit-equal on an H200, 3.6e-2
+ *     apart on an H100, so asserted only within the CUDA-vs-CPU bound (too loose to catch
+ *     the old recipe inside the engine: the weight checks call the kernel directly). */
 #include "cuda_test_util.h"
 
 #include <cuda_runtime.h>

@@ -27,6 +27,7 @@ Test(tuning, table_rows_have_names_defaults_and_docs) {
     cr_assert_float_eq(qrl_tuning_real(QRL_TUNING_GEMM_BF16_SKINNY_MAX_MB), 24.0, 1e-12);
     cr_assert_not(qrl_tuning_bool(QRL_TUNING_W8A8_UNFUSED));
     cr_assert_not(qrl_tuning_bool(QRL_TUNING_W8A8_EPILOGUE_PASS));
+    cr_assert_not(qrl_tuning_bool(QRL_TUNING_KV_STORE_UNFUSED));
 }
 
 Test(tuning, environment_is_read_at_each_use) {
