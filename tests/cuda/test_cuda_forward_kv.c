@@ -27,6 +27,7 @@
 
 #include "cuda_cpu_ref.h"
 #include "cuda_test_util.h"
+#include "forward_run.h"
 #include "model/forward.h"
 #include "model/forward_cuda.h"
 #include "support/test_files.h"
@@ -312,22 +313,9 @@ static float *store_path_logits(const qrl_model *m, qrl_kv_format fmt, int unfus
     int V = m->cfg.vocab_size;
     qrl_cuda_forward *f = engine(m, fmt, 256, 16);
     unsetenv("QRL_KV_STORE_UNFUSED");
-    float *lg = malloc((size_t)(DS_PROMPT0 + 1 + 2 * DS_STEPS) * V * 4);
     int32_t ids[DS_PROMPT0];
     for (int i = 0; i < DS_PROMPT0; i++) ids[i] = (int32_t)((i * 53 + 7) % V);
-    int seqs[2];
-    qrl_error err;
-    for (int i = 0; i < 2; i++) cr_assert_eq(qrl_cuda_forward_seq_new(f, &seqs[i], &err), QRL_OK);
-    cr_assert_eq(qrl_cuda_forward_prefill(f, seqs[0], ids, DS_PROMPT0, lg, true, &err), QRL_OK,
-                 "%s", err.msg);
-    cr_assert_eq(qrl_cuda_forward_prefill(f, seqs[1], ids + 5, DS_PROMPT1, lg + (size_t)DS_PROMPT0 * V,
-                                          false, &err), QRL_OK, "%s", err.msg);
-    for (int t = 0; t < DS_STEPS; t++) {
-        int32_t tok[2] = {ids[t], ids[50 + t]};
-        float *dst = lg + (DS_PROMPT0 + 1 + 2 * (size_t)t) * V;
-        cr_assert_eq(qrl_cuda_forward_decode(f, seqs, tok, 2, dst, NULL, NULL, &err), QRL_OK,
-                     "%s", err.msg);
-    }
+    float *lg = prefill_decode_logits(f, V, ids, DS_PROMPT0, 5, DS_PROMPT1, 50, DS_STEPS);
     qrl_cuda_forward_free(f);
     return lg;
 }

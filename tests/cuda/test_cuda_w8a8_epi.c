@@ -24,6 +24,7 @@
 #include "cuda/gemm_w8a8.cuh"
 #include "cuda/norm.cuh"
 #include "model/forward_cuda.h"
+#include "forward_run.h"
 #include "model/model.h"
 
 #define EPS 1e-6f
@@ -247,22 +248,10 @@ static float *forward_logits(const qrl_model *m, const char *env) {
     qrl_error err;
     cr_assert_eq(qrl_cuda_forward_new(&m->cfg, &d, &f, &err), QRL_OK, "%s", err.msg);
     cr_assert_eq(qrl_cuda_forward_upload(f, m, &err), QRL_OK, "%s", err.msg);
-    float *lg = malloc((size_t)FW_ROWS * FW_V * 4);
     int32_t ids[FW_PREFILL];
     uint64_t s = 21;
     for (int i = 0; i < FW_PREFILL; i++) ids[i] = (int32_t)(rng_next(&s) % FW_V);
-    int seqs[2];
-    for (int i = 0; i < 2; i++) cr_assert_eq(qrl_cuda_forward_seq_new(f, &seqs[i], &err), QRL_OK);
-    cr_assert_eq(qrl_cuda_forward_prefill(f, seqs[0], ids, FW_PREFILL, lg, true, &err), QRL_OK,
-                 "%s", err.msg);
-    cr_assert_eq(qrl_cuda_forward_prefill(f, seqs[1], ids + 3, 9, lg + (size_t)FW_PREFILL * FW_V,
-                                          false, &err), QRL_OK, "%s", err.msg);
-    for (int t = 0; t < FW_STEPS; t++) {
-        int32_t tok[2] = {ids[t], ids[10 + t]};
-        float *dst = lg + (FW_PREFILL + 1 + 2 * (size_t)t) * FW_V;
-        cr_assert_eq(qrl_cuda_forward_decode(f, seqs, tok, 2, dst, NULL, NULL, &err), QRL_OK,
-                     "%s", err.msg);
-    }
+    float *lg = prefill_decode_logits(f, FW_V, ids, FW_PREFILL, 3, 9, 10, FW_STEPS);
     qrl_cuda_forward_free(f);
     if (env) unsetenv(env);
     return lg;

@@ -18,6 +18,7 @@
 #include "cuda/norm.cuh"
 #include "cuda/pointwise.cuh"
 #include "model/forward_cuda.h"
+#include "forward_run.h"
 
 #define EPS 1e-6f
 
@@ -228,23 +229,10 @@ static float *forward_logits(qrl_precision prec, int unfused) {
     qrl_error err;
     cr_assert_eq(qrl_cuda_forward_new(&c, &d, &f, &err), QRL_OK, "%s", err.msg);
     cr_assert_eq(qrl_cuda_forward_init_random(f, 5, &err), QRL_OK, "%s", err.msg);
-    size_t rows = FW_PREFILL + 1 + 2 * FW_STEPS;
-    float *lg = malloc(rows * FW_V * 4);
     int32_t ids[FW_PREFILL];
     uint64_t s = 21;
     for (int i = 0; i < FW_PREFILL; i++) ids[i] = (int32_t)(rng_next(&s) % FW_V);
-    int seqs[2];
-    for (int i = 0; i < 2; i++) cr_assert_eq(qrl_cuda_forward_seq_new(f, &seqs[i], &err), QRL_OK);
-    cr_assert_eq(qrl_cuda_forward_prefill(f, seqs[0], ids, FW_PREFILL, lg, true, &err), QRL_OK,
-                 "%s", err.msg);
-    cr_assert_eq(qrl_cuda_forward_prefill(f, seqs[1], ids + 3, 7, lg + (size_t)FW_PREFILL * FW_V,
-                                          false, &err), QRL_OK, "%s", err.msg);
-    for (int t = 0; t < FW_STEPS; t++) {
-        int32_t tok[2] = {ids[t], ids[10 + t]};
-        float *dst = lg + (FW_PREFILL + 1 + 2 * (size_t)t) * FW_V;
-        cr_assert_eq(qrl_cuda_forward_decode(f, seqs, tok, 2, dst, NULL, NULL, &err), QRL_OK,
-                     "%s", err.msg);
-    }
+    float *lg = prefill_decode_logits(f, FW_V, ids, FW_PREFILL, 3, 7, 10, FW_STEPS);
     qrl_cuda_forward_free(f);
     unsetenv("QRL_W8A8_UNFUSED");
     return lg;
